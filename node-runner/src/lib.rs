@@ -1,0 +1,29 @@
+//! The IOP Node (binary `iop-node`, not built yet).
+//!
+//! A Node runs next to model servers and dials out to the Edge. It will own,
+//! each in a module of its own:
+//!
+//! - **edge link and supervisor**: register with a token, apply the
+//!   `NodeConfigPayload`, ready, heartbeat, reconnect with capped backoff
+//!   (F1–F6);
+//! - **adapters**: `openai_compat`, `vllm`, `ollama`, each with
+//!   `capabilities()`, `execute()`, optional `terminate_session()` and a
+//!   bounded `probe_health()` (F9, F13);
+//! - **run manager**: admission by `max_concurrency`, ordered events, exactly
+//!   one terminal per run, cancel (F9–F12);
+//! - **tunnel handler**: provider HTTP/1.1 (built from `framing`'s codecs, on
+//!   the Node's monoio cores) relayed as ordered `ProviderTunnelFrame`s whose
+//!   bodies are the provider's bytes, never copied (F16);
+//! - **watchdog and health probe**: one activity watchdog per run and tunnel on
+//!   the per-core timer wheel; typed stall terminals with health evidence
+//!   (F20–F23, F30);
+//! - **run store**: local LMDB bookkeeping via `heed` (F15).
+//!
+//! # Invariants (to hold as it is built)
+//! - Never depends on `edge-proxy`.
+//! - The Node never grants replay; it only reports typed evidence.
+//!
+//! Today the crate holds no functionality: the wire (`proto`) and codecs
+//! (`framing`) it will stand on come first.
+
+#![forbid(unsafe_code)]

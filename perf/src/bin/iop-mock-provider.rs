@@ -1,0 +1,3 @@
+//! `iop-mock-provider`: a fast OpenAI/Ollama-compatible model server stand-in.
+
+fn main() {}

@@ -1,0 +1,75 @@
+//! The IOP Edge–Node wire.
+//!
+//! `proto/runtime.proto` is the contract; this crate is its prost-generated
+//! Rust form (module [`v1`]) and nothing more. The .proto documents every
+//! message; read it first.
+//!
+//! # Invariants
+//! - Built with `protox`, so a fresh machine needs no system `protoc`.
+//! - Every protobuf `bytes` field is a [`bytes::Bytes`]: decoding an
+//!   [`v1::Envelope`] from a `Bytes` buffer makes body fields refcounted
+//!   slices of that buffer (no copy). The `framing` crate relies on this.
+//! - No I/O, no runtime, no clock: plain data types.
+
+#![forbid(unsafe_code)]
+
+/// `iop.runtime.v1`: the runtime wire, generated from `runtime.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    include!(concat!(env!("OUT_DIR"), "/iop.runtime.v1.rs"));
+}
+
+pub use v1::Envelope;
+pub use v1::envelope::Msg;
+
+/// Field number of `Envelope.stream_id`.
+pub const ENVELOPE_STREAM_ID_FIELD: u32 = 1;
+/// Field number of `Envelope.provider_tunnel_frame`.
+pub const ENVELOPE_TUNNEL_FRAME_FIELD: u32 = 31;
+/// Field number of `ProviderTunnelFrame.body`.
+pub const TUNNEL_FRAME_BODY_FIELD: u32 = 15;
+
+/// The default response-stall timeout (F20), used when the wire carries 0.
+pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;
+
+#[cfg(test)]
+mod tests {
+    use super::v1::*;
+    use bytes::Bytes;
+    use prost::Message;
+
+    #[test]
+    fn bytes_fields_decode_as_slices_of_the_input() {
+        let body = Bytes::from(vec![7u8; 1024]);
+        let env = Envelope {
+            stream_id: 3,
+            msg: Some(envelope::Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                frame: Some(provider_tunnel_frame::Frame::Body(body.clone())),
+            })),
+        };
+        let wire = Bytes::from(env.encode_to_vec());
+        let back = Envelope::decode(wire.clone()).unwrap();
+        assert_eq!(back, env);
+        let Some(envelope::Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+            frame: Some(provider_tunnel_frame::Frame::Body(got)),
+        })) = back.msg
+        else {
+            panic!("not a body frame")
+        };
+        let range = wire.as_ptr() as usize..wire.as_ptr() as usize + wire.len();
+        assert!(range.contains(&(got.as_ptr() as usize)));
+    }
+
+    #[test]
+    fn optional_usage_counts_keep_presence() {
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 7,
+            reasoning_tokens: Some(0),
+            cached_input_tokens: None,
+        };
+        let back = Usage::decode(usage.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(back.reasoning_tokens, Some(0), "a reported zero is kept");
+        assert_eq!(back.cached_input_tokens, None, "unreported stays absent");
+    }
+}
