@@ -1,0 +1,145 @@
+//! Frame encoding: whole envelopes, and tunnel body frames as head + body.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut, buf::Chain};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use proto::{ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, Envelope, TUNNEL_FRAME_BODY_FIELD};
+
+use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_frame_len};
+
+/// Bytes the encoder's scratch buffer grows by. Heads are tens of bytes, so
+/// one block serves many frames before the next allocation; blocks are freed
+/// when the last head cut from them is dropped.
+const SCRATCH_BLOCK: usize = 8 * 1024;
+
+/// A tunnel body frame ready for a vectored write: `head` then `body`.
+///
+/// `body` is the caller's `Bytes`, untouched; `head` is the length prefix and
+/// the protobuf bytes that precede the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyFrame {
+    /// Length prefix + envelope head, ending with the `body` field's length.
+    pub head: Bytes,
+    /// The raw body bytes.
+    pub body: Bytes,
+}
+
+impl BodyFrame {
+    /// Total bytes on the wire (prefix included).
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// Always false: a frame has at least its length prefix.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The two slices in wire order, for `writev`.
+    pub fn slices(&self) -> [&[u8]; 2] {
+        [&self.head, &self.body]
+    }
+
+    /// The frame as one [`Buf`] (head chained to body), still without a copy.
+    pub fn into_buf(self) -> Chain<Bytes, Bytes> {
+        self.head.chain(self.body)
+    }
+}
+
+/// Encodes envelopes into frames under a maximum frame length.
+#[derive(Debug)]
+pub struct FrameEncoder {
+    max_frame_len: usize,
+    scratch: BytesMut,
+}
+
+impl Default for FrameEncoder {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_FRAME_LEN)
+    }
+}
+
+impl FrameEncoder {
+    /// An encoder that refuses to produce frames longer than `max_frame_len`
+    /// (the peer's announced maximum; clamped like the decoder's).
+    pub fn new(max_frame_len: usize) -> Self {
+        Self {
+            max_frame_len: clamp_max_frame_len(max_frame_len),
+            scratch: BytesMut::new(),
+        }
+    }
+
+    /// The largest envelope this encoder produces, in bytes.
+    pub fn max_frame_len(&self) -> usize {
+        self.max_frame_len
+    }
+
+    /// Encodes `envelope` as one frame, `[length][envelope]`.
+    ///
+    /// Fine for control messages and small events. `bytes` fields are copied
+    /// by prost; send tunnel bodies with [`encode_tunnel_body`](Self::encode_tunnel_body).
+    pub fn encode(&mut self, envelope: &Envelope) -> Result<Bytes, FrameError> {
+        let len = envelope.encoded_len();
+        self.check_len(len)?;
+        self.reserve(LENGTH_PREFIX_LEN + len);
+        self.put_prefix(len);
+        envelope
+            .encode(&mut self.scratch)
+            .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        Ok(self.scratch.split().freeze())
+    }
+
+    /// Encodes a `ProviderTunnelFrame{body}` on `stream_id` without copying
+    /// `body`: returns the head to write before it.
+    pub fn encode_tunnel_body(&mut self, stream_id: u64, body: Bytes) -> Result<BodyFrame, FrameError> {
+        let body_key_len = key_len(TUNNEL_FRAME_BODY_FIELD);
+        let inner_len = body_key_len + encoded_len_varint(body.len() as u64) + body.len();
+        let stream_len = if stream_id == 0 {
+            0
+        } else {
+            key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
+        };
+        let envelope_len =
+            stream_len + key_len(ENVELOPE_TUNNEL_FRAME_FIELD) + encoded_len_varint(inner_len as u64) + inner_len;
+        self.check_len(envelope_len)?;
+
+        let head_len = LENGTH_PREFIX_LEN + envelope_len - body.len();
+        self.reserve(head_len);
+        self.put_prefix(envelope_len);
+        // prost encodes `stream_id` only when it is not the default.
+        if stream_id != 0 {
+            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, &mut self.scratch);
+            encode_varint(stream_id, &mut self.scratch);
+        }
+        encode_key(ENVELOPE_TUNNEL_FRAME_FIELD, WireType::LengthDelimited, &mut self.scratch);
+        encode_varint(inner_len as u64, &mut self.scratch);
+        encode_key(TUNNEL_FRAME_BODY_FIELD, WireType::LengthDelimited, &mut self.scratch);
+        encode_varint(body.len() as u64, &mut self.scratch);
+        debug_assert_eq!(self.scratch.len(), head_len);
+        Ok(BodyFrame {
+            head: self.scratch.split().freeze(),
+            body,
+        })
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), FrameError> {
+        if len > self.max_frame_len {
+            return Err(FrameError::TooLarge {
+                len: len as u64,
+                max: self.max_frame_len,
+            });
+        }
+        Ok(())
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        if self.scratch.capacity() < additional {
+            self.scratch.reserve(additional.max(SCRATCH_BLOCK));
+        }
+    }
+
+    fn put_prefix(&mut self, envelope_len: usize) {
+        // `check_len` bounds `envelope_len` by MAX_CONFIGURABLE_FRAME_LEN < u32::MAX.
+        self.scratch.put_u32(envelope_len as u32);
+    }
+}

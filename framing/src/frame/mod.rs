@@ -1,0 +1,102 @@
+//! The Edge–Node socket frame codec.
+//!
+//! Every message on the node socket is one frame:
+//!
+//! ```text
+//! +----------------------+------------------------------------+
+//! | length: u32, BE      | protobuf `Envelope`, `length` bytes |
+//! +----------------------+------------------------------------+
+//! ```
+//!
+//! # Decoding ([`FrameDecoder`])
+//! A two-state machine over the caller's receive buffer, in the shape of
+//! tokio-util's `Decoder` (`Ok(None)` means "need more bytes"):
+//!
+//! | state  | input                       | next                             |
+//! |--------|-----------------------------|----------------------------------|
+//! | `Head` | < 4 bytes buffered          | `Head`, `Ok(None)`               |
+//! | `Head` | length > max frame length   | error [`FrameError::TooLarge`]   |
+//! | `Head` | length ≤ max                | `Body{len}`; reserves the rest   |
+//! | `Body` | < len bytes buffered        | `Body{len}`, `Ok(None)`          |
+//! | `Body` | ≥ len bytes buffered        | `Head`, the frame as `Bytes`     |
+//!
+//! The length is checked **before** anything is reserved, so a hostile peer
+//! announcing a 4 GiB frame costs nothing. A complete frame is split off the
+//! buffer with `split_to(len).freeze()`: no copy. Protobuf `bytes` fields are
+//! generated as [`bytes::Bytes`], so decoding the envelope from that `Bytes`
+//! makes each body field a refcounted slice of the receive buffer.
+//!
+//! # Encoding ([`FrameEncoder`])
+//! [`FrameEncoder::encode`] writes `[length][envelope]` for control messages.
+//! prost copies `bytes` fields while encoding, so tunnel bodies take
+//! [`FrameEncoder::encode_tunnel_body`] instead: it writes only the head —
+//! length, `stream_id`, the tag and length of `provider_tunnel_frame`, the tag
+//! and length of `body` — and returns it beside the untouched body, for a
+//! vectored write. Head + body is byte-identical to prost's encoding of the
+//! same `Envelope` (property-tested), so the receiver needs no special case.
+//!
+//! # Errors
+//! Oversize, malformed and message-less frames are typed [`FrameError`]s; the
+//! connection that sent one is not recoverable (its framing is lost) and the
+//! caller closes it.
+
+mod decode;
+mod encode;
+
+pub use decode::FrameDecoder;
+pub use encode::{BodyFrame, FrameEncoder};
+
+/// Bytes of the big-endian `u32` length prefix.
+pub const LENGTH_PREFIX_LEN: usize = 4;
+
+/// Default hard maximum of one frame's envelope, in bytes (4 MiB).
+///
+/// Large enough for a request body with a long prompt; tunnel bodies are sent
+/// in chunks far below it. Both sides announce their own maximum during
+/// registration and the sender never exceeds the receiver's.
+pub const DEFAULT_MAX_FRAME_LEN: usize = 4 * 1024 * 1024;
+
+/// Largest maximum a codec may be configured with: the length prefix is a
+/// `u32`, and 1 GiB is far past any sane frame.
+pub const MAX_CONFIGURABLE_FRAME_LEN: usize = 1 << 30;
+
+/// Errors of the frame codec.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// A frame's length exceeds the configured maximum. Reported from the
+    /// 4-byte prefix alone, before any buffer is reserved for the frame.
+    #[error("frame of {len} bytes exceeds the maximum of {max} bytes")]
+    TooLarge {
+        /// The announced (decoding) or computed (encoding) envelope length.
+        len: u64,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The envelope bytes are not a valid protobuf `Envelope`.
+    #[error("malformed envelope: {0}")]
+    Malformed(String),
+    /// The envelope decoded but carries no message (an empty `oneof`, or one
+    /// this build does not know).
+    #[error("envelope on stream {stream_id} carries no message")]
+    MissingMessage {
+        /// The envelope's stream id.
+        stream_id: u64,
+    },
+    /// The peer closed the stream in the middle of a frame.
+    #[error("stream ended inside a frame: {buffered} of {expected} bytes")]
+    Truncated {
+        /// Bytes of the frame (prefix included) that did arrive.
+        buffered: usize,
+        /// Bytes the frame needed (prefix included).
+        expected: usize,
+    },
+}
+
+/// Clamps a configured maximum frame length into `1..=MAX_CONFIGURABLE_FRAME_LEN`.
+fn clamp_max_frame_len(max: usize) -> usize {
+    max.clamp(1, MAX_CONFIGURABLE_FRAME_LEN)
+}
+
+#[cfg(test)]
+mod tests;
