@@ -30,6 +30,8 @@
 
 mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ndjson;
 pub mod sse;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every check IOP has, the same way locally and in CI (.ci/run calls this).
+#
+#   hack/test.sh            everything
+#   IOP_TEST_SKIP_LINT=1    skip fmt + clippy (quick local iterations)
+#
+# Installs what it needs (curl) when missing. Asserts no wall-clock speed:
+# benches are compiled and run once in test mode; their numbers live in
+# bench-results/ and come from `cargo bench`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+
+need() {
+  # need CMD DEBIAN_PACKAGE: install the package when CMD is missing.
+  command -v "$1" >/dev/null 2>&1 && return 0
+  step "installing $2 (for $1)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "$2" >/dev/null
+}
+need curl curl
+
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+export RUST_BACKTRACE=1
+
+if [ -z "${IOP_TEST_SKIP_LINT:-}" ]; then
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+
+  step "cargo clippy (all targets, -D warnings)"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+step "cargo test (unit, integration, property, fuzz smoke; benches run once in test mode)"
+cargo test --workspace --all-targets --locked
+cargo test --workspace --doc --locked
+
+step "mock provider answers curl -N (OpenAI SSE and Ollama NDJSON)"
+hack/smoke-mock-provider.sh
+
+step "fuzz harness compiles (cargo-fuzz layout; see hack/fuzz.sh)"
+cargo check --quiet --manifest-path framing/fuzz/Cargo.toml --target-dir target/fuzz-check
+
+printf '\nall checks passed in %ss\n' "$((SECONDS - started))"
