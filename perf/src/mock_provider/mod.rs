@@ -1,1 +1,49 @@
-//! The mock provider (being built).
+//! The mock provider: a fast OpenAI/Ollama-compatible model server stand-in.
+//!
+//! A real HTTP/1.1 server (hyper 1 on tokio) that speaks the shapes IOP
+//! relays: OpenAI chat completions (stream and not), the Responses API,
+//! `/v1/models`, `/health`, and Ollama's `/api/chat`, `/api/tags`,
+//! `/api/show`, `/api/ps`. Every generation is deterministic: a token is the
+//! 4-byte word [`CONTENT_TOKEN`] (or [`REASONING_TOKEN`]), `prompt_tokens` is
+//! `ceil(prompt text bytes / 4)` (see [`TextLen`]).
+//!
+//! Behaviour is steered per request by [`Knobs`] (`x-mock-<knob>` headers or
+//! `?<knob>=` query parameters) over the defaults of a [`MockConfig`]; the
+//! test-control routes under `/mock/` expose [`Stats`] (`GET /mock/stats`),
+//! toggle health (`POST /mock/health?status=up|down`) and reset counters
+//! (`POST /mock/reset`).
+//!
+//! It is test and benchmark infrastructure, not IOP's data path; it must
+//! never be the bottleneck: static JSON fragments are precomputed per
+//! request, token text and padding are static slices written with `writev`,
+//! and no timer exists unless a delay knob is set.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use perf::mock_provider::{MockConfig, bind};
+//! let server = bind("127.0.0.1:0".parse().unwrap(), MockConfig::default()).await?;
+//! println!("mock provider on {}", server.url());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod body;
+mod config;
+mod knobs;
+mod ollama;
+mod openai;
+mod request;
+mod responses;
+mod server;
+mod stats;
+mod text;
+
+pub use body::{MockAbort, MockBody};
+pub use config::MockConfig;
+pub use knobs::{
+    HEADER_PREFIX, KNOB_NAMES, KnobError, Knobs, MAX_EVENT_BYTES, MAX_NON_STREAM_TOKENS,
+};
+pub use request::TextLen;
+pub use server::{MAX_REQUEST_BODY, MockServer, bind, serve};
+pub use stats::{Route, Stats};
+pub use text::{CONTENT_TOKEN, EventBuf, PAD_BYTE, REASONING_TOKEN};

@@ -1,0 +1,350 @@
+//! The response body: a whole buffer, or a scripted stream of events.
+//!
+//! A stream is a [`Script`]: fixed events ([`Step::Event`]) and runs of token
+//! events generated lazily from a template ([`Step::Tokens`]). The body walks
+//! the script when hyper polls it, so a billion-token stream costs no memory,
+//! and without a delay knob no timer is ever created.
+//!
+//! ```text
+//!  Prefill ──(prefill-ms elapsed)──► Running ──(script empty)──► Done
+//!                                     │  ▲ per-token delay (one reused timer)
+//!                                     │  └─┘
+//!                    stall-after hit ─┤──► Stalled (Pending forever, no waker)
+//!                    abort-after hit ─┴──► AbortFlush ──► Aborted (body error:
+//!                                          hyper drops the connection)
+//! ```
+//!
+//! Dropping a stream that is not `Done`/`Aborted` means hyper gave up on it
+//! (the client went away): [`Stats`] counts it as `streams_client_gone`.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use super::knobs::Knobs;
+use super::stats::Stats;
+use super::text::{EventBuf, Token, pad};
+
+/// A run of `count` token events built from a template:
+/// `prefix` + token text + padding + `mid` [+ sequence number + `seq_end`].
+#[derive(Debug)]
+pub(crate) struct TokenRun {
+    pub(crate) token: Token,
+    pub(crate) count: u64,
+    pub(crate) prefix: Bytes,
+    pub(crate) mid: Bytes,
+    /// For the Responses API: the first `sequence_number` of the run, and
+    /// the bytes that close the event after the number.
+    pub(crate) seq: Option<(u64, Bytes)>,
+    pub(crate) pad: usize,
+}
+
+/// One step of a script.
+#[derive(Debug)]
+pub(crate) enum Step {
+    Event(Box<EventBuf>),
+    Tokens(TokenRun),
+}
+
+/// The events of one streaming response, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Script {
+    steps: VecDeque<Step>,
+}
+
+impl Script {
+    pub(crate) fn event(&mut self, e: EventBuf) -> &mut Self {
+        self.steps.push_back(Step::Event(Box::new(e)));
+        self
+    }
+
+    pub(crate) fn bytes(&mut self, b: Bytes) -> &mut Self {
+        self.event(EventBuf::from_bytes(b))
+    }
+
+    pub(crate) fn tokens(&mut self, run: TokenRun) -> &mut Self {
+        if run.count > 0 {
+            self.steps.push_back(Step::Tokens(run));
+        }
+        self
+    }
+}
+
+/// Number of events a run of `tokens` tokens takes at `chunk` tokens an event.
+pub(crate) fn event_count(tokens: u64, chunk: u32) -> u64 {
+    tokens.div_ceil(u64::from(chunk))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Prefill,
+    Running,
+    Stalled,
+    AbortFlush,
+    Aborted,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Stall,
+    Abort,
+}
+
+/// The streaming half of [`MockBody`].
+#[derive(Debug)]
+struct Stream {
+    script: Script,
+    state: State,
+    chunk: u32,
+    token_delay: Duration,
+    prefill: Duration,
+    /// Stop (stall or abort) once this many tokens were sent.
+    cut: Option<(u64, Cut)>,
+    sent: u64,
+    /// The token schedule: when the next token event is due.
+    due: Option<Instant>,
+    /// Whether the delay of the front token event has been waited for.
+    delay_paid: bool,
+    sleep: Option<Pin<Box<Sleep>>>,
+    waiting: bool,
+    /// Arena for `sequence_number` digits.
+    digits: BytesMut,
+    stats: Arc<Stats>,
+}
+
+/// The error a body returns to make hyper drop the connection (`abort-after`).
+#[derive(Debug)]
+pub struct MockAbort;
+
+impl std::fmt::Display for MockAbort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("mock abort-after: dropping the connection mid-stream")
+    }
+}
+
+impl std::error::Error for MockAbort {}
+
+/// The body of every mock response.
+#[derive(Debug)]
+pub struct MockBody(Inner);
+
+#[derive(Debug)]
+enum Inner {
+    Full(Option<Bytes>),
+    Stream(Box<Stream>),
+}
+
+impl MockBody {
+    /// A complete body.
+    pub fn full(b: impl Into<Bytes>) -> Self {
+        let b = b.into();
+        Self(Inner::Full((!b.is_empty()).then_some(b)))
+    }
+
+    /// A streaming body following `script` under the stream knobs of `knobs`.
+    pub(crate) fn stream(script: Script, knobs: &Knobs, stats: Arc<Stats>) -> Self {
+        Stats::bump(&stats.streams_started);
+        let cut = match (knobs.stall_after, knobs.abort_after) {
+            (Some(s), Some(a)) if a < s => Some((u64::from(a), Cut::Abort)),
+            (Some(s), _) => Some((u64::from(s), Cut::Stall)),
+            (None, Some(a)) => Some((u64::from(a), Cut::Abort)),
+            (None, None) => None,
+        };
+        Self(Inner::Stream(Box::new(Stream {
+            script,
+            state: State::Prefill,
+            chunk: knobs.chunk_size.max(1),
+            token_delay: knobs.token_delay,
+            prefill: knobs.prefill,
+            cut,
+            sent: 0,
+            due: None,
+            delay_paid: false,
+            sleep: None,
+            waiting: false,
+            digits: BytesMut::new(),
+            stats,
+        })))
+    }
+}
+
+impl Stream {
+    fn arm(&mut self, at: Instant) {
+        match &mut self.sleep {
+            Some(s) => s.as_mut().reset(at),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+        self.waiting = true;
+    }
+
+    fn seq_digits(&mut self, n: u64) -> Bytes {
+        if self.digits.capacity() < 20 {
+            self.digits.reserve(4096);
+        }
+        let mut tmp = [0u8; 20];
+        let mut i = tmp.len();
+        let mut v = n;
+        loop {
+            i -= 1;
+            tmp[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.digits.extend_from_slice(&tmp[i..]);
+        self.digits.split().freeze()
+    }
+
+    fn finish(&mut self) {
+        self.state = State::Done;
+        Stats::bump(&self.stats.streams_completed);
+    }
+
+    /// Produces the next event (`None`: end of stream).
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<EventBuf, MockAbort>>> {
+        loop {
+            if self.waiting {
+                if let Some(s) = &mut self.sleep {
+                    ready!(s.as_mut().poll(cx));
+                }
+                self.waiting = false;
+            }
+            match self.state {
+                State::Prefill => {
+                    self.state = State::Running;
+                    if !self.prefill.is_zero() {
+                        let at = Instant::now() + self.prefill;
+                        self.due = Some(at);
+                        self.arm(at);
+                    }
+                    continue;
+                }
+                State::Running => {}
+                State::Stalled => return Poll::Pending,
+                State::AbortFlush => {
+                    self.state = State::Aborted;
+                    Stats::bump(&self.stats.streams_aborted);
+                    return Poll::Ready(Some(Err(MockAbort)));
+                }
+                State::Aborted | State::Done => return Poll::Ready(None),
+            }
+            if let Some((at, cut)) = self.cut
+                && self.sent >= at
+            {
+                return match cut {
+                    Cut::Stall => {
+                        self.state = State::Stalled;
+                        Stats::bump(&self.stats.streams_stalled);
+                        // No waker: only the client leaving wakes this task.
+                        Poll::Pending
+                    }
+                    Cut::Abort => {
+                        // Yield once so hyper flushes what it buffered, then fail.
+                        self.state = State::AbortFlush;
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                };
+            }
+            let Some(front) = self.script.steps.front_mut() else {
+                self.finish();
+                return Poll::Ready(None);
+            };
+            let event = match front {
+                Step::Event(_) => match self.script.steps.pop_front() {
+                    Some(Step::Event(e)) => *e,
+                    _ => unreachable!("front was an event"),
+                },
+                Step::Tokens(run) => {
+                    let mut k = run.count.min(u64::from(self.chunk));
+                    if let Some((at, _)) = self.cut {
+                        k = k.min(at - self.sent);
+                    }
+                    if !self.token_delay.is_zero() && !self.delay_paid {
+                        let base = self.due.unwrap_or_else(Instant::now);
+                        let at = base + self.token_delay * k as u32;
+                        self.due = Some(at);
+                        self.delay_paid = true;
+                        if at > Instant::now() {
+                            self.arm(at);
+                            continue;
+                        }
+                    }
+                    self.delay_paid = false;
+                    let mut e = EventBuf::default();
+                    e.push(run.prefix.clone())
+                        .push_tokens(run.token, k)
+                        .push(pad(run.pad))
+                        .push(run.mid.clone());
+                    let seq = run.seq.as_mut().map(|(n, end)| {
+                        *n += 1;
+                        (*n - 1, end.clone())
+                    });
+                    run.count -= k;
+                    if run.count == 0 {
+                        self.script.steps.pop_front();
+                    }
+                    if let Some((n, end)) = seq {
+                        let d = self.seq_digits(n);
+                        e.push(d).push(end);
+                    }
+                    self.sent += k;
+                    e
+                }
+            };
+            if self.script.steps.is_empty() {
+                self.finish();
+            }
+            return Poll::Ready(Some(Ok(event)));
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !matches!(self.state, State::Done | State::Aborted) {
+            Stats::bump(&self.stats.streams_client_gone);
+        }
+    }
+}
+
+impl Body for MockBody {
+    type Data = EventBuf;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<EventBuf>, Self::Error>>> {
+        match &mut self.0 {
+            Inner::Full(b) => {
+                Poll::Ready(b.take().map(|b| Ok(Frame::data(EventBuf::from_bytes(b)))))
+            }
+            Inner::Stream(s) => s
+                .poll_event(cx)
+                .map(|e| e.map(|r| r.map(Frame::data).map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Inner::Full(b) => b.is_none(),
+            Inner::Stream(s) => matches!(s.state, State::Done | State::Aborted),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Stream(_) => SizeHint::default(),
+        }
+    }
+}

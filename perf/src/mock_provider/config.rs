@@ -1,0 +1,25 @@
+//! The mock provider's configuration: knob defaults and static facts.
+
+use super::knobs::Knobs;
+
+/// How a mock provider instance behaves unless a request says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MockConfig {
+    /// Knob defaults; each request may override them (see [`Knobs`]).
+    pub knobs: Knobs,
+    /// Model names listed by `GET /v1/models`, `GET /api/tags` and `GET /api/ps`.
+    /// Generation routes accept any model and echo it back.
+    pub models: Vec<String>,
+    /// Whether `GET /health` starts out answering 503.
+    pub unhealthy: bool,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            knobs: Knobs::default(),
+            models: vec!["mock-model".to_owned()],
+            unhealthy: false,
+        }
+    }
+}
