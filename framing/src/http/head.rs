@@ -395,15 +395,13 @@ fn header_spans(
     window: &[u8],
     headers: &[httparse::Header<'_>],
 ) -> Result<Vec<(Span, Span)>, HttpError> {
-    headers
-        .iter()
-        .map(|h| {
-            Ok((
-                Span::of(window, h.name.as_bytes())?,
-                Span::of(window, h.value)?,
-            ))
-        })
-        .collect()
+    // Sized up front: collecting through `Result` would grow it step by step.
+    let mut spans = Vec::with_capacity(headers.len());
+    for h in headers {
+        let name = Span::of(window, h.name.as_bytes())?;
+        spans.push((name, Span::of(window, h.value)?));
+    }
+    Ok(spans)
 }
 
 fn map_httparse(e: httparse::Error, limits: &HeadLimits) -> HttpError {
