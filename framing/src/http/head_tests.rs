@@ -276,6 +276,8 @@ fn head_size_limit_is_clamped() {
         ..HeadLimits::default()
     };
     assert_eq!(limits.effective_head_bytes(), MAX_HEAD_BYTES_CEILING);
+    let mut buf = BytesMut::from(&head_of_len(MAX_HEAD_BYTES_CEILING)[..]);
+    assert!(parse_request_head(&mut buf, &limits).unwrap().is_some());
     let mut buf = BytesMut::from(&head_of_len(MAX_HEAD_BYTES_CEILING + 1)[..]);
     assert_eq!(
         parse_request_head(&mut buf, &limits).err(),

@@ -181,9 +181,12 @@ pub enum HttpError {
 }
 
 impl HttpError {
-    /// The status a server should answer with before closing: 431 for head
-    /// limits, 501 for unsupported codings, 505 for versions, 500 for errors
-    /// of the local writer, 400 for everything else.
+    /// The status a server should answer a *parse* error with before
+    /// closing: 431 for head limits, 501 for unsupported codings, 505 for
+    /// versions, 400 for everything else. Writer-only errors (method,
+    /// target, status code) map to 500; a writer's header name/value errors
+    /// share the parser's variants and so say 400, but are the caller's own
+    /// fault.
     pub fn suggested_status(&self) -> u16 {
         match self {
             Self::HeadTooLarge { .. } | Self::TooManyHeaders { .. } => 431,
