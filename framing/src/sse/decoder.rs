@@ -137,16 +137,15 @@ impl SseDecoder {
                 Action::None => buf.advance(next),
                 Action::Data { start, first } => {
                     if first {
-                        let line = buf.split_to(next).freeze();
-                        self.data = Data::One(line.slice(start..end));
+                        self.data = Data::One(split_value(buf, start, end, next));
                     } else {
                         self.push_data(&buf[start..end]);
                         buf.advance(next);
                     }
                 }
                 Action::Comment { start } => {
-                    let line = buf.split_to(next).freeze();
-                    return Ok(Some(SseItem::Comment(line.slice(start..end))));
+                    let text = split_value(buf, start, end, next);
+                    return Ok(Some(SseItem::Comment(text)));
                 }
                 Action::Dispatch => {
                     buf.advance(next);
@@ -225,6 +224,16 @@ impl Default for SseDecoder {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Consumes a line (ending at `next`) from `buf` and returns its
+/// `start..end` part, zero-copy. Trimming the `BytesMut` before freezing
+/// costs no refcount traffic, unlike slicing the frozen line.
+fn split_value(buf: &mut BytesMut, start: usize, end: usize, next: usize) -> Bytes {
+    let mut line = buf.split_to(next);
+    line.truncate(end);
+    line.advance(start);
+    line.freeze()
 }
 
 /// `value` as `Bytes`, sharing the cached copy when it is the same value.
