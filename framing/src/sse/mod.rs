@@ -44,9 +44,11 @@
 //! # Cost
 //! Line ends are found with `memchr2`. An event that lies inside one chunk is
 //! reported without copying or allocating (its data borrows the chunk). Lines
-//! of ignored fields (and comments when not observed) are never buffered,
-//! even when they span chunks: once a line's first bytes show it is ignored,
-//! its remaining bytes are only counted.
+//! of ignored fields (and comments when not observed) are not buffered, even
+//! when they span chunks: as soon as a line's first bytes show it is ignored
+//! (at most 5 bytes, while its name could still become `event` or `retry`),
+//! its bytes are only counted. Buffers that are needed are reused, so a warm
+//! observer does not allocate (`tests/sse_alloc.rs` counts).
 //!
 //! # Limits
 //! | limit | default | meaning |
