@@ -171,6 +171,10 @@ impl NdjsonDecoder {
     /// The next non-empty line, without its line ending, split off `buf`;
     /// `Ok(None)` means more bytes are needed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, NdjsonError> {
+        debug_assert!(
+            self.lines.held <= buf.len(),
+            "buffer shrank under the decoder"
+        );
         loop {
             let held = self.lines.held;
             let Some(input) = buf.get(held..).filter(|rest| !rest.is_empty()) else {

@@ -251,7 +251,7 @@ fn normalize_newlines(data: &[u8]) -> Vec<u8> {
 type Spec = (Option<Vec<u8>>, Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(600))]
 
     /// (a) Whatever the encoder writes, both fronts read back, in any split:
     /// data with line breaks normalised to `\n`, empty event type as `None`,

@@ -260,7 +260,7 @@ fn done_sentinel() {
         .map(|i| matches!(i, SseItem::Event(e) if e.is_done()))
         .collect();
     assert_eq!(done, [false, true]);
-    assert!(SseEvent::done().as_ref().is_done());
+    assert!(SseEvent::done().as_event_ref().is_done());
     assert!(!SseEvent::new("[DONE] ").is_done());
 }
 

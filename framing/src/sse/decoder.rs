@@ -104,6 +104,7 @@ impl SseDecoder {
     /// [`SseConfig::comments`] is set); `Ok(None)` means more bytes are
     /// needed.
     pub fn decode_item(&mut self, buf: &mut BytesMut) -> Result<Option<SseItem>, SseError> {
+        debug_assert!(self.held <= buf.len(), "buffer shrank under the decoder");
         loop {
             let Some(input) = buf.get(self.held..).filter(|rest| !rest.is_empty()) else {
                 return Ok(None);

@@ -60,8 +60,9 @@
 //! [`SseError::LineTooLong`], reported as soon as that many bytes are seen
 //! without a line ending. Data of exactly `max_data_len` bytes is accepted, one
 //! more is [`SseError::DataTooLarge`]. Errors are sticky: every later call on
-//! the same parser returns the same error. So the parser never holds more than
-//! about `max_line_len + max_data_len` bytes, whatever the input.
+//! the same parser returns the same error. So, whatever the input, a parser
+//! holds at most `max_line_len` bytes of partial line, `max_data_len` bytes of
+//! data, and `max_line_len` bytes each of event type and last event ID.
 //!
 //! # Parser states
 //! | state | entered on | left on |
@@ -220,7 +221,7 @@ impl SseEvent {
     }
 
     /// This event as a borrowed view.
-    pub fn as_ref(&self) -> SseEventRef<'_> {
+    pub fn as_event_ref(&self) -> SseEventRef<'_> {
         SseEventRef {
             event: self.event.as_deref(),
             data: &self.data,
