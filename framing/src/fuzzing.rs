@@ -53,3 +53,178 @@ pub fn frame_decoder(data: &[u8]) {
         );
     }
 }
+
+/// SSE parser: the observer (chunks by reference) and the decoder (owned
+/// buffer) must report the same items for the same stream, and every event
+/// must survive an encode → decode round trip.
+pub fn sse_parser(data: &[u8]) {
+    use crate::sse::{SseConfig, SseDecoder, SseItem, SseObserver, encode_event};
+
+    const MAX: usize = 4096;
+    let config = SseConfig::new()
+        .with_max_line_len(MAX)
+        .with_max_data_len(MAX)
+        .with_comments(true);
+    let (read, stream) = read_size_and_stream(data);
+
+    let mut observed = Vec::new();
+    let mut observer = SseObserver::with_config(config);
+    let mut observer_failed = false;
+    for chunk in stream.chunks(read) {
+        if observer
+            .feed(chunk, |item| observed.push(item.to_owned_item()))
+            .is_err()
+        {
+            observer_failed = true;
+            break;
+        }
+        assert!(observer.buffered() <= 2 * MAX + 8, "observer buffered past its limits");
+    }
+
+    let mut decoded = Vec::new();
+    let mut decoder = SseDecoder::with_config(config);
+    let mut rx = BytesMut::new();
+    let mut decoder_failed = false;
+    'feed: for chunk in stream.chunks(read) {
+        rx.extend_from_slice(chunk);
+        loop {
+            match decoder.decode_item(&mut rx) {
+                Ok(Some(item)) => decoded.push(item),
+                Ok(None) => break,
+                Err(_) => {
+                    decoder_failed = true;
+                    break 'feed;
+                }
+            }
+        }
+    }
+    assert_eq!(observer_failed, decoder_failed, "fronts disagree on an error");
+    assert_eq!(observed, decoded, "fronts disagree on the items");
+
+    for item in decoded {
+        let SseItem::Event(event) = item else { continue };
+        let mut wire = BytesMut::new();
+        if encode_event(&event, &mut wire).is_err() {
+            continue; // e.g. an event type with a newline cannot be encoded
+        }
+        let mut again = SseDecoder::new();
+        let back = again
+            .decode(&mut wire)
+            .expect("an encoded event decodes")
+            .expect("an encoded event is complete");
+        assert_eq!(back.data, event.data, "event data did not round-trip");
+        assert_eq!(back.event, event.event, "event type did not round-trip");
+    }
+}
+
+/// HTTP request-head parser: split-point independence under limits, and a
+/// parsed head written back parses to the same method, target and headers.
+pub fn http_request_head(data: &[u8]) {
+    use crate::http::{HeadLimits, HttpError, RequestHead, parse_request_head, write_request_head};
+    type Parsed = (Vec<u8>, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
+    type HeadSummary = Result<Option<Parsed>, HttpError>;
+
+    let limits = HeadLimits::DEFAULT;
+    let (read, stream) = read_size_and_stream(data);
+    let whole = parse_request_head(&mut BytesMut::from(stream), &limits);
+
+    let mut rx = BytesMut::new();
+    let mut split = Ok(None);
+    for chunk in stream.chunks(read) {
+        rx.extend_from_slice(chunk);
+        split = parse_request_head(&mut rx, &limits);
+        if !matches!(split, Ok(None)) {
+            break;
+        }
+        assert!(
+            rx.len() <= limits.effective_head_bytes() + usize::from(u8::MAX) + 1,
+            "head buffer grew past its limit"
+        );
+    }
+    // Bytes after a complete head may differ between the two runs, so compare
+    // what was parsed, not the buffers.
+    let summary = |r: &Result<Option<RequestHead>, HttpError>| -> HeadSummary {
+        r.clone().map(|h| {
+            h.map(|h| {
+                (
+                    h.method_bytes().to_vec(),
+                    h.path().to_vec(),
+                    h.headers().iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+                )
+            })
+        })
+    };
+    if matches!(split, Ok(Some(_))) {
+        assert_eq!(summary(&whole), summary(&split), "split reads changed the parsed head");
+    }
+
+    let Ok(Some(head)) = split else { return };
+    let (Ok(method), Ok(path)) = (
+        std::str::from_utf8(head.method_bytes()),
+        std::str::from_utf8(head.path()),
+    ) else {
+        return;
+    };
+    let mut wire = BytesMut::new();
+    if write_request_head(&mut wire, method, path, head.headers().iter()).is_err() {
+        return;
+    }
+    wire.extend_from_slice(b"\r\n");
+    let back = parse_request_head(&mut wire, &limits)
+        .expect("a written head parses")
+        .expect("a written head is complete");
+    assert_eq!(back.method_bytes(), head.method_bytes());
+    assert_eq!(back.path(), head.path());
+    assert!(back.headers().iter().eq(head.headers().iter()), "headers did not round-trip");
+}
+
+/// Chunked decoder: the data it yields is the same whatever the read size,
+/// and re-encoding it decodes to the same bytes.
+pub fn chunked_decoder(data: &[u8]) {
+    use crate::http::{BodyItem, ChunkedDecoder, ChunkedEncoder};
+
+    let (read, stream) = read_size_and_stream(data);
+    let decode_all = |read: usize| {
+        let mut decoder = ChunkedDecoder::new();
+        let mut rx = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in stream.chunks(read) {
+            rx.extend_from_slice(chunk);
+            loop {
+                match decoder.decode(&mut rx) {
+                    Ok(Some(BodyItem::Data(d))) => out.extend_from_slice(&d),
+                    Ok(Some(BodyItem::End)) => return Ok((out, true)),
+                    Ok(None) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok((out, false))
+    };
+    let split = decode_all(read);
+    let whole = decode_all(stream.len().max(1));
+    match (&split, &whole) {
+        (Ok((a, true)), Ok((b, true))) => assert_eq!(a, b, "read size changed the body"),
+        (Err(a), Err(b)) => assert_eq!(a, b, "read size changed the error"),
+        _ => {}
+    }
+
+    let Ok((body, true)) = split else { return };
+    let mut encoder = ChunkedEncoder::new();
+    let mut wire = BytesMut::new();
+    if let Some(frame) = encoder.encode(bytes::Bytes::from(body.clone())) {
+        for part in frame.into_parts() {
+            wire.extend_from_slice(&part);
+        }
+    }
+    wire.extend_from_slice(&ChunkedEncoder::last_chunk());
+    let mut decoder = ChunkedDecoder::new();
+    let mut again = Vec::new();
+    while let Some(item) = decoder.decode(&mut wire).expect("re-encoded body decodes") {
+        match item {
+            BodyItem::Data(d) => again.extend_from_slice(&d),
+            BodyItem::End => break,
+        }
+    }
+    assert_eq!(again, body, "re-encoded body did not round-trip");
+}

@@ -35,3 +35,92 @@ proptest! {
         framing::fuzzing::frame_decoder(&data);
     }
 }
+
+#[test]
+fn sse_parser_seed_corpus() {
+    let seeds = corpus("sse_parser");
+    assert!(!seeds.is_empty(), "framing/fuzz/seeds/sse_parser is empty");
+    for seed in seeds {
+        framing::fuzzing::sse_parser(&seed);
+    }
+}
+
+#[test]
+fn http_request_head_seed_corpus() {
+    let seeds = corpus("http_request_head");
+    assert!(!seeds.is_empty(), "framing/fuzz/seeds/http_request_head is empty");
+    for seed in seeds {
+        framing::fuzzing::http_request_head(&seed);
+    }
+}
+
+#[test]
+fn chunked_decoder_seed_corpus() {
+    let seeds = corpus("chunked_decoder");
+    assert!(!seeds.is_empty(), "framing/fuzz/seeds/chunked_decoder is empty");
+    for seed in seeds {
+        framing::fuzzing::chunked_decoder(&seed);
+    }
+}
+
+/// Bytes biased towards each format's syntax, so random cases reach deep
+/// states instead of failing on the first byte.
+fn syntax_bytes(alphabet: &'static [&'static [u8]]) -> impl Strategy<Value = Vec<u8>> {
+    (any::<u8>(), proptest::collection::vec(proptest::sample::select(alphabet), 0..200)).prop_map(
+        |(read, parts)| {
+            let mut out = vec![read];
+            for p in parts {
+                out.extend_from_slice(p);
+            }
+            out
+        },
+    )
+}
+
+const SSE_ALPHABET: &[&[u8]] = &[
+    b"data", b"data:", b": ", b"event:", b"id:", b"retry:", b"\n", b"\r", b"\r\n", b" ", b"x",
+    b"[DONE]", b"\0", b"\xef\xbb\xbf", b"{\"a\":1}",
+];
+const HTTP_ALPHABET: &[&[u8]] = &[
+    b"GET ", b"POST ", b"/v1/x ", b"HTTP/1.1", b"HTTP/1.0", b"\r\n", b"\n", b"Host: a",
+    b"Content-Length: ", b"Transfer-Encoding: ", b"chunked", b"gzip, ", b"Connection: close",
+    b"Expect: 100-continue", b"5", b"-1", b" ", b":", b"\x7f",
+];
+const CHUNKED_ALPHABET: &[&[u8]] = &[
+    b"0", b"5", b"a", b"F", b"\r\n", b"\n", b"\r", b";ext", b"=v", b"hello", b"Trailer: t",
+    b"ffffffffffffffffffff",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn sse_parser_arbitrary(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        framing::fuzzing::sse_parser(&data);
+    }
+
+    #[test]
+    fn sse_parser_syntax(data in syntax_bytes(SSE_ALPHABET)) {
+        framing::fuzzing::sse_parser(&data);
+    }
+
+    #[test]
+    fn http_request_head_arbitrary(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        framing::fuzzing::http_request_head(&data);
+    }
+
+    #[test]
+    fn http_request_head_syntax(data in syntax_bytes(HTTP_ALPHABET)) {
+        framing::fuzzing::http_request_head(&data);
+    }
+
+    #[test]
+    fn chunked_decoder_arbitrary(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        framing::fuzzing::chunked_decoder(&data);
+    }
+
+    #[test]
+    fn chunked_decoder_syntax(data in syntax_bytes(CHUNKED_ALPHABET)) {
+        framing::fuzzing::chunked_decoder(&data);
+    }
+}
