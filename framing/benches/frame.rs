@@ -1,9 +1,12 @@
 //! Node-socket frame codec benches: frames/s and GB/s for decode and encode.
 //!
 //! `cargo bench -p framing --bench frame`
+//!
+//! Decode benches time only decoding: the receive buffer is filled in an
+//! untimed setup step, as a socket read would fill it.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use framing::frame::{FrameDecoder, FrameEncoder};
 use proto::Envelope;
 use proto::v1::{RunEvent, RunEventKind, envelope::Msg};
@@ -35,25 +38,31 @@ fn decode(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(wire.len() as u64));
         group.bench_with_input(BenchmarkId::new("tunnel_body_bytes", size), &wire, |b, wire| {
             let mut dec = FrameDecoder::default();
-            b.iter(|| {
-                let mut rx = BytesMut::from(&wire[..]);
-                let mut n = 0u64;
-                while let Some(env) = dec.decode(&mut rx).unwrap() {
-                    black_box(env);
-                    n += 1;
-                }
-                assert_eq!(n, frames);
-            });
+            b.iter_batched(
+                || BytesMut::from(&wire[..]),
+                |mut rx| {
+                    let mut n = 0u64;
+                    while let Some(env) = dec.decode(&mut rx).unwrap() {
+                        black_box(env);
+                        n += 1;
+                    }
+                    assert_eq!(n, frames);
+                },
+                BatchSize::LargeInput,
+            );
         });
         group.throughput(Throughput::Elements(frames));
         group.bench_with_input(BenchmarkId::new("tunnel_body_frames", size), &wire, |b, wire| {
             let mut dec = FrameDecoder::default();
-            b.iter(|| {
-                let mut rx = BytesMut::from(&wire[..]);
-                while let Some(env) = dec.decode(&mut rx).unwrap() {
-                    black_box(env);
-                }
-            });
+            b.iter_batched(
+                || BytesMut::from(&wire[..]),
+                |mut rx| {
+                    while let Some(env) = dec.decode(&mut rx).unwrap() {
+                        black_box(env);
+                    }
+                },
+                BatchSize::LargeInput,
+            );
         });
     }
     group.finish();
