@@ -36,34 +36,42 @@ fn decode(c: &mut Criterion) {
     for size in BODY_SIZES {
         let (wire, frames) = body_frames(size);
         group.throughput(Throughput::Bytes(wire.len() as u64));
-        group.bench_with_input(BenchmarkId::new("tunnel_body_bytes", size), &wire, |b, wire| {
-            let mut dec = FrameDecoder::default();
-            b.iter_batched(
-                || BytesMut::from(&wire[..]),
-                |mut rx| {
-                    let mut n = 0u64;
-                    while let Some(env) = dec.decode(&mut rx).unwrap() {
-                        black_box(env);
-                        n += 1;
-                    }
-                    assert_eq!(n, frames);
-                },
-                BatchSize::LargeInput,
-            );
-        });
+        group.bench_with_input(
+            BenchmarkId::new("tunnel_body_bytes", size),
+            &wire,
+            |b, wire| {
+                let mut dec = FrameDecoder::default();
+                b.iter_batched(
+                    || BytesMut::from(&wire[..]),
+                    |mut rx| {
+                        let mut n = 0u64;
+                        while let Some(env) = dec.decode(&mut rx).unwrap() {
+                            black_box(env);
+                            n += 1;
+                        }
+                        assert_eq!(n, frames);
+                    },
+                    BatchSize::LargeInput,
+                );
+            },
+        );
         group.throughput(Throughput::Elements(frames));
-        group.bench_with_input(BenchmarkId::new("tunnel_body_frames", size), &wire, |b, wire| {
-            let mut dec = FrameDecoder::default();
-            b.iter_batched(
-                || BytesMut::from(&wire[..]),
-                |mut rx| {
-                    while let Some(env) = dec.decode(&mut rx).unwrap() {
-                        black_box(env);
-                    }
-                },
-                BatchSize::LargeInput,
-            );
-        });
+        group.bench_with_input(
+            BenchmarkId::new("tunnel_body_frames", size),
+            &wire,
+            |b, wire| {
+                let mut dec = FrameDecoder::default();
+                b.iter_batched(
+                    || BytesMut::from(&wire[..]),
+                    |mut rx| {
+                        while let Some(env) = dec.decode(&mut rx).unwrap() {
+                            black_box(env);
+                        }
+                    },
+                    BatchSize::LargeInput,
+                );
+            },
+        );
     }
     group.finish();
 }
@@ -73,14 +81,18 @@ fn encode(c: &mut Criterion) {
     for size in BODY_SIZES {
         let body = Bytes::from(vec![b'x'; size]);
         group.throughput(Throughput::Bytes(size as u64 + 8));
-        group.bench_with_input(BenchmarkId::new("tunnel_body_head", size), &body, |b, body| {
-            let mut enc = FrameEncoder::default();
-            let mut id = 0u64;
-            b.iter(|| {
-                id += 1;
-                black_box(enc.encode_tunnel_body(id, body.clone()).unwrap());
-            });
-        });
+        group.bench_with_input(
+            BenchmarkId::new("tunnel_body_head", size),
+            &body,
+            |b, body| {
+                let mut enc = FrameEncoder::default();
+                let mut id = 0u64;
+                b.iter(|| {
+                    id += 1;
+                    black_box(enc.encode_tunnel_body(id, body.clone()).unwrap());
+                });
+            },
+        );
     }
     let event = Envelope {
         stream_id: 77,

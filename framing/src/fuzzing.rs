@@ -35,7 +35,9 @@ pub fn frame_decoder(data: &[u8]) {
                 Ok(Some(envelope)) => {
                     // Re-encoding drops unknown fields, so the result may be
                     // shorter than the input, never longer than the limit.
-                    let wire = encoder.encode(&envelope).expect("a decoded envelope re-encodes");
+                    let wire = encoder
+                        .encode(&envelope)
+                        .expect("a decoded envelope re-encodes");
                     let mut again = BytesMut::from(&wire[..]);
                     let back = FrameDecoder::new(FUZZ_MAX_FRAME_LEN)
                         .decode(&mut again)
@@ -78,7 +80,10 @@ pub fn sse_parser(data: &[u8]) {
             observer_failed = true;
             break;
         }
-        assert!(observer.buffered() <= 2 * MAX + 8, "observer buffered past its limits");
+        assert!(
+            observer.buffered() <= 2 * MAX + 8,
+            "observer buffered past its limits"
+        );
     }
 
     let mut decoded = Vec::new();
@@ -98,11 +103,16 @@ pub fn sse_parser(data: &[u8]) {
             }
         }
     }
-    assert_eq!(observer_failed, decoder_failed, "fronts disagree on an error");
+    assert_eq!(
+        observer_failed, decoder_failed,
+        "fronts disagree on an error"
+    );
     assert_eq!(observed, decoded, "fronts disagree on the items");
 
     for item in decoded {
-        let SseItem::Event(event) = item else { continue };
+        let SseItem::Event(event) = item else {
+            continue;
+        };
         let mut wire = BytesMut::new();
         if encode_event(&event, &mut wire).is_err() {
             continue; // e.g. an event type with a newline cannot be encoded
@@ -149,13 +159,20 @@ pub fn http_request_head(data: &[u8]) {
                 (
                     h.method_bytes().to_vec(),
                     h.path().to_vec(),
-                    h.headers().iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect(),
+                    h.headers()
+                        .iter()
+                        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                        .collect(),
                 )
             })
         })
     };
     if matches!(split, Ok(Some(_))) {
-        assert_eq!(summary(&whole), summary(&split), "split reads changed the parsed head");
+        assert_eq!(
+            summary(&whole),
+            summary(&split),
+            "split reads changed the parsed head"
+        );
     }
 
     let Ok(Some(head)) = split else { return };
@@ -175,7 +192,10 @@ pub fn http_request_head(data: &[u8]) {
         .expect("a written head is complete");
     assert_eq!(back.method_bytes(), head.method_bytes());
     assert_eq!(back.path(), head.path());
-    assert!(back.headers().iter().eq(head.headers().iter()), "headers did not round-trip");
+    assert!(
+        back.headers().iter().eq(head.headers().iter()),
+        "headers did not round-trip"
+    );
 }
 
 /// Chunked decoder: the data it yields is the same whatever the read size,

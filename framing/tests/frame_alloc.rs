@@ -75,7 +75,11 @@ fn oversize_frame_is_refused_without_allocating() {
     assert!(
         matches!(result, Err(FrameError::TooLarge { len, max: 65536 }) if len == u64::from(u32::MAX))
     );
-    assert_eq!(after - before, 0, "the decoder allocated before refusing the frame");
+    assert_eq!(
+        after - before,
+        0,
+        "the decoder allocated before refusing the frame"
+    );
     assert_eq!(rx.capacity(), 64);
 }
 
@@ -84,7 +88,9 @@ fn decoding_a_body_frame_does_not_copy_the_body() {
     // A 1 MiB body: a copy would need an allocation at least that large; the
     // decoder may allocate only small bookkeeping (refcount headers).
     let body = bytes::Bytes::from(vec![3u8; 1 << 20]);
-    let frame = framing::frame::FrameEncoder::default().encode_tunnel_body(9, body).unwrap();
+    let frame = framing::frame::FrameEncoder::default()
+        .encode_tunnel_body(9, body)
+        .unwrap();
     let mut rx = BytesMut::with_capacity(frame.len());
     rx.put_slice(&frame.head);
     rx.put_slice(&frame.body);
@@ -94,7 +100,10 @@ fn decoding_a_body_frame_does_not_copy_the_body() {
     let envelope = decoder.decode(&mut rx).unwrap().unwrap();
     let allocated = allocated_bytes() - before;
     std::hint::black_box(&envelope);
-    assert!(allocated < 1024, "{allocated} bytes allocated decoding a 1 MiB body frame: the body was copied");
+    assert!(
+        allocated < 1024,
+        "{allocated} bytes allocated decoding a 1 MiB body frame: the body was copied"
+    );
 }
 
 #[test]

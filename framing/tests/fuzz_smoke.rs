@@ -8,7 +8,9 @@ use std::path::Path;
 use proptest::prelude::*;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target);
     let mut inputs = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
@@ -21,7 +23,10 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 #[test]
 fn frame_decoder_seed_corpus() {
     let seeds = corpus("frame_decoder");
-    assert!(!seeds.is_empty(), "framing/fuzz/seeds/frame_decoder is empty");
+    assert!(
+        !seeds.is_empty(),
+        "framing/fuzz/seeds/frame_decoder is empty"
+    );
     for seed in seeds {
         framing::fuzzing::frame_decoder(&seed);
     }
@@ -48,7 +53,10 @@ fn sse_parser_seed_corpus() {
 #[test]
 fn http_request_head_seed_corpus() {
     let seeds = corpus("http_request_head");
-    assert!(!seeds.is_empty(), "framing/fuzz/seeds/http_request_head is empty");
+    assert!(
+        !seeds.is_empty(),
+        "framing/fuzz/seeds/http_request_head is empty"
+    );
     for seed in seeds {
         framing::fuzzing::http_request_head(&seed);
     }
@@ -57,7 +65,10 @@ fn http_request_head_seed_corpus() {
 #[test]
 fn chunked_decoder_seed_corpus() {
     let seeds = corpus("chunked_decoder");
-    assert!(!seeds.is_empty(), "framing/fuzz/seeds/chunked_decoder is empty");
+    assert!(
+        !seeds.is_empty(),
+        "framing/fuzz/seeds/chunked_decoder is empty"
+    );
     for seed in seeds {
         framing::fuzzing::chunked_decoder(&seed);
     }
@@ -66,28 +77,69 @@ fn chunked_decoder_seed_corpus() {
 /// Bytes biased towards each format's syntax, so random cases reach deep
 /// states instead of failing on the first byte.
 fn syntax_bytes(alphabet: &'static [&'static [u8]]) -> impl Strategy<Value = Vec<u8>> {
-    (any::<u8>(), proptest::collection::vec(proptest::sample::select(alphabet), 0..200)).prop_map(
-        |(read, parts)| {
+    (
+        any::<u8>(),
+        proptest::collection::vec(proptest::sample::select(alphabet), 0..200),
+    )
+        .prop_map(|(read, parts)| {
             let mut out = vec![read];
             for p in parts {
                 out.extend_from_slice(p);
             }
             out
-        },
-    )
+        })
 }
 
 const SSE_ALPHABET: &[&[u8]] = &[
-    b"data", b"data:", b": ", b"event:", b"id:", b"retry:", b"\n", b"\r", b"\r\n", b" ", b"x",
-    b"[DONE]", b"\0", b"\xef\xbb\xbf", b"{\"a\":1}",
+    b"data",
+    b"data:",
+    b": ",
+    b"event:",
+    b"id:",
+    b"retry:",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b" ",
+    b"x",
+    b"[DONE]",
+    b"\0",
+    b"\xef\xbb\xbf",
+    b"{\"a\":1}",
 ];
 const HTTP_ALPHABET: &[&[u8]] = &[
-    b"GET ", b"POST ", b"/v1/x ", b"HTTP/1.1", b"HTTP/1.0", b"\r\n", b"\n", b"Host: a",
-    b"Content-Length: ", b"Transfer-Encoding: ", b"chunked", b"gzip, ", b"Connection: close",
-    b"Expect: 100-continue", b"5", b"-1", b" ", b":", b"\x7f",
+    b"GET ",
+    b"POST ",
+    b"/v1/x ",
+    b"HTTP/1.1",
+    b"HTTP/1.0",
+    b"\r\n",
+    b"\n",
+    b"Host: a",
+    b"Content-Length: ",
+    b"Transfer-Encoding: ",
+    b"chunked",
+    b"gzip, ",
+    b"Connection: close",
+    b"Expect: 100-continue",
+    b"5",
+    b"-1",
+    b" ",
+    b":",
+    b"\x7f",
 ];
 const CHUNKED_ALPHABET: &[&[u8]] = &[
-    b"0", b"5", b"a", b"F", b"\r\n", b"\n", b"\r", b";ext", b"=v", b"hello", b"Trailer: t",
+    b"0",
+    b"5",
+    b"a",
+    b"F",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b";ext",
+    b"=v",
+    b"hello",
+    b"Trailer: t",
     b"ffffffffffffffffffff",
 ];
 

@@ -3,7 +3,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut, buf::Chain};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use proto::{ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, Envelope, TUNNEL_FRAME_BODY_FIELD};
+use proto::{
+    ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, Envelope, TUNNEL_FRAME_BODY_FIELD,
+};
 
 use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_frame_len};
 
@@ -91,7 +93,11 @@ impl FrameEncoder {
 
     /// Encodes a `ProviderTunnelFrame{body}` on `stream_id` without copying
     /// `body`: returns the head to write before it.
-    pub fn encode_tunnel_body(&mut self, stream_id: u64, body: Bytes) -> Result<BodyFrame, FrameError> {
+    pub fn encode_tunnel_body(
+        &mut self,
+        stream_id: u64,
+        body: Bytes,
+    ) -> Result<BodyFrame, FrameError> {
         let body_key_len = key_len(TUNNEL_FRAME_BODY_FIELD);
         let inner_len = body_key_len + encoded_len_varint(body.len() as u64) + body.len();
         let stream_len = if stream_id == 0 {
@@ -99,8 +105,10 @@ impl FrameEncoder {
         } else {
             key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
         };
-        let envelope_len =
-            stream_len + key_len(ENVELOPE_TUNNEL_FRAME_FIELD) + encoded_len_varint(inner_len as u64) + inner_len;
+        let envelope_len = stream_len
+            + key_len(ENVELOPE_TUNNEL_FRAME_FIELD)
+            + encoded_len_varint(inner_len as u64)
+            + inner_len;
         self.check_len(envelope_len)?;
 
         let head_len = LENGTH_PREFIX_LEN + envelope_len - body.len();
@@ -108,12 +116,24 @@ impl FrameEncoder {
         self.put_prefix(envelope_len);
         // prost encodes `stream_id` only when it is not the default.
         if stream_id != 0 {
-            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, &mut self.scratch);
+            encode_key(
+                ENVELOPE_STREAM_ID_FIELD,
+                WireType::Varint,
+                &mut self.scratch,
+            );
             encode_varint(stream_id, &mut self.scratch);
         }
-        encode_key(ENVELOPE_TUNNEL_FRAME_FIELD, WireType::LengthDelimited, &mut self.scratch);
+        encode_key(
+            ENVELOPE_TUNNEL_FRAME_FIELD,
+            WireType::LengthDelimited,
+            &mut self.scratch,
+        );
         encode_varint(inner_len as u64, &mut self.scratch);
-        encode_key(TUNNEL_FRAME_BODY_FIELD, WireType::LengthDelimited, &mut self.scratch);
+        encode_key(
+            TUNNEL_FRAME_BODY_FIELD,
+            WireType::LengthDelimited,
+            &mut self.scratch,
+        );
         encode_varint(body.len() as u64, &mut self.scratch);
         debug_assert_eq!(self.scratch.len(), head_len);
         Ok(BodyFrame {

@@ -1,11 +1,11 @@
 use bytes::{BufMut, Bytes, BytesMut};
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
+use proto::Envelope;
 use proto::v1::{
     HeartbeatPing, ProviderTunnelFrame, RunEvent, RunEventKind, TunnelStatus, Usage, envelope::Msg,
     provider_tunnel_frame::Frame,
 };
-use proto::Envelope;
 
 use super::*;
 
@@ -70,8 +70,14 @@ fn decoded_body_shares_memory_with_the_receive_buffer() {
 #[test]
 fn encoded_body_frame_keeps_the_callers_body() {
     let body = Bytes::from(vec![1u8; 4096]);
-    let frame = FrameEncoder::default().encode_tunnel_body(1, body.clone()).unwrap();
-    assert_eq!(frame.body.as_ptr(), body.as_ptr(), "the body must be the caller's slice");
+    let frame = FrameEncoder::default()
+        .encode_tunnel_body(1, body.clone())
+        .unwrap();
+    assert_eq!(
+        frame.body.as_ptr(),
+        body.as_ptr(),
+        "the body must be the caller's slice"
+    );
     assert!(frame.head.len() < 16);
 }
 
@@ -84,7 +90,10 @@ fn oversize_prefix_is_refused_and_buffer_left_alone() {
     let before = (rx.len(), rx.capacity());
     assert_eq!(
         dec.decode(&mut rx),
-        Err(FrameError::TooLarge { len: 1025, max: 1024 })
+        Err(FrameError::TooLarge {
+            len: 1025,
+            max: 1024
+        })
     );
     assert_eq!((rx.len(), rx.capacity()), before);
 }
@@ -92,19 +101,30 @@ fn oversize_prefix_is_refused_and_buffer_left_alone() {
 #[test]
 fn frame_exactly_at_the_limit_is_accepted_one_past_is_not() {
     let body = Bytes::from(vec![9u8; 1000]);
-    let wire_len = FrameEncoder::default().encode_tunnel_body(5, body.clone()).unwrap().len();
+    let wire_len = FrameEncoder::default()
+        .encode_tunnel_body(5, body.clone())
+        .unwrap()
+        .len();
     let envelope_len = wire_len - LENGTH_PREFIX_LEN;
 
-    let at = FrameEncoder::new(envelope_len).encode_tunnel_body(5, body.clone()).unwrap();
+    let at = FrameEncoder::new(envelope_len)
+        .encode_tunnel_body(5, body.clone())
+        .unwrap();
     let mut rx = BytesMut::new();
     rx.put_slice(&at.head);
     rx.put_slice(&at.body);
-    let decoded = FrameDecoder::new(envelope_len).decode(&mut rx).unwrap().unwrap();
+    let decoded = FrameDecoder::new(envelope_len)
+        .decode(&mut rx)
+        .unwrap()
+        .unwrap();
     assert_eq!(body_of(&decoded), &body);
 
     assert_eq!(
         FrameEncoder::new(envelope_len - 1).encode_tunnel_body(5, body.clone()),
-        Err(FrameError::TooLarge { len: envelope_len as u64, max: envelope_len - 1 })
+        Err(FrameError::TooLarge {
+            len: envelope_len as u64,
+            max: envelope_len - 1
+        })
     );
     let mut rx = BytesMut::new();
     rx.put_slice(&at.head);
@@ -124,7 +144,10 @@ fn encoder_refuses_oversize_control_frames() {
             ..Default::default()
         })),
     };
-    assert!(matches!(FrameEncoder::new(100).encode(&env), Err(FrameError::TooLarge { max: 100, .. })));
+    assert!(matches!(
+        FrameEncoder::new(100).encode(&env),
+        Err(FrameError::TooLarge { max: 100, .. })
+    ));
 }
 
 #[test]
@@ -140,12 +163,18 @@ fn malformed_and_empty_envelopes_are_typed_errors() {
     let mut rx = BytesMut::new();
     rx.put_u32(2);
     rx.put_slice(&[0x08, 0x05]); // stream_id = 5, no message
-    assert_eq!(dec.decode(&mut rx), Err(FrameError::MissingMessage { stream_id: 5 }));
+    assert_eq!(
+        dec.decode(&mut rx),
+        Err(FrameError::MissingMessage { stream_id: 5 })
+    );
 
     let mut dec = FrameDecoder::default();
     let mut rx = BytesMut::new();
     rx.put_u32(0);
-    assert_eq!(dec.decode(&mut rx), Err(FrameError::MissingMessage { stream_id: 0 }));
+    assert_eq!(
+        dec.decode(&mut rx),
+        Err(FrameError::MissingMessage { stream_id: 0 })
+    );
 }
 
 #[test]
@@ -155,7 +184,9 @@ fn eof_inside_a_frame_is_truncated() {
         let mut dec = FrameDecoder::default();
         let mut rx = BytesMut::from(&wire[..cut]);
         let err = dec.decode_eof(&mut rx).unwrap_err();
-        assert!(matches!(err, FrameError::Truncated { expected, .. } if expected == 4 || expected == wire.len()));
+        assert!(
+            matches!(err, FrameError::Truncated { expected, .. } if expected == 4 || expected == wire.len())
+        );
     }
     let mut rx = BytesMut::new();
     assert_eq!(FrameDecoder::default().decode_eof(&mut rx), Ok(None));
@@ -172,18 +203,28 @@ fn decoder_reserves_the_announced_frame_once_the_prefix_is_in() {
 
 #[test]
 fn stream_id_zero_body_frame_matches_prost() {
-    let frame = FrameEncoder::default().encode_tunnel_body(0, Bytes::new()).unwrap();
+    let frame = FrameEncoder::default()
+        .encode_tunnel_body(0, Bytes::new())
+        .unwrap();
     let expected = body_envelope(0, Bytes::new()).encode_to_vec();
     assert_eq!(&frame.head[4..], &expected[..]);
 }
 
 fn arb_envelope() -> impl Strategy<Value = Envelope> {
     prop_oneof![
-        (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..2048))
+        (
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..2048)
+        )
             .prop_map(|(id, body)| body_envelope(id, Bytes::from(body))),
         any::<u64>().prop_map(ping),
-        (any::<u64>(), ".{0,64}", any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
-            |(id, text, out, reasoning)| Envelope {
+        (
+            any::<u64>(),
+            ".{0,64}",
+            any::<u64>(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(id, text, out, reasoning)| Envelope {
                 stream_id: id,
                 msg: Some(Msg::RunEvent(RunEvent {
                     kind: RunEventKind::Delta as i32,
@@ -197,8 +238,7 @@ fn arb_envelope() -> impl Strategy<Value = Envelope> {
                     }),
                     ..Default::default()
                 })),
-            }
-        ),
+            }),
         (any::<u64>(), 100u32..600).prop_map(|(id, code)| Envelope {
             stream_id: id,
             msg: Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
