@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use perf::mock_provider::{Knobs, MockConfig, bind};
+use perf::mock_provider::{Knobs, MockConfig, bind, serve_threads};
 
 const AFTER_HELP: &str = "\
 Every knob flag sets a default. A request overrides it with a header
@@ -34,9 +34,14 @@ struct Cli {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8000")]
     listen: SocketAddr,
-    /// Tokio worker threads (default: number of cores).
+    /// Worker threads (default: number of cores). Each runs its own
+    /// current-thread tokio runtime and SO_REUSEPORT listener.
     #[arg(long)]
     workers: Option<usize>,
+    /// Use one work-stealing tokio runtime with --workers threads instead of
+    /// thread-per-core (for comparison; slower on small requests).
+    #[arg(long)]
+    work_stealing: bool,
     /// Model names listed by /v1/models, /api/tags and /api/ps (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "mock-model")]
     models: Vec<String>,
@@ -121,11 +126,20 @@ fn main() -> anyhow::Result<()> {
         models: cli.models.clone(),
         unhealthy: cli.unhealthy,
     };
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.workers {
-        rt.worker_threads(n.max(1));
+    let workers = cli
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    if !cli.work_stealing {
+        let server = serve_threads(cli.listen, config, workers)
+            .with_context(|| format!("binding {}", cli.listen))?;
+        // One line on stdout so scripts can wait for readiness and read the port.
+        println!("iop-mock-provider listening on {}", server.local_addr());
+        server.join();
+        return Ok(());
     }
-    let rt = rt
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
@@ -133,9 +147,8 @@ fn main() -> anyhow::Result<()> {
         let server = bind(cli.listen, config)
             .await
             .with_context(|| format!("binding {}", cli.listen))?;
-        // One line on stdout so scripts can wait for readiness and read the port.
         println!("iop-mock-provider listening on {}", server.local_addr());
-        server.wait().await;
+        std::future::pending::<()>().await;
         Ok(())
     })
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
@@ -97,6 +97,12 @@ enum Cut {
     Abort,
 }
 
+/// Events smaller than this may be coalesced with the ones after them.
+const BATCH_SMALL_EVENT: usize = 4 * 1024;
+/// Largest coalesced chunk: small events due at once (no delay knob) go out
+/// together, so a 20-event stream costs one `writev`, not three.
+const BATCH_BYTES: usize = 32 * 1024;
+
 /// The streaming half of [`MockBody`].
 #[derive(Debug)]
 struct Stream {
@@ -116,6 +122,8 @@ struct Stream {
     waiting: bool,
     /// Arena for `sequence_number` digits.
     digits: BytesMut,
+    /// An event produced while batching that did not fit the batch.
+    stash: Option<EventBuf>,
     stats: Arc<Stats>,
 }
 
@@ -170,6 +178,7 @@ impl MockBody {
             sleep: None,
             waiting: false,
             digits: BytesMut::new(),
+            stash: None,
             stats,
         })))
     }
@@ -208,8 +217,50 @@ impl Stream {
         Stats::bump(&self.stats.streams_completed);
     }
 
+    /// Whether [`Stream::poll_event`] would return an event right away,
+    /// without a timer, a stall/abort point or the end of the script.
+    fn event_ready_now(&self) -> bool {
+        self.state == State::Running
+            && !self.waiting
+            && self.stash.is_none()
+            && self.cut.is_none_or(|(at, _)| self.sent < at)
+            && match self.script.steps.front() {
+                Some(Step::Event(_)) => true,
+                Some(Step::Tokens(_)) => self.token_delay.is_zero(),
+                None => false,
+            }
+    }
+
+    /// The next HTTP chunk: one event, or — when events are small and due
+    /// now — several coalesced (see [`BATCH_BYTES`]).
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<EventBuf, MockAbort>>> {
+        let first = match ready!(self.poll_event(cx)) {
+            Some(Ok(e)) if e.remaining() < BATCH_SMALL_EVENT && self.event_ready_now() => e,
+            other => return Poll::Ready(other),
+        };
+        let mut batch = BytesMut::with_capacity(BATCH_BYTES);
+        batch.put(first);
+        while batch.len() < BATCH_BYTES && self.event_ready_now() {
+            match self.poll_event(cx) {
+                Poll::Ready(Some(Ok(e))) if batch.len() + e.remaining() <= BATCH_BYTES => {
+                    batch.put(e)
+                }
+                Poll::Ready(Some(Ok(e))) => {
+                    self.stash = Some(e);
+                    break;
+                }
+                // `event_ready_now` rules these out.
+                _ => unreachable!("poll_event was not ready after event_ready_now"),
+            }
+        }
+        Poll::Ready(Some(Ok(EventBuf::from_bytes(batch.freeze()))))
+    }
+
     /// Produces the next event (`None`: end of stream).
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<EventBuf, MockAbort>>> {
+        if let Some(e) = self.stash.take() {
+            return Poll::Ready(Some(Ok(e)));
+        }
         loop {
             if self.waiting {
                 if let Some(s) = &mut self.sleep {
@@ -329,7 +380,7 @@ impl Body for MockBody {
                 Poll::Ready(b.take().map(|b| Ok(Frame::data(EventBuf::from_bytes(b)))))
             }
             Inner::Stream(s) => s
-                .poll_event(cx)
+                .poll_chunk(cx)
                 .map(|e| e.map(|r| r.map(Frame::data).map_err(Into::into))),
         }
     }

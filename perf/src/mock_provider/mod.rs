@@ -30,9 +30,11 @@
 mod body;
 mod config;
 mod knobs;
+mod listen;
 mod ollama;
 mod openai;
 mod request;
+mod respond;
 mod responses;
 mod server;
 mod stats;
@@ -43,7 +45,8 @@ pub use config::MockConfig;
 pub use knobs::{
     HEADER_PREFIX, KNOB_NAMES, KnobError, Knobs, MAX_EVENT_BYTES, MAX_NON_STREAM_TOKENS,
 };
+pub use listen::{MockServer, MockThreads, bind, serve, serve_threads};
 pub use request::TextLen;
-pub use server::{MAX_REQUEST_BODY, MockServer, bind, serve};
+pub use server::MAX_REQUEST_BODY;
 pub use stats::{Route, Stats};
 pub use text::{CONTENT_TOKEN, EventBuf, PAD_BYTE, REASONING_TOKEN};

@@ -17,7 +17,8 @@ use super::body::{Script, TokenRun};
 use super::knobs::{Knobs, MAX_NON_STREAM_TOKENS};
 use super::openai::Usage;
 use super::request::{TextLen, push_json_str, push_num, rfc3339_now};
-use super::server::{Ctx, Generated, json_ok, ndjson_response};
+use super::respond::{Generated, json_ok, ndjson_response};
+use super::server::Ctx;
 use super::text::{EventBuf, Token, pad_len};
 
 #[derive(Debug, Deserialize)]

@@ -15,7 +15,8 @@ use serde::Deserialize;
 use super::body::{Script, TokenRun};
 use super::knobs::Knobs;
 use super::request::{TextLen, push_json_str, push_num, unix_now};
-use super::server::{Ctx, Generated, json_ok, sse_response};
+use super::respond::{Generated, json_ok, sse_response};
+use super::server::Ctx;
 use super::text::{EventBuf, Token, pad_len};
 
 /// The fields of a chat completion request the mock looks at.

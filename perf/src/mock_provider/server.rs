@@ -1,13 +1,10 @@
-//! The HTTP/1.1 server: accept loop, connection tasks, routing and the
-//! shared pieces of every response (JSON, SSE, NDJSON, errors).
+//! Routing and the request pipeline.
 //!
 //! Each request: route → knobs (defaults, then `x-mock-*` headers, then the
 //! query) → read the body → `headers-delay-ms` → `status` → the route's
 //! handler → for non-streaming replies `prefill-ms` before the response.
 
 use std::convert::Infallible;
-use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -15,18 +12,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use super::body::{MockBody, Script};
+use super::body::MockBody;
 use super::config::MockConfig;
-use super::knobs::Knobs;
+use super::respond::{Flavor, Generated, error_response, json_ok, json_value};
 use super::stats::{Route, Stats};
 use super::{ollama, openai, responses};
 
@@ -42,117 +32,18 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    pub(crate) fn new(config: MockConfig) -> Arc<Self> {
+        let stats = Arc::new(Stats::new(!config.unhealthy));
+        Arc::new(Self {
+            config,
+            stats,
+            ids: AtomicU64::new(0),
+        })
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Relaxed)
     }
-}
-
-/// A handler's reply: streaming replies already sent their prefill delay
-/// inside the body; full ones get it before the headers.
-#[derive(Debug)]
-pub(crate) struct Generated {
-    resp: Response<MockBody>,
-    streaming: bool,
-}
-
-impl Generated {
-    pub(crate) fn full(resp: Response<MockBody>) -> Self {
-        Self {
-            resp,
-            streaming: false,
-        }
-    }
-    pub(crate) fn stream(resp: Response<MockBody>) -> Self {
-        Self {
-            resp,
-            streaming: true,
-        }
-    }
-}
-
-/// Which error body shape a route speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flavor {
-    OpenAi,
-    Ollama,
-}
-
-const JSON: HeaderValue = HeaderValue::from_static("application/json");
-const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
-const NDJSON: HeaderValue = HeaderValue::from_static("application/x-ndjson");
-const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
-
-fn with_type(status: StatusCode, ctype: HeaderValue, body: MockBody) -> Response<MockBody> {
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, ctype);
-    r
-}
-
-/// A 200 JSON response.
-pub(crate) fn json_ok(body: impl Into<Bytes>) -> Response<MockBody> {
-    with_type(StatusCode::OK, JSON, MockBody::full(body))
-}
-
-/// A JSON response from a `serde_json::Value`.
-pub(crate) fn json_value(status: StatusCode, v: &serde_json::Value) -> Response<MockBody> {
-    with_type(status, JSON, MockBody::full(v.to_string()))
-}
-
-fn stream_response(
-    ctx: &Ctx,
-    script: Script,
-    knobs: &Knobs,
-    ctype: HeaderValue,
-) -> Response<MockBody> {
-    let mut r = with_type(
-        StatusCode::OK,
-        ctype,
-        MockBody::stream(script, knobs, ctx.stats.clone()),
-    );
-    r.headers_mut().insert(header::CACHE_CONTROL, NO_CACHE);
-    r
-}
-
-/// A `text/event-stream` response walking `script`.
-pub(crate) fn sse_response(ctx: &Ctx, script: Script, knobs: &Knobs) -> Response<MockBody> {
-    stream_response(ctx, script, knobs, SSE)
-}
-
-/// An `application/x-ndjson` response walking `script`.
-pub(crate) fn ndjson_response(ctx: &Ctx, script: Script, knobs: &Knobs) -> Response<MockBody> {
-    stream_response(ctx, script, knobs, NDJSON)
-}
-
-/// An error in the route's flavour: OpenAI's `{"error":{…}}` or Ollama's
-/// `{"error":"…"}`.
-pub(crate) fn error_response(
-    flavor: Flavor,
-    status: StatusCode,
-    message: &str,
-) -> Response<MockBody> {
-    let v = match flavor {
-        Flavor::Ollama => serde_json::json!({ "error": message }),
-        Flavor::OpenAi => {
-            let (kind, code) = match status.as_u16() {
-                400 | 413 | 422 => ("invalid_request_error", serde_json::Value::Null),
-                401 => ("authentication_error", "invalid_api_key".into()),
-                403 => ("permission_error", serde_json::Value::Null),
-                404 | 405 => ("not_found_error", serde_json::Value::Null),
-                429 => ("rate_limit_error", "rate_limit_exceeded".into()),
-                _ => ("server_error", serde_json::Value::Null),
-            };
-            serde_json::json!({
-                "error": { "message": message, "type": kind, "param": null, "code": code }
-            })
-        }
-    };
-    let mut r = json_value(status, &v);
-    if matches!(status.as_u16(), 429 | 503) {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
 }
 
 fn route(method: &Method, path: &str) -> Result<Route, bool> {
@@ -176,7 +67,10 @@ fn route(method: &Method, path: &str) -> Result<Route, bool> {
     }
 }
 
-async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<MockBody>, Infallible> {
+pub(crate) async fn handle(
+    ctx: Arc<Ctx>,
+    req: Request<Incoming>,
+) -> Result<Response<MockBody>, Infallible> {
     let path = req.uri().path();
     let flavor = if path.starts_with("/api/") {
         Flavor::Ollama
@@ -323,113 +217,5 @@ fn mock_control(ctx: &Ctx, req: Request<Incoming>) -> Response<MockBody> {
                 &serde_json::json!({ "healthy": ctx.stats.healthy() }),
             )
         }
-    }
-}
-
-/// A running mock provider. Dropping it leaves the server running until the
-/// runtime shuts down; call [`MockServer::shutdown`] to stop it.
-#[derive(Debug)]
-pub struct MockServer {
-    addr: SocketAddr,
-    stats: Arc<Stats>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl MockServer {
-    /// The bound address (resolves port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://ADDR`, handy for clients.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// The live counters (the same as `GET /mock/stats`).
-    pub fn stats(&self) -> &Arc<Stats> {
-        &self.stats
-    }
-
-    /// Stops accepting, drops every open connection, and waits for the
-    /// accept loop to end.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-
-    /// Waits until the server stops (it only stops via [`MockServer::shutdown`]
-    /// from a clone of the stop signal, so for the binary this is "forever").
-    pub async fn wait(self) {
-        let _ = self.task.await;
-    }
-}
-
-/// Binds `addr` and serves the mock on the current tokio runtime.
-pub async fn bind(addr: SocketAddr, config: MockConfig) -> io::Result<MockServer> {
-    serve(TcpListener::bind(addr).await?, config)
-}
-
-/// Serves the mock on `listener`, spawning on the current tokio runtime
-/// (must be called from inside one).
-pub fn serve(listener: TcpListener, config: MockConfig) -> io::Result<MockServer> {
-    let addr = listener.local_addr()?;
-    let stats = Arc::new(Stats::new(!config.unhealthy));
-    let ctx = Arc::new(Ctx {
-        config,
-        stats: stats.clone(),
-        ids: AtomicU64::new(0),
-    });
-    let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
-    Ok(MockServer {
-        addr,
-        stats,
-        stop,
-        task,
-    })
-}
-
-async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.changed() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                tokio::spawn(connection(stream, ctx.clone(), stop.clone()));
-            }
-            // Out of file descriptors and the like: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
-}
-
-/// Decrements the open-connections gauge when the connection task ends.
-struct OpenConn(Arc<Stats>);
-
-impl Drop for OpenConn {
-    fn drop(&mut self) {
-        self.0.connections_open.fetch_sub(1, Relaxed);
-    }
-}
-
-async fn connection(stream: TcpStream, ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
-    Stats::bump(&ctx.stats.connections_total);
-    Stats::bump(&ctx.stats.connections_open);
-    let _open = OpenConn(ctx.stats.clone());
-    let svc = service_fn(move |req| handle(ctx.clone(), req));
-    let conn = http1::Builder::new()
-        .keep_alive(true)
-        .writev(true)
-        .header_read_timeout(None)
-        .serve_connection(TokioIo::new(stream), svc);
-    tokio::select! {
-        _ = conn => {}
-        _ = stop.changed() => {}
     }
 }
