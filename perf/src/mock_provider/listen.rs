@@ -28,9 +28,9 @@ use super::stats::Stats;
 /// Listen backlog of each listener.
 const BACKLOG: u32 = 4096;
 
-/// A mock provider running on the caller's tokio runtime. Dropping it leaves
-/// the server running until the runtime shuts down; call
-/// [`MockServer::shutdown`] to stop it.
+/// A mock provider running on the caller's tokio runtime. Dropping the
+/// handle stops it as [`MockServer::shutdown`] does, without waiting: keep it
+/// alive for as long as the server is needed.
 #[derive(Debug)]
 pub struct MockServer {
     addr: SocketAddr,
@@ -84,7 +84,8 @@ pub fn serve(listener: TcpListener, config: MockConfig) -> io::Result<MockServer
     })
 }
 
-/// A thread-per-core mock provider (see the module docs).
+/// A thread-per-core mock provider (see the module docs). Dropping the
+/// handle stops the threads without joining them.
 #[derive(Debug)]
 pub struct MockThreads {
     addr: SocketAddr,
@@ -107,9 +108,12 @@ impl MockThreads {
     /// Blocks until every thread ends (after [`MockThreads::shutdown`] from
     /// elsewhere, or a fatal error; for the binary: forever).
     pub fn join(self) {
-        for t in self.threads {
+        // Keep the stop signal alive while joining: dropping it stops the threads.
+        let MockThreads { threads, stop, .. } = self;
+        for t in threads {
             let _ = t.join();
         }
+        drop(stop);
     }
 
     /// Stops every thread, dropping open connections, and joins them.
