@@ -26,3 +26,6 @@
 //! (`framing`) it will stand on come first.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;

@@ -1,0 +1,183 @@
+//! Node tokens: stored as blake3 hashes, looked up in constant time (F1).
+//!
+//! The Edge never keeps a plaintext token: a `token:` in the file is hashed
+//! as it is read. A presented token is hashed once and compared with every
+//! record's hash using `subtle`, visiting all records whatever matches, so the
+//! time taken does not say whether or which record matched. Neither tokens nor
+//! full hashes are ever printed: `Debug` shows an 8-hex-digit fingerprint.
+
+use std::fmt;
+
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+use super::model::ProviderSpec;
+
+/// Length of a token hash in bytes.
+pub const TOKEN_HASH_LEN: usize = 32;
+
+/// The blake3 hash of a node token.
+///
+/// Equality is constant-time. There is no `Display`; `Debug` and
+/// [`TokenHash::fingerprint`] show only the first 4 bytes.
+#[derive(Clone, Copy)]
+pub struct TokenHash([u8; TOKEN_HASH_LEN]);
+
+impl TokenHash {
+    /// Hashes a plaintext token.
+    pub fn of(token: &str) -> Self {
+        Self(*blake3::hash(token.as_bytes()).as_bytes())
+    }
+
+    /// Parses the 64 hex digits `b3sum` prints (either case). `None` for
+    /// anything else, including surrounding whitespace.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        let digits = hex.as_bytes();
+        if digits.len() != TOKEN_HASH_LEN * 2 {
+            return None;
+        }
+        let mut out = [0u8; TOKEN_HASH_LEN];
+        for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+            *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+        }
+        Some(Self(out))
+    }
+
+    /// A short, non-secret name for logs: the first 8 hex digits and `…`.
+    pub fn fingerprint(&self) -> String {
+        let [a, b, c, d, ..] = self.0;
+        format!("{a:02x}{b:02x}{c:02x}{d:02x}…")
+    }
+}
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+impl ConstantTimeEq for TokenHash {
+    fn ct_eq(&self, other: &Self) -> subtle::Choice {
+        self.0.ct_eq(&other.0)
+    }
+}
+
+impl PartialEq for TokenHash {
+    fn eq(&self, other: &Self) -> bool {
+        self.ct_eq(other).into()
+    }
+}
+
+impl Eq for TokenHash {}
+
+impl fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenHash({})", self.fingerprint())
+    }
+}
+
+/// How a record's token was written in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `token: <plaintext>` (development only; hashed on load).
+    Plaintext,
+    /// `token_blake3: <hex>`.
+    Blake3,
+}
+
+/// One `nodes[]` record: who the node is, how it proves it, what it serves.
+///
+/// `Debug` is safe to log: the token is only ever held as a [`TokenHash`],
+/// which prints its fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// Node id, unique across the Edge.
+    pub id: String,
+    /// Hash of the node's token.
+    pub token: TokenHash,
+    /// How the token was written.
+    pub token_source: TokenSource,
+    /// Its providers; may be empty, in which case every registration is
+    /// refused (the payload fails to build, F3).
+    pub providers: Vec<ProviderSpec>,
+}
+
+/// The node records, looked up by presented token (F1) or by id.
+///
+/// Built by validation, which guarantees unique ids and unique tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTable {
+    records: Vec<NodeRecord>,
+}
+
+impl NodeTable {
+    /// Wraps records that validation has accepted.
+    pub(crate) fn new(records: Vec<NodeRecord>) -> Self {
+        Self { records }
+    }
+
+    /// The record whose token is `presented`, if any.
+    ///
+    /// Hashes `presented` and compares it with every record in constant time;
+    /// the loop neither exits early nor branches on a match. An empty token
+    /// matches nothing.
+    pub fn lookup(&self, presented: &str) -> Option<&NodeRecord> {
+        if presented.is_empty() {
+            return None;
+        }
+        let hash = TokenHash::of(presented);
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u64;
+        for (i, record) in self.records.iter().enumerate() {
+            let hit = record.token.ct_eq(&hash);
+            index = u64::conditional_select(&index, &(i as u64), hit);
+            found |= hit;
+        }
+        if bool::from(found) {
+            self.records.get(usize::try_from(index).ok()?)
+        } else {
+            None
+        }
+    }
+
+    /// The record with this node id.
+    pub fn get(&self, id: &str) -> Option<&NodeRecord> {
+        self.records.iter().find(|r| r.id == id)
+    }
+
+    /// The record serving provider `provider_id`, with that provider.
+    pub fn provider(&self, provider_id: &str) -> Option<(&NodeRecord, &ProviderSpec)> {
+        self.records.iter().find_map(|r| {
+            r.providers
+                .iter()
+                .find(|p| p.id == provider_id)
+                .map(|p| (r, p))
+        })
+    }
+
+    /// Every record, in file order.
+    pub fn iter(&self) -> std::slice::Iter<'_, NodeRecord> {
+        self.records.iter()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are no records (never, after validation).
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a NodeTable {
+    type Item = &'a NodeRecord;
+    type IntoIter = std::slice::Iter<'a, NodeRecord>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}

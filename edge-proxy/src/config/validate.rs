@@ -1,0 +1,566 @@
+//! The rules of `edge.yaml`: raw schema in, validated config or every broken
+//! rule out.
+//!
+//! Rules are checked in file order and none stops the others, so one run
+//! reports everything wrong with the file. A rule that spans two places
+//! (a duplicate id) is reported at the later one and names the earlier.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use super::error::Issue;
+use super::model::*;
+use super::schema::{
+    RawEdgeConfig, RawHeaders, RawHealthProbe, RawLink, RawListen, RawModelGroup, RawNode,
+    RawProvider, RawQueue,
+};
+use super::token::{NodeRecord, TokenHash, TokenSource};
+
+/// Everything validation produces.
+#[derive(Debug)]
+pub(crate) struct Validated {
+    pub(crate) listen: ListenConfig,
+    pub(crate) workers: u32,
+    pub(crate) link: LinkConfig,
+    pub(crate) nodes: Vec<NodeRecord>,
+    pub(crate) model_groups: Vec<ModelGroup>,
+    pub(crate) queue: QueueConfig,
+    pub(crate) warnings: Vec<Issue>,
+}
+
+/// Checks `raw`; `Err` holds every broken rule, in file order.
+pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
+    let mut c = Checker::default();
+    let listen = c.listen(&raw.listen);
+    let workers = c.range("workers", Some(raw.workers), 0, 0, MAX_WORKERS);
+    let link = c.link(&raw.link);
+    let nodes = c.nodes(raw.nodes);
+    let model_groups = c.model_groups(raw.model_groups, &nodes);
+    let queue = c.queue(&raw.queue);
+    if !c.issues.is_empty() {
+        return Err(c.issues);
+    }
+    Ok(Validated {
+        listen,
+        workers: narrow(workers),
+        link,
+        nodes,
+        model_groups,
+        queue,
+        warnings: c.warnings,
+    })
+}
+
+/// Narrows a value already range-checked to fit.
+fn narrow(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+#[derive(Default)]
+struct Checker {
+    issues: Vec<Issue>,
+    warnings: Vec<Issue>,
+}
+
+impl Checker {
+    fn fail(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(Issue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// `value` (or `default` when absent) if within `min..=max`; otherwise an
+    /// issue, and `default` so checking can go on.
+    fn range(&mut self, path: &str, value: Option<u64>, default: u64, min: u64, max: u64) -> u64 {
+        match value {
+            None => default,
+            Some(v) if (min..=max).contains(&v) => v,
+            Some(v) => {
+                self.fail(path, format!("{v} is out of range {min}..={max}"));
+                default
+            }
+        }
+    }
+
+    fn listen(&mut self, raw: &RawListen) -> ListenConfig {
+        let ingress = self.addr(
+            "listen.ingress",
+            raw.ingress.as_deref(),
+            DEFAULT_INGRESS_ADDR,
+        );
+        let nodes = self.addr("listen.nodes", raw.nodes.as_deref(), DEFAULT_NODES_ADDR);
+        if ingress == nodes && ingress.port() != 0 {
+            self.fail(
+                "listen.nodes",
+                format!("same address as listen.ingress ({ingress})"),
+            );
+        }
+        ListenConfig { ingress, nodes }
+    }
+
+    fn addr(&mut self, path: &str, value: Option<&str>, default: &str) -> SocketAddr {
+        let fallback = || {
+            default
+                .parse()
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
+        };
+        match value.map(str::parse::<SocketAddr>) {
+            None => fallback(),
+            Some(Ok(addr)) => addr,
+            Some(Err(_)) => {
+                let shown = value.unwrap_or_default();
+                self.fail(
+                    path,
+                    format!("not a socket address (ip:port, e.g. 127.0.0.1:8080): {shown:?}"),
+                );
+                fallback()
+            }
+        }
+    }
+
+    fn link(&mut self, raw: &RawLink) -> LinkConfig {
+        let d = LinkConfig::default();
+        let max_frame_len = self.range(
+            "link.max_frame_len",
+            raw.max_frame_len,
+            d.max_frame_len.into(),
+            MIN_MAX_FRAME_LEN,
+            MAX_MAX_FRAME_LEN,
+        );
+        let initial_stream_window = self.range(
+            "link.initial_stream_window",
+            raw.initial_stream_window,
+            d.initial_stream_window.into(),
+            MIN_INITIAL_STREAM_WINDOW,
+            MAX_INITIAL_STREAM_WINDOW,
+        );
+        let max_body_chunk = self.range(
+            "link.max_body_chunk",
+            raw.max_body_chunk,
+            d.max_body_chunk.into(),
+            MIN_MAX_BODY_CHUNK,
+            MAX_MAX_FRAME_LEN - TUNNEL_FRAME_OVERHEAD,
+        );
+        if max_body_chunk + TUNNEL_FRAME_OVERHEAD > max_frame_len {
+            self.fail(
+                "link.max_body_chunk",
+                format!(
+                    "{max_body_chunk} plus {TUNNEL_FRAME_OVERHEAD} bytes of frame head does not \
+                     fit link.max_frame_len ({max_frame_len})"
+                ),
+            );
+        }
+        let register_timeout_ms = self.range(
+            "link.register_timeout_ms",
+            raw.register_timeout_ms,
+            d.register_timeout_ms,
+            MIN_REGISTER_TIMEOUT_MS,
+            MAX_REGISTER_TIMEOUT_MS,
+        );
+        LinkConfig {
+            max_frame_len: narrow(max_frame_len),
+            initial_stream_window: narrow(initial_stream_window),
+            max_body_chunk: narrow(max_body_chunk),
+            register_timeout_ms,
+        }
+    }
+
+    fn queue(&mut self, raw: &RawQueue) -> QueueConfig {
+        let max_waiting = self.range(
+            "queue.max_waiting",
+            raw.max_waiting,
+            DEFAULT_QUEUE_MAX_WAITING.into(),
+            0,
+            MAX_QUEUE_MAX_WAITING,
+        );
+        let timeout_ms = self.range(
+            "queue.timeout_ms",
+            raw.timeout_ms,
+            DEFAULT_QUEUE_TIMEOUT_MS,
+            1,
+            MAX_QUEUE_TIMEOUT_MS,
+        );
+        QueueConfig {
+            max_waiting: narrow(max_waiting),
+            timeout_ms,
+        }
+    }
+
+    fn nodes(&mut self, raw: Vec<RawNode>) -> Vec<NodeRecord> {
+        if raw.is_empty() {
+            self.fail("nodes", "at least one node is required");
+        }
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut tokens: Vec<(TokenHash, usize, String)> = Vec::new();
+        let mut provider_ids: HashMap<String, String> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, node) in raw.into_iter().enumerate() {
+            let path = format!("nodes[{i}]");
+            self.id(&format!("{path}.id"), &node.id);
+            if let Some(first) = ids.get(&node.id) {
+                let msg = format!("duplicate node id {:?} (first at nodes[{first}])", node.id);
+                self.fail(format!("{path}.id"), msg);
+            } else {
+                ids.insert(node.id.clone(), i);
+            }
+            let token = self.token(&path, &node);
+            if let Some((hash, _, field)) = token {
+                if let Some((_, first, first_id)) = tokens.iter().find(|(t, ..)| *t == hash) {
+                    let msg = format!("same token as nodes[{first}] ({first_id:?})");
+                    self.fail(format!("{path}.{field}"), msg);
+                }
+                tokens.push((hash, i, node.id.clone()));
+                if node.providers.is_empty() {
+                    self.warn(
+                        format!("{path}.providers"),
+                        "none: every registration of this node will be refused",
+                    );
+                }
+            }
+            let providers = self.providers(&path, node.providers, &mut provider_ids);
+            // A node with a broken token is still kept, so model groups can
+            // resolve its providers; the issue already recorded means this
+            // placeholder hash never leaves validation.
+            let (token, token_source, _) =
+                token.unwrap_or((TokenHash::of(""), TokenSource::Blake3, ""));
+            out.push(NodeRecord {
+                id: node.id,
+                token,
+                token_source,
+                providers,
+            });
+        }
+        out
+    }
+
+    /// The node's token hash, its source and the field it came from.
+    fn token(
+        &mut self,
+        path: &str,
+        node: &RawNode,
+    ) -> Option<(TokenHash, TokenSource, &'static str)> {
+        match (&node.token, &node.token_blake3) {
+            (Some(_), Some(_)) => {
+                self.fail(
+                    path,
+                    "set exactly one of `token` and `token_blake3`, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.fail(
+                    path,
+                    "missing `token_blake3` (or `token`, for development only)",
+                );
+                None
+            }
+            (Some(token), None) if token.is_empty() => {
+                self.fail(format!("{path}.token"), "empty");
+                None
+            }
+            (Some(token), None) => {
+                self.warn(
+                    format!("{path}.token"),
+                    "plaintext token (development only): store its blake3 hash as \
+                     `token_blake3` instead",
+                );
+                Some((TokenHash::of(token), TokenSource::Plaintext, "token"))
+            }
+            (None, Some(hex)) => {
+                let field = format!("{path}.token_blake3");
+                match TokenHash::from_hex(hex) {
+                    None => {
+                        // Never echo the value: it may be a pasted plaintext token.
+                        self.fail(
+                            field,
+                            "not 64 hex digits (a blake3 hash, as `b3sum` prints)",
+                        );
+                        None
+                    }
+                    Some(hash) if hash == TokenHash::of("") => {
+                        self.fail(field, "is the hash of the empty token");
+                        None
+                    }
+                    Some(hash) => Some((hash, TokenSource::Blake3, "token_blake3")),
+                }
+            }
+        }
+    }
+
+    fn providers(
+        &mut self,
+        node_path: &str,
+        raw: Vec<RawProvider>,
+        provider_ids: &mut HashMap<String, String>,
+    ) -> Vec<ProviderSpec> {
+        let mut adapters: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (k, p) in raw.into_iter().enumerate() {
+            let path = format!("{node_path}.providers[{k}]");
+            self.id(&format!("{path}.id"), &p.id);
+            let duplicate_id = provider_ids.get(&p.id).cloned();
+            if let Some(first) = &duplicate_id {
+                let msg = format!("duplicate provider id {:?} (first at {first})", p.id);
+                self.fail(format!("{path}.id"), msg);
+            } else {
+                provider_ids.insert(p.id.clone(), path.clone());
+            }
+            let adapter = p.adapter.clone().unwrap_or_else(|| p.id.clone());
+            let adapter_path = format!("{path}.adapter");
+            self.id(&adapter_path, &adapter);
+            // An adapter defaulted from a duplicate id is that id's error.
+            let reported = duplicate_id.is_some() && p.adapter.is_none();
+            if let Some(first) = adapters.get(&adapter).filter(|_| !reported) {
+                let msg = format!(
+                    "adapter {adapter:?} is already used on this node by {node_path}.providers[{first}]"
+                );
+                self.fail(adapter_path, msg);
+            } else {
+                adapters.insert(adapter.clone(), k);
+            }
+            out.push(self.provider(&path, p, adapter));
+        }
+        out
+    }
+
+    fn provider(&mut self, path: &str, p: RawProvider, adapter: String) -> ProviderSpec {
+        self.base_url(&format!("{path}.base_url"), &p.base_url);
+        if p.targets.is_empty() {
+            self.fail(format!("{path}.targets"), "at least one target is required");
+        }
+        for (t, target) in p.targets.iter().enumerate() {
+            let tpath = format!("{path}.targets[{t}]");
+            self.name(&tpath, target, MAX_TARGET_LEN);
+            if p.targets[..t].contains(target) {
+                self.fail(tpath, format!("duplicate target {target:?}"));
+            }
+        }
+        let max_concurrency = self.range(
+            &format!("{path}.max_concurrency"),
+            p.max_concurrency,
+            DEFAULT_MAX_CONCURRENCY.into(),
+            1,
+            MAX_MAX_CONCURRENCY,
+        );
+        let stall_path = format!("{path}.response_stall_timeout_ms");
+        let response_stall_timeout_ms = self.range(
+            &stall_path,
+            Some(p.response_stall_timeout_ms),
+            0,
+            0,
+            MAX_PROVIDER_TIMEOUT_MS,
+        );
+        let request_timeout_ms = self.range(
+            &format!("{path}.request_timeout_ms"),
+            Some(p.request_timeout_ms),
+            0,
+            0,
+            MAX_PROVIDER_TIMEOUT_MS,
+        );
+        let probe = p.health_probe.unwrap_or_default();
+        let health_probe = self.health_probe(&format!("{path}.health_probe"), probe, p.kind);
+        let headers = self.headers(&format!("{path}.headers"), p.headers);
+        ProviderSpec {
+            id: p.id,
+            adapter,
+            kind: p.kind,
+            base_url: p.base_url,
+            targets: p.targets,
+            max_concurrency: narrow(max_concurrency),
+            response_stall_timeout_ms,
+            request_timeout_ms,
+            health_probe,
+            headers,
+        }
+    }
+
+    fn base_url(&mut self, path: &str, value: &str) {
+        let url = match url::Url::parse(value) {
+            Ok(url) => url,
+            Err(e) => return self.fail(path, format!("not an http(s) URL ({e}): {value:?}")),
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return self.fail(path, format!("not an http(s) URL: {value:?}"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            // Not echoed: it holds a credential.
+            return self.fail(
+                path,
+                "must not carry credentials (user:pass@); use `headers`",
+            );
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return self.fail(path, format!("has no host: {value:?}"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            self.fail(
+                path,
+                format!("must not have a query or fragment: {value:?}"),
+            );
+        }
+    }
+
+    fn health_probe(&mut self, path: &str, raw: RawHealthProbe, kind: ProviderKind) -> HealthProbe {
+        let probe_path = raw
+            .path
+            .unwrap_or_else(|| kind.default_health_path().to_owned());
+        let ok = probe_path.starts_with('/')
+            && probe_path.len() <= 1024
+            && probe_path.bytes().all(|b| b.is_ascii_graphic());
+        if !ok {
+            let msg = format!("not an absolute path like /health: {probe_path:?}");
+            self.fail(format!("{path}.path"), msg);
+        }
+        let timeout_ms = self.range(
+            &format!("{path}.timeout_ms"),
+            Some(raw.timeout_ms),
+            0,
+            0,
+            MAX_HEALTH_PROBE_TIMEOUT_MS,
+        );
+        HealthProbe {
+            path: probe_path,
+            timeout_ms,
+        }
+    }
+
+    fn headers(&mut self, path: &str, raw: RawHeaders) -> Vec<(String, String)> {
+        let raw = raw.0;
+        if raw.len() > MAX_HEADERS {
+            self.fail(
+                path,
+                format!("{} headers, at most {MAX_HEADERS}", raw.len()),
+            );
+        }
+        let mut seen: Vec<String> = Vec::with_capacity(raw.len());
+        for (name, value) in &raw {
+            let hpath = format!("{path}.{name}");
+            let lower = name.to_ascii_lowercase();
+            if name.is_empty() || !name.bytes().all(is_tchar) {
+                self.fail(&hpath, format!("not a valid header name: {name:?}"));
+            } else if RESERVED_HEADERS.contains(&lower.as_str()) {
+                self.fail(&hpath, "set by the Node itself; cannot be configured");
+            } else if seen.contains(&lower) {
+                self.fail(&hpath, "duplicate header (names are case-insensitive)");
+            }
+            // Not echoed: header values often hold API keys.
+            if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                self.fail(&hpath, "value contains a control character");
+            }
+            seen.push(lower);
+        }
+        raw
+    }
+
+    fn model_groups(&mut self, raw: Vec<RawModelGroup>, nodes: &[NodeRecord]) -> Vec<ModelGroup> {
+        if raw.is_empty() {
+            self.warn("model_groups", "none: clients can reach no provider");
+        }
+        let providers: HashMap<&str, &ProviderSpec> = nodes
+            .iter()
+            .flat_map(|n| &n.providers)
+            .map(|p| (p.id.as_str(), p))
+            .collect();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (g, group) in raw.into_iter().enumerate() {
+            let path = format!("model_groups[{g}]");
+            self.name(&format!("{path}.name"), &group.name, MAX_TARGET_LEN);
+            if let Some(first) = names.get(&group.name) {
+                let msg = format!(
+                    "duplicate model group {:?} (first at model_groups[{first}])",
+                    group.name
+                );
+                self.fail(format!("{path}.name"), msg);
+            } else {
+                names.insert(group.name.clone(), g);
+            }
+            let target = group.target.unwrap_or_else(|| group.name.clone());
+            self.name(&format!("{path}.target"), &target, MAX_TARGET_LEN);
+            if group.providers.is_empty() {
+                self.fail(
+                    format!("{path}.providers"),
+                    "at least one provider is required",
+                );
+            }
+            for (k, id) in group.providers.iter().enumerate() {
+                let ppath = format!("{path}.providers[{k}]");
+                if group.providers[..k].contains(id) {
+                    self.fail(ppath, format!("provider {id:?} listed twice"));
+                } else if let Some(spec) = providers.get(id.as_str()) {
+                    if !spec.serves(&target) {
+                        let msg = format!(
+                            "provider {id:?} does not serve target {target:?} (its targets: {})",
+                            spec.targets.join(", ")
+                        );
+                        self.fail(ppath, msg);
+                    }
+                } else {
+                    let msg = format!("no provider {id:?} under nodes[].providers");
+                    self.fail(ppath, msg);
+                }
+            }
+            out.push(ModelGroup {
+                name: group.name,
+                target,
+                providers: group.providers,
+            });
+        }
+        out
+    }
+
+    /// Node, provider and adapter ids: `[A-Za-z0-9._-]`, 1..=MAX_ID_LEN.
+    fn id(&mut self, path: &str, value: &str) {
+        let ok = !value.is_empty()
+            && value.len() <= MAX_ID_LEN
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !ok {
+            self.fail(
+                path,
+                format!("{value:?} is not an id (1 to {MAX_ID_LEN} of A-Z a-z 0-9 . _ -)"),
+            );
+        }
+    }
+
+    /// Targets and model names: non-empty, no whitespace or control
+    /// characters (`llama3:8b`, `Qwen/Qwen2.5-7B` are fine).
+    fn name(&mut self, path: &str, value: &str, max: usize) {
+        let ok = !value.is_empty()
+            && value.len() <= max
+            && !value.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !ok {
+            self.fail(
+                path,
+                format!("{value:?} is not a model name (1 to {max} bytes, no spaces)"),
+            );
+        }
+    }
+}
+
+/// Headers the Node derives from the request or its own framing.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
