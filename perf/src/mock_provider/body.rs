@@ -242,7 +242,10 @@ impl Stream {
         batch.put(first);
         while batch.len() < BATCH_BYTES && self.event_ready_now() {
             match self.poll_event(cx) {
-                Poll::Ready(Some(Ok(e))) if batch.len() + e.remaining() <= BATCH_BYTES => {
+                Poll::Ready(Some(Ok(e)))
+                    if e.remaining() < BATCH_SMALL_EVENT
+                        && batch.len() + e.remaining() <= BATCH_BYTES =>
+                {
                     batch.put(e)
                 }
                 Poll::Ready(Some(Ok(e))) => {
@@ -397,5 +400,117 @@ impl Body for MockBody {
             Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Inner::Stream(_) => SizeHint::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::task::Waker;
+
+    use super::*;
+
+    fn script(tokens: u64) -> Script {
+        let mut s = Script::default();
+        s.bytes(Bytes::from_static(b"head\n"));
+        s.tokens(TokenRun {
+            token: Token::Content,
+            count: tokens,
+            prefix: Bytes::from_static(b"<"),
+            mid: Bytes::from_static(b">\n"),
+            seq: None,
+            pad: 0,
+        });
+        s.bytes(Bytes::from_static(b"end\n"));
+        s
+    }
+
+    /// Polls until Pending or the end; returns the frames' bytes.
+    fn drain(body: &mut MockBody) -> (Vec<Vec<u8>>, Option<bool>) {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut frames = Vec::new();
+        loop {
+            match Pin::new(&mut *body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(f))) => {
+                    let mut d = f.into_data().unwrap();
+                    frames.push(d.copy_to_bytes(d.remaining()).to_vec());
+                }
+                Poll::Ready(Some(Err(_))) => return (frames, Some(true)),
+                Poll::Ready(None) => return (frames, Some(false)),
+                Poll::Pending => return (frames, None),
+            }
+        }
+    }
+
+    #[test]
+    fn small_events_due_at_once_are_one_chunk() {
+        let stats = Arc::new(Stats::new(true));
+        let mut b = MockBody::stream(script(3), &Knobs::default(), stats.clone());
+        let (frames, end) = drain(&mut b);
+        assert_eq!(frames, [b"head\n<tok >\n<tok >\n<tok >\nend\n".to_vec()]);
+        assert_eq!(end, Some(false));
+        assert!(b.is_end_stream());
+        drop(b);
+        assert_eq!(stats.streams_completed.load(Relaxed), 1);
+        assert_eq!(stats.streams_client_gone(), 0);
+    }
+
+    #[test]
+    fn stall_stops_exactly_at_n_tokens_and_drop_counts_client_gone() {
+        let stats = Arc::new(Stats::new(true));
+        let knobs = Knobs {
+            stall_after: Some(2),
+            chunk_size: 3,
+            ..Knobs::default()
+        };
+        let mut b = MockBody::stream(script(5), &knobs, stats.clone());
+        let (frames, end) = drain(&mut b);
+        assert_eq!(frames.concat(), b"head\n<tok tok >\n");
+        assert_eq!(end, None, "stalled: pending forever");
+        assert_eq!(drain(&mut b), (vec![], None));
+        drop(b);
+        assert_eq!(stats.streams_stalled.load(Relaxed), 1);
+        assert_eq!(stats.streams_client_gone(), 1);
+    }
+
+    #[test]
+    fn abort_yields_once_then_errors() {
+        let stats = Arc::new(Stats::new(true));
+        let knobs = Knobs {
+            abort_after: Some(1),
+            stall_after: Some(4),
+            ..Knobs::default()
+        };
+        let mut b = MockBody::stream(script(5), &knobs, stats.clone());
+        let (frames, end) = drain(&mut b);
+        assert_eq!(frames.concat(), b"head\n<tok >\n");
+        assert_eq!(end, None, "one Pending so hyper flushes first");
+        assert_eq!(drain(&mut b), (vec![], Some(true)));
+        drop(b);
+        assert_eq!(stats.streams_aborted.load(Relaxed), 1);
+        assert_eq!(stats.streams_client_gone(), 0);
+    }
+
+    #[test]
+    fn large_events_are_not_coalesced() {
+        let stats = Arc::new(Stats::new(true));
+        let mut s = script(0);
+        s.tokens(TokenRun {
+            token: Token::Content,
+            count: 2,
+            prefix: Bytes::from_static(b"<"),
+            mid: Bytes::from_static(b">\n"),
+            seq: None,
+            pad: BATCH_SMALL_EVENT,
+        });
+        let mut b = MockBody::stream(s, &Knobs::default(), stats);
+        let (frames, _) = drain(&mut b);
+        let sizes: Vec<_> = frames.iter().map(Vec::len).collect();
+        let big = BATCH_SMALL_EVENT + 7;
+        assert_eq!(
+            sizes,
+            [5 + 4, big, big],
+            "head+end batch, then one frame per big event"
+        );
     }
 }
