@@ -1,6 +1,7 @@
-//! Sans-IO codecs for IOP.
+//! Sans-IO codecs and protocol pieces for IOP.
 //!
-//! This crate owns every byte format IOP speaks and nothing else:
+//! This crate owns every byte format IOP speaks, and the sans-IO building
+//! blocks the Edge and the Node share (they never depend on each other):
 //!
 //! | module     | format                                                        |
 //! |------------|---------------------------------------------------------------|
@@ -8,9 +9,14 @@
 //! | [`sse`]    | Server-Sent Events: an incremental parser and an encoder      |
 //! | [`ndjson`] | newline-delimited JSON (Ollama streams): a line splitter      |
 //! | [`http`]   | HTTP/1.1 heads (via `httparse`) and chunked transfer coding   |
+//! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
+//! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
+//! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //!
 //! # What it does not do
-//! No sockets, no runtime, no clocks, no threads. Every codec takes bytes in
+//! No sockets, no runtime, no threads, and no clock reads in logic: time is
+//! an input (`now` arguments; [`timer`] defines the clocks drivers pass in).
+//! Every codec takes bytes in
 //! (`&mut BytesMut` or `&[u8]`) and hands bytes out (`Bytes` slices meant for a
 //! vectored write). Drivers in `edge-proxy` and `node-runner` own the I/O.
 //!
@@ -33,7 +39,10 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod io_driver;
+pub mod link;
 pub mod ndjson;
 pub mod sse;
+pub mod timer;
 
 pub use error::Error;
