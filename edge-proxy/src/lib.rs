@@ -1,4 +1,4 @@
-//! The IOP Edge (binary `iop-edge`, not built yet).
+//! The IOP Edge (binary `iop-edge`).
 //!
 //! The Edge is the front door. It will own, each in a module of its own:
 //!
@@ -22,10 +22,21 @@
 //! - State is owned by a core; cores talk by message passing, every message
 //!   tagged `(node_id, generation)`.
 //!
-//! Today the crate holds no functionality: the wire (`proto`) and codecs
-//! (`framing`) it will stand on come first.
+//! # What is built
+//! - [`config`]: `edge.yaml`, validated, with node records and payloads.
+//! - [`link`], [`registry`], [`events`]: the node socket (F1–F7) —
+//!   registration, readiness, heartbeat, generation fencing, lifecycle events.
+//! - [`runtime`], [`server`]: thread-per-core monoio runtimes on io_uring or
+//!   epoll, one `SO_REUSEPORT` listener per core.
+//!
+//! Ingress, pools, leases, the overlay and StreamGate come next.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod events;
+pub mod link;
+pub mod registry;
+pub mod runtime;
+pub mod server;

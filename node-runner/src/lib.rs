@@ -1,4 +1,4 @@
-//! The IOP Node (binary `iop-node`, not built yet).
+//! The IOP Node (binary `iop-node`).
 //!
 //! A Node runs next to model servers and dials out to the Edge. It will own,
 //! each in a module of its own:
@@ -23,7 +23,14 @@
 //! - Never depends on `edge-proxy`.
 //! - The Node never grants replay; it only reports typed evidence.
 //!
-//! Today the crate holds no functionality: the wire (`proto`) and codecs
-//! (`framing`) it will stand on come first.
+//! # What is built
+//! - [`link`]: the edge link — the sans-IO session (register, ready,
+//!   heartbeat), its socket driver, and the reconnecting supervisor (F1–F6).
+//!
+//! Adapters, the run manager, the tunnel handler, the watchdog and the run
+//! store come next.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod link;

@@ -1,0 +1,273 @@
+//! The driver of one node connection: a reader task that decodes frames into
+//! the session, and a writer task that drains the session's outbound frames.
+//!
+//! ```text
+//!   socket ──read──▶ FrameDecoder ──▶ EdgeSession ──outputs──▶ writer queue ──write──▶ socket
+//!                                         ▲   │ events ─▶ log + event bus
+//!                   core ticker ──timer───┘   └ close ─▶ writer flushes, shuts down, cancels the read
+//! ```
+//!
+//! Both tasks live on the connection's home core; the session is a
+//! `RefCell` touched only between awaits, so no borrow spans a suspension.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use framing::frame::{FrameDecoder, FrameEncoder};
+use framing::link::CloseReason;
+use framing::timer::TimerKey;
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable};
+use monoio::net::TcpStream;
+
+use super::core::Core;
+use super::session::{EdgeSession, Output};
+use crate::events::LifecycleEvent;
+use framing::link::reject_reason_name;
+use crate::registry::{ConnRegistrar, NodeDirectory};
+
+/// Bytes reserved in the receive buffer before each read.
+const READ_RESERVE: usize = 64 * 1024;
+
+enum WriteCmd {
+    Frame(Bytes),
+    Close,
+}
+
+/// One node connection on its home core.
+pub(crate) struct Conn<D> {
+    core: Rc<Core<D>>,
+    peer: SocketAddr,
+    connected_unix_ms: u64,
+    session: RefCell<EdgeSession>,
+    encoder: RefCell<FrameEncoder>,
+    tx: local_sync::mpsc::unbounded::Tx<WriteCmd>,
+    timer: Cell<Option<TimerKey>>,
+    canceller: RefCell<Canceller>,
+    closing: Cell<bool>,
+    registered: Cell<bool>,
+    last_rtt_ms: Cell<Option<u64>>,
+}
+
+impl<D: NodeDirectory + 'static> Conn<D> {
+    /// Serves `stream` until the session closes.
+    pub(crate) async fn serve(core: Rc<Core<D>>, stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let now = core.clock.refresh();
+        let config = core.shared.config;
+        let (tx, rx) = local_sync::mpsc::unbounded::channel();
+        let conn = Rc::new(Self {
+            peer,
+            connected_unix_ms: unix_ms(),
+            session: RefCell::new(EdgeSession::new(config.session, now)),
+            encoder: RefCell::new(FrameEncoder::new(config.max_frame_len)),
+            tx,
+            timer: Cell::new(None),
+            canceller: RefCell::new(Canceller::new()),
+            closing: Cell::new(false),
+            registered: Cell::new(false),
+            last_rtt_ms: Cell::new(None),
+            core,
+        });
+        conn.rearm();
+        let (read_half, write_half) = stream.into_split();
+        let writer = monoio::spawn(Rc::clone(&conn).write_loop(write_half, rx));
+        Rc::clone(&conn).read_loop(read_half).await;
+        writer.await;
+        // Drop the timer entry (it holds an Rc of this connection).
+        let key = conn.timer.take();
+        conn.core.arm(&conn, key, None);
+    }
+
+    fn registrar(&self) -> ConnRegistrar<'_, D> {
+        ConnRegistrar {
+            registry: &self.core.shared.registry,
+            home_core: self.core.id,
+            connected_since_unix_ms: self.connected_unix_ms,
+        }
+    }
+
+    async fn read_loop(self: Rc<Self>, mut read_half: monoio::io::OwnedReadHalf<TcpStream>) {
+        let mut decoder = FrameDecoder::new(self.core.shared.config.max_frame_len);
+        let mut buf = BytesMut::with_capacity(READ_RESERVE);
+        // Stop reading as soon as the session has closed (the writer flushes
+        // and shuts the socket down); a closed socket's read returns at once,
+        // and looping on it would starve the core.
+        while !self.closing.get() && !self.session.borrow().is_closed() {
+            if buf.capacity() - buf.len() < READ_RESERVE / 4 {
+                buf.reserve(READ_RESERVE);
+            }
+            let handle = self.canceller.borrow().handle();
+            let (result, returned) = read_half.cancelable_read(buf, handle).await;
+            buf = returned;
+            let now = self.core.clock.refresh();
+            match result {
+                Ok(0) => self.session.borrow_mut().handle_closed(CloseReason::PeerClosed, &self.registrar()),
+                Err(_) if self.closing.get() => {}
+                Err(_) => self.session.borrow_mut().handle_closed(CloseReason::IoError, &self.registrar()),
+                Ok(_) => loop {
+                    match decoder.decode(&mut buf) {
+                        Ok(Some(envelope)) => {
+                            self.session
+                                .borrow_mut()
+                                .handle_envelope(envelope, now, &self.registrar());
+                        }
+                        Ok(None) => break,
+                        Err(error) => {
+                            tracing::warn!(peer = %self.peer, %error, "refused frame from node socket");
+                            self.session.borrow_mut().handle_frame_error(&error, &self.registrar());
+                            break;
+                        }
+                    }
+                    if self.session.borrow().is_closed() {
+                        break;
+                    }
+                },
+            }
+            self.pump();
+            self.rearm();
+            self.publish_rtt();
+        }
+    }
+
+    /// Copies a new heartbeat round trip into the registry's status.
+    fn publish_rtt(&self) {
+        let session = self.session.borrow();
+        let (Some(rtt_ms), Some((node_id, generation))) = (session.last_rtt_ms(), session.node()) else {
+            return;
+        };
+        if self.last_rtt_ms.replace(Some(rtt_ms)) != Some(rtt_ms) {
+            self.core
+                .shared
+                .registry
+                .record_rtt(node_id, generation, rtt_ms.saturating_mul(1000));
+        }
+    }
+
+    async fn write_loop(
+        self: Rc<Self>,
+        mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
+        mut rx: local_sync::mpsc::unbounded::Rx<WriteCmd>,
+    ) {
+        let mut batch = BytesMut::new();
+        'outer: while let Some(cmd) = rx.recv().await {
+            let mut close = matches!(cmd, WriteCmd::Close);
+            if let WriteCmd::Frame(frame) = cmd {
+                batch.extend_from_slice(&frame);
+            }
+            // Coalesce whatever else is already queued into one write.
+            while !close {
+                match rx.try_recv() {
+                    Ok(WriteCmd::Frame(frame)) => batch.extend_from_slice(&frame),
+                    Ok(WriteCmd::Close) => close = true,
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                let (result, returned) = write_half.write_all(batch).await;
+                batch = returned;
+                batch.clear();
+                if result.is_err() {
+                    self.session
+                        .borrow_mut()
+                        .handle_closed(CloseReason::IoError, &self.registrar());
+                    self.pump();
+                    break 'outer;
+                }
+            }
+            if close {
+                break;
+            }
+        }
+        let _ = write_half.shutdown().await;
+        self.closing.set(true);
+        let canceller = self.canceller.replace(Canceller::new());
+        drop(canceller.cancel());
+    }
+
+    /// Called by the core ticker when this connection's timer fired.
+    pub(crate) fn on_timer(self: &Rc<Self>, now: u64) {
+        self.timer.set(None);
+        self.session.borrow_mut().handle_timeout(now, &self.registrar());
+        self.pump();
+        self.rearm();
+    }
+
+    fn rearm(self: &Rc<Self>) {
+        let deadline = self.session.borrow().poll_timeout();
+        let key = self.core.arm(self, self.timer.take(), deadline);
+        self.timer.set(key);
+    }
+
+    /// Carries out the session's outputs.
+    fn pump(&self) {
+        loop {
+            let Some(output) = self.session.borrow_mut().poll_output() else { break };
+            match output {
+                Output::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
+                    Ok(frame) => {
+                        let _ = self.tx.send(WriteCmd::Frame(frame));
+                    }
+                    Err(error) => tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node"),
+                },
+                Output::Event(event) => {
+                    if matches!(event, LifecycleEvent::Registered { .. }) {
+                        self.registered.set(true);
+                    }
+                    self.log_event(&event);
+                    self.core.shared.bus.publish(event);
+                }
+                Output::Deliver(envelope) => {
+                    // Runs and tunnels are dispatched in a later milestone; until
+                    // then a ready node has no streams to deliver to.
+                    tracing::debug!(peer = %self.peer, stream_id = envelope.stream_id, "frame for an unknown stream dropped");
+                }
+                Output::Close(reason) => {
+                    // Registered connections already logged `node_disconnected`
+                    // and rejected ones `node_rejected`; say why the rest end.
+                    if !self.registered.get() && reason != CloseReason::Rejected {
+                        tracing::info!(
+                            event = "node_connection_closed",
+                            peer = %self.peer,
+                            reason = reason.as_str(),
+                            "node_connection_closed"
+                        );
+                    }
+                    let _ = self.tx.send(WriteCmd::Close);
+                }
+            }
+        }
+    }
+
+    fn log_event(&self, event: &LifecycleEvent) {
+        let name = event.name();
+        match event {
+            LifecycleEvent::Registered { node_id, generation } | LifecycleEvent::Ready { node_id, generation } => {
+                tracing::info!(event = name, node_id = %node_id, generation, core = self.core.id, peer = %self.peer, "{name}");
+            }
+            LifecycleEvent::Rejected { node_id, reason } => {
+                tracing::warn!(
+                    event = name,
+                    node_id = node_id.as_deref().unwrap_or(""),
+                    reason = reject_reason_name(*reason),
+                    peer = %self.peer,
+                    "{name}"
+                );
+            }
+            LifecycleEvent::Disconnected {
+                node_id,
+                generation,
+                reason,
+            } => {
+                tracing::info!(event = name, node_id = %node_id, generation, reason = reason.as_str(), peer = %self.peer, "{name}");
+            }
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,73 @@
+//! One core's share of the node socket: its connections, its timer wheel and
+//! the ticker that drives both.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use framing::timer::{DriverClock, TimerKey, TimerWheel};
+
+use super::conn::Conn;
+use super::LinkShared;
+use crate::registry::NodeDirectory;
+
+/// Per-core state shared by the core's connection tasks (never across cores).
+pub(crate) struct Core<D> {
+    pub(crate) id: usize,
+    pub(crate) shared: Arc<LinkShared<D>>,
+    pub(crate) clock: DriverClock,
+    wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
+}
+
+impl<D: NodeDirectory + 'static> Core<D> {
+    pub(crate) fn new(id: usize, shared: Arc<LinkShared<D>>) -> Rc<Self> {
+        let clock = DriverClock::new(&shared.clock);
+        Rc::new(Self {
+            id,
+            shared,
+            clock,
+            wheel: RefCell::new(TimerWheel::new()),
+        })
+    }
+
+    /// Arms, moves or disarms a connection's single timer entry.
+    pub(crate) fn arm(&self, conn: &Rc<Conn<D>>, key: Option<TimerKey>, deadline: Option<u64>) -> Option<TimerKey> {
+        let mut wheel = self.wheel.borrow_mut();
+        match (key, deadline) {
+            (Some(key), Some(at)) if wheel.reset(key, at) => Some(key),
+            (key, Some(at)) => {
+                if let Some(key) = key {
+                    wheel.cancel(key);
+                }
+                Some(wheel.insert(at, Rc::clone(conn)))
+            }
+            (Some(key), None) => {
+                wheel.cancel(key);
+                None
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// Fires due connection timers forever, sleeping until the next expiry
+    /// but at most one tick, so a manual clock's jumps are seen promptly and
+    /// newly armed earlier deadlines are never missed by more than a tick.
+    pub(crate) async fn run_ticker(self: Rc<Self>) {
+        let tick = Duration::from_millis(self.shared.config.tick_ms.max(1));
+        loop {
+            let now = self.clock.refresh();
+            let mut due = Vec::new();
+            self.wheel.borrow_mut().poll_expired(now, |expired| due.push(expired.value));
+            for conn in due {
+                conn.on_timer(now);
+            }
+            let next = self.wheel.borrow().next_expiry();
+            let sleep = match next {
+                Some(at) => Duration::from_millis(at.saturating_sub(now)).min(tick),
+                None => tick,
+            };
+            monoio::time::sleep(sleep.max(Duration::from_millis(1))).await;
+        }
+    }
+}

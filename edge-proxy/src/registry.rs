@@ -1,0 +1,245 @@
+//! The live node registry: which connection of each node is current, its
+//! generation, and whether it is ready (F3, F4, F6).
+//!
+//! The registry is shared by every core and guarded by one mutex. It is on the
+//! control path only — register, ready, disconnect, status — never per frame
+//! or per token; the data path reads what it needs once per dispatch.
+//!
+//! # Invariants
+//! - A node has at most one live connection. A second registration while one
+//!   is live is rejected (`duplicate_connection`); the first stays.
+//! - Generations are strictly increasing per node, across the process's life
+//!   (a rejected attempt consumes none).
+//! - Only the live, ready generation is dispatchable. Releasing or readying
+//!   any other generation is a no-op: that is the fence.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use framing::link::CloseReason;
+use proto::v1::{NodeConfigPayload, RegisterRejectReason, RegisterRequest};
+
+use crate::link::session::{Accepted, Registrar, Rejection};
+
+/// Where node records come from: token authentication and config payloads.
+/// Implemented by the config's node table; tests use small fakes.
+pub trait NodeDirectory: Send + Sync {
+    /// The id of the node whose token this is, compared in constant time.
+    fn authenticate(&self, token: &str) -> Option<String>;
+    /// Builds the node's config payload for a peer that accepts frames up to
+    /// `peer_max_frame_len` bytes (0 = unknown), or says why it cannot.
+    fn build_payload(&self, node_id: &str, peer_max_frame_len: u32) -> Result<NodeConfigPayload, String>;
+}
+
+/// A live connection's status, for `TRANSPORT_STATUS` and operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionStatus {
+    /// Node id from config.
+    pub node_id: String,
+    /// The connection's generation.
+    pub generation: u64,
+    /// `registered` or `ready`.
+    pub state: &'static str,
+    /// When it registered, ms since the Unix epoch.
+    pub connected_since_unix_ms: u64,
+    /// Last heartbeat round trip, µs.
+    pub last_heartbeat_rtt_us: Option<u64>,
+    /// The core that owns the connection.
+    pub home_core: usize,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    last_generation: u64,
+    live: Option<Live>,
+}
+
+#[derive(Debug)]
+struct Live {
+    generation: u64,
+    ready: bool,
+    connected_since_unix_ms: u64,
+    last_rtt_us: Option<u64>,
+    home_core: usize,
+}
+
+/// The registry (see the module docs).
+#[derive(Debug)]
+pub struct NodeRegistry<D> {
+    directory: D,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl<D: NodeDirectory> NodeRegistry<D> {
+    /// An empty registry over `directory`.
+    pub fn new(directory: D) -> Self {
+        Self {
+            directory,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The directory it authenticates against.
+    pub fn directory(&self) -> &D {
+        &self.directory
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        // A panic while holding the lock cannot leave a slot half-written
+        // (every update is a single assignment), so poisoning is ignored.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers on behalf of a connection homed on `home_core`, accepted at
+    /// `connected_since_unix_ms`.
+    pub fn register(
+        &self,
+        request: &RegisterRequest,
+        home_core: usize,
+        connected_since_unix_ms: u64,
+    ) -> Result<Accepted, Rejection> {
+        let Some(node_id) = self.directory.authenticate(&request.token) else {
+            return Err(Rejection {
+                node_id: None,
+                reason: RegisterRejectReason::UnknownToken,
+                message: "unknown node token".into(),
+            });
+        };
+        let mut slots = self.slots();
+        let slot = slots.entry(node_id.clone()).or_default();
+        if let Some(live) = &slot.live {
+            return Err(Rejection {
+                message: format!(
+                    "node {node_id} already has a live connection (generation {})",
+                    live.generation
+                ),
+                node_id: Some(node_id),
+                reason: RegisterRejectReason::DuplicateConnection,
+            });
+        }
+        let config = match self.directory.build_payload(&node_id, request.max_frame_len) {
+            Ok(config) => config,
+            Err(why) => {
+                return Err(Rejection {
+                    message: format!("config for node {node_id} failed to build: {why}"),
+                    node_id: Some(node_id),
+                    reason: RegisterRejectReason::ConfigBuildFailed,
+                });
+            }
+        };
+        slot.last_generation += 1;
+        let generation = slot.last_generation;
+        slot.live = Some(Live {
+            generation,
+            ready: false,
+            connected_since_unix_ms,
+            last_rtt_us: None,
+            home_core,
+        });
+        Ok(Accepted {
+            node_id,
+            generation,
+            config,
+        })
+    }
+
+    /// Marks the live generation ready. False if `generation` is not live.
+    pub fn mark_ready(&self, node_id: &str, generation: u64) -> bool {
+        match self.slots().get_mut(node_id).and_then(|s| s.live.as_mut()) {
+            Some(live) if live.generation == generation => {
+                live.ready = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends `generation` if it is the live one; otherwise does nothing.
+    pub fn release(&self, node_id: &str, generation: u64) {
+        if let Some(slot) = self.slots().get_mut(node_id) {
+            if slot.live.as_ref().is_some_and(|l| l.generation == generation) {
+                slot.live = None;
+            }
+        }
+    }
+
+    /// Records a heartbeat round trip for the live generation.
+    pub fn record_rtt(&self, node_id: &str, generation: u64, rtt_us: u64) {
+        if let Some(live) = self.slots().get_mut(node_id).and_then(|s| s.live.as_mut()) {
+            if live.generation == generation {
+                live.last_rtt_us = Some(rtt_us);
+            }
+        }
+    }
+
+    /// The generation and home core of `node_id`'s connection, only if it is
+    /// live and ready (F4: nothing is dispatched before readiness).
+    pub fn dispatchable(&self, node_id: &str) -> Option<(u64, usize)> {
+        let slots = self.slots();
+        let live = slots.get(node_id)?.live.as_ref()?;
+        live.ready.then_some((live.generation, live.home_core))
+    }
+
+    /// Every ready node with its generation, sorted by node id.
+    pub fn ready_nodes(&self) -> Vec<(String, u64)> {
+        let mut nodes: Vec<_> = self
+            .slots()
+            .iter()
+            .filter_map(|(id, s)| s.live.as_ref().filter(|l| l.ready).map(|l| (id.clone(), l.generation)))
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// Status of every live connection, sorted by node id.
+    pub fn status(&self) -> Vec<ConnectionStatus> {
+        let mut all: Vec<_> = self
+            .slots()
+            .iter()
+            .filter_map(|(id, s)| {
+                s.live.as_ref().map(|l| ConnectionStatus {
+                    node_id: id.clone(),
+                    generation: l.generation,
+                    state: if l.ready { "ready" } else { "registered" },
+                    connected_since_unix_ms: l.connected_since_unix_ms,
+                    last_heartbeat_rtt_us: l.last_rtt_us,
+                    home_core: l.home_core,
+                })
+            })
+            .collect();
+        all.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        all
+    }
+
+    /// Number of live connections.
+    pub fn live_count(&self) -> usize {
+        self.slots().values().filter(|s| s.live.is_some()).count()
+    }
+}
+
+/// A [`Registrar`] for one connection: the registry plus where and when the
+/// connection was accepted.
+#[derive(Debug)]
+pub struct ConnRegistrar<'a, D> {
+    /// The shared registry.
+    pub registry: &'a NodeRegistry<D>,
+    /// The core that owns the connection.
+    pub home_core: usize,
+    /// When it was accepted, ms since the Unix epoch.
+    pub connected_since_unix_ms: u64,
+}
+
+impl<D: NodeDirectory> Registrar for ConnRegistrar<'_, D> {
+    fn register(&self, request: &RegisterRequest) -> Result<Accepted, Rejection> {
+        self.registry
+            .register(request, self.home_core, self.connected_since_unix_ms)
+    }
+
+    fn ready(&self, node_id: &str, generation: u64) -> bool {
+        self.registry.mark_ready(node_id, generation)
+    }
+
+    fn release(&self, node_id: &str, generation: u64, _reason: CloseReason) {
+        self.registry.release(node_id, generation);
+    }
+}

@@ -1,0 +1,54 @@
+//! Thread-per-core `monoio` runtimes and the choice of I/O driver.
+//!
+//! One OS thread per worker, each running its own single-threaded monoio
+//! runtime; nothing is shared between them but what is explicitly `Send`.
+//! The driver choice (io_uring, or epoll where refused; `IOP_IO_DRIVER`
+//! forces one) is [`framing::io_driver`]'s.
+
+use std::future::Future;
+use std::io;
+
+pub use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
+
+/// Resolves the driver from `IOP_IO_DRIVER` and what this kernel supports.
+pub fn driver_from_env() -> io::Result<IoDriver> {
+    let requested = std::env::var(IO_DRIVER_ENV).ok();
+    IoDriver::resolve(requested.as_deref(), monoio::utils::detect_uring())
+        .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, e))
+}
+
+/// Runs `future` to completion on a new monoio runtime with `driver` (timers
+/// enabled) on the current thread.
+pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output> {
+    Ok(match driver {
+        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(future),
+        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(future),
+    })
+}
+
+/// Number of workers for `--workers N` (0 = one per available core).
+pub fn worker_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_drivers_run_a_future() {
+        assert_eq!(block_on(IoDriver::Epoll, async { 7 }).unwrap(), 7);
+        if monoio::utils::detect_uring() {
+            assert_eq!(block_on(IoDriver::Uring, async { 8 }).unwrap(), 8);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Starting the Edge: one monoio runtime per core, each with its own
+//! `SO_REUSEPORT` node-socket listener, sharing one registry and event bus.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use framing::link::HeartbeatConfig;
+use framing::timer::ClockSource;
+use proto::v1::NodeConfigPayload;
+
+use crate::config::EdgeConfig;
+use crate::events::EventBus;
+use crate::link::session::SessionConfig;
+use crate::link::{LinkServerConfig, LinkShared, bind, serve_core};
+use crate::registry::{NodeDirectory, NodeRegistry};
+use crate::runtime::{IoDriver, block_on};
+
+/// Default longest sleep of a core's ticker between timer-wheel polls, in ms.
+pub const DEFAULT_TICK_MS: u64 = 50;
+
+/// How to start the Edge beyond what `edge.yaml` says.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// Worker threads (one runtime each); 0 = `workers` from the config, and
+    /// when that is 0 too, one per available core.
+    pub workers: usize,
+    /// The I/O driver.
+    pub driver: IoDriver,
+    /// The clock the cores read (a shared manual clock in tests).
+    pub clock: ClockSource,
+    /// Heartbeat timings; production keeps the 30 s / 45 s default.
+    pub heartbeat: HeartbeatConfig,
+    /// Longest ticker sleep, in ms.
+    pub tick_ms: u64,
+}
+
+impl StartOptions {
+    /// Production options with `driver`.
+    pub fn new(driver: IoDriver) -> Self {
+        Self {
+            workers: 0,
+            driver,
+            clock: ClockSource::Coarse,
+            heartbeat: HeartbeatConfig::default(),
+            tick_ms: DEFAULT_TICK_MS,
+        }
+    }
+}
+
+/// A running Edge.
+#[derive(Debug)]
+pub struct EdgeServer {
+    /// Where the node socket listens (the resolved port when 0 was asked).
+    pub node_addr: SocketAddr,
+    /// Live nodes.
+    pub registry: Arc<NodeRegistry<EdgeConfig>>,
+    /// Lifecycle events.
+    pub bus: EventBus,
+    /// Worker count.
+    pub workers: usize,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl EdgeServer {
+    /// Starts the node socket on every core and returns once every core is
+    /// listening (or the first bind failed).
+    pub fn start(config: EdgeConfig, options: StartOptions) -> io::Result<Self> {
+        let requested = if options.workers > 0 {
+            options.workers
+        } else {
+            usize::try_from(config.workers()).unwrap_or(0)
+        };
+        let workers = crate::runtime::worker_count(requested);
+        let link = *config.link();
+        let shared = Arc::new(LinkShared {
+            registry: Arc::new(NodeRegistry::new(config)),
+            bus: EventBus::new(),
+            config: LinkServerConfig {
+                session: SessionConfig {
+                    register_timeout_ms: link.register_timeout_ms,
+                    heartbeat: options.heartbeat,
+                },
+                max_frame_len: link.max_frame_len as usize,
+                tick_ms: options.tick_ms,
+            },
+            clock: options.clock.clone(),
+        });
+        let mut addr = shared.registry.directory().listen().nodes;
+        let mut threads = Vec::with_capacity(workers);
+        for core in 0..workers {
+            let (bound_tx, bound_rx) = mpsc::channel();
+            let shared = Arc::clone(&shared);
+            let driver = options.driver;
+            let thread = std::thread::Builder::new()
+                .name(format!("iop-edge-{core}"))
+                .spawn(move || {
+                    let run = block_on(driver, async move {
+                        let listener = match bind(addr) {
+                            Ok(l) => l,
+                            Err(e) => {
+                                let _ = bound_tx.send(Err(e));
+                                return;
+                            }
+                        };
+                        let _ = bound_tx.send(listener.local_addr());
+                        serve_core(core, listener, shared).await;
+                    });
+                    if let Err(e) = run {
+                        tracing::error!(core, error = %e, "edge runtime failed to start");
+                    }
+                })?;
+            threads.push(thread);
+            match bound_rx.recv() {
+                Ok(Ok(bound)) => addr = bound,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(io::Error::other(format!("edge core {core} failed to start"))),
+            }
+        }
+        Ok(Self {
+            node_addr: addr,
+            registry: Arc::clone(&shared.registry),
+            bus: shared.bus.clone(),
+            workers,
+            threads,
+        })
+    }
+
+    /// Blocks until every core stops (they run until the process exits).
+    pub fn join(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The config is the node directory: tokens from `nodes[]`, payloads built
+/// from each record.
+impl NodeDirectory for EdgeConfig {
+    fn authenticate(&self, token: &str) -> Option<String> {
+        self.nodes().lookup(token).map(|record| record.id.clone())
+    }
+
+    fn build_payload(&self, node_id: &str, peer_max_frame_len: u32) -> Result<NodeConfigPayload, String> {
+        let record = self
+            .nodes()
+            .get(node_id)
+            .ok_or_else(|| format!("node {node_id} is no longer configured"))?;
+        let link = self.link();
+        // A peer that announced no limit gets at most what the Edge accepts.
+        let peer_max = if peer_max_frame_len == 0 {
+            link.max_frame_len
+        } else {
+            peer_max_frame_len
+        };
+        record
+            .build_payload(link, CONFIG_REVISION, peer_max)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The config revision sent to nodes. The config is immutable for the
+/// process's life today; a reload will increase it.
+const CONFIG_REVISION: u64 = 1;

@@ -1,0 +1,110 @@
+//! `iop-node`: the IOP Node.
+//!
+//! Dials the Edge, registers with its token, applies the config the Edge
+//! sends, and stays linked (reconnecting with backoff). Runs and tunnels
+//! arrive with the execution milestones.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use framing::frame::DEFAULT_MAX_FRAME_LEN;
+use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
+use framing::link::{HeartbeatConfig, reject_reason_name};
+use framing::timer::ClockSource;
+use node_runner::link::LinkClientConfig;
+use node_runner::link::session::NodeSessionConfig;
+use node_runner::link::supervisor::{SupervisorExit, supervise};
+
+/// The IOP Node: runs next to model servers and serves them to the Edge.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The Edge's node socket, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    edge: String,
+    /// The node's token (prefer the IOP_NODE_TOKEN environment variable:
+    /// command lines are visible to other users).
+    #[arg(long, env = "IOP_NODE_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Directory for the Node's local state (run store).
+    #[arg(long, default_value = "./iop-node-data")]
+    data_dir: PathBuf,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Exit code when the Edge refuses this node for good (unknown token).
+const EXIT_REJECTED: u8 = 2;
+
+fn main() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    if args.token.is_empty() {
+        anyhow::bail!("--token (or IOP_NODE_TOKEN) must not be empty");
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
+    let edge = resolve(&args.edge)?;
+    let requested = std::env::var(IO_DRIVER_ENV).ok();
+    let driver = IoDriver::resolve(requested.as_deref(), monoio::utils::detect_uring())?;
+    let config = LinkClientConfig {
+        edge,
+        session: NodeSessionConfig {
+            token: args.token,
+            instance_id: format!("{:016x}", fastrand::u64(..)),
+            max_frame_len: u32::try_from(DEFAULT_MAX_FRAME_LEN).unwrap_or(u32::MAX),
+            handshake_timeout_ms: 10_000,
+            heartbeat: HeartbeatConfig::default(),
+        },
+        tick_ms: 100,
+        clock: ClockSource::Coarse,
+    };
+    tracing::info!(event = "node_starting", driver = driver.as_str(), edge = %edge, "node_starting");
+    let exit = match driver {
+        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(supervise(&config, None, |_| {})),
+        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(supervise(&config, None, |_| {})),
+    };
+    match exit {
+        SupervisorExit::PermanentRejection { reason, message } => {
+            eprintln!(
+                "iop-node: the edge at {edge} refused this node ({}): {message}",
+                reject_reason_name(reason)
+            );
+            Ok(ExitCode::from(EXIT_REJECTED))
+        }
+        SupervisorExit::ConnectionLimit => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn resolve(edge: &str) -> anyhow::Result<SocketAddr> {
+    edge.to_socket_addrs()
+        .with_context(|| format!("--edge {edge:?} is not HOST:PORT"))?
+        .next()
+        .with_context(|| format!("--edge {edge:?} resolves to no address"))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IOP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

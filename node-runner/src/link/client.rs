@@ -1,0 +1,280 @@
+//! The driver of one link connection: dial, run the session over the socket,
+//! report how it ended.
+//!
+//! Three tasks on the Node's link core: the reader (decode → session), the
+//! writer (session outputs → socket, coalescing what is queued) and the timer
+//! (handshake deadline and heartbeat). The session is a `RefCell` borrowed
+//! only between awaits.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use framing::frame::{FrameDecoder, FrameEncoder};
+use framing::link::CloseReason;
+use framing::timer::{ClockSource, DriverClock};
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable};
+use monoio::net::TcpStream;
+use proto::v1::{NodeConfigPayload, RegisterRejectReason};
+
+use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
+
+/// Bytes reserved in the receive buffer before each read.
+const READ_RESERVE: usize = 64 * 1024;
+
+/// Settings of one connection attempt.
+#[derive(Debug, Clone)]
+pub struct LinkClientConfig {
+    /// The Edge's node socket.
+    pub edge: SocketAddr,
+    /// Identity, limits and timings.
+    pub session: NodeSessionConfig,
+    /// Longest the timer task sleeps between clock reads, in ms.
+    pub tick_ms: u64,
+    /// The clock to read.
+    pub clock: ClockSource,
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionEnd {
+    /// Why it closed.
+    pub reason: CloseReason,
+    /// The node id and generation, if registration was accepted.
+    pub registered: Option<(String, u64)>,
+    /// Whether readiness completed.
+    pub was_ready: bool,
+    /// The rejection, if the Edge refused the registration.
+    pub rejected: Option<Rejected>,
+    /// The config the Edge sent, if any.
+    pub config: Option<NodeConfigPayload>,
+}
+
+/// A refused registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The closed-set reason.
+    pub reason: RegisterRejectReason,
+    /// The Edge's detail.
+    pub message: String,
+    /// Whether retrying cannot help.
+    pub permanent: bool,
+}
+
+enum WriteCmd {
+    Frame(Bytes),
+    Close,
+}
+
+struct Link {
+    session: RefCell<NodeSession>,
+    encoder: RefCell<FrameEncoder>,
+    clock: DriverClock,
+    tx: local_sync::mpsc::unbounded::Tx<WriteCmd>,
+    canceller: RefCell<Canceller>,
+    closing: Cell<bool>,
+    end: RefCell<ConnectionEnd>,
+}
+
+/// Dials the Edge and runs one connection to its end. Call inside a monoio
+/// runtime. A failed dial is reported as an `io_error` end.
+pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
+    let mut end = ConnectionEnd {
+        reason: CloseReason::IoError,
+        registered: None,
+        was_ready: false,
+        rejected: None,
+        config: None,
+    };
+    let stream = match monoio::time::timeout(
+        Duration::from_millis(config.session.handshake_timeout_ms.max(1)),
+        TcpStream::connect(config.edge),
+    )
+    .await
+    {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(edge = %config.edge, %error, "dial failed");
+            return end;
+        }
+        Err(_) => {
+            end.reason = CloseReason::RegisterTimeout;
+            return end;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let clock = DriverClock::new(&config.clock);
+    let now = clock.refresh();
+    let (tx, rx) = local_sync::mpsc::unbounded::channel();
+    let max_frame_len = config.session.max_frame_len as usize;
+    let link = Rc::new(Link {
+        session: RefCell::new(NodeSession::new(config.session.clone(), now)),
+        encoder: RefCell::new(FrameEncoder::new(max_frame_len)),
+        clock,
+        tx,
+        canceller: RefCell::new(Canceller::new()),
+        closing: Cell::new(false),
+        end: RefCell::new(end),
+    });
+    link.pump();
+    let (read_half, write_half) = stream.into_split();
+    let writer = monoio::spawn(Rc::clone(&link).write_loop(write_half, rx));
+    let timer = monoio::spawn(Rc::clone(&link).timer_loop(config.tick_ms));
+    Rc::clone(&link).read_loop(read_half, max_frame_len).await;
+    writer.await;
+    timer.await;
+    link.end.borrow().clone()
+}
+
+impl Link {
+    async fn read_loop(self: Rc<Self>, mut read_half: monoio::io::OwnedReadHalf<TcpStream>, max_frame_len: usize) {
+        let mut decoder = FrameDecoder::new(max_frame_len);
+        let mut buf = BytesMut::with_capacity(READ_RESERVE);
+        // Stop reading as soon as the session has closed (the writer flushes
+        // and shuts the socket down); a closed socket's read returns at once,
+        // and looping on it would starve the core.
+        while !self.closing.get() && !self.session.borrow().is_closed() {
+            if buf.capacity() - buf.len() < READ_RESERVE / 4 {
+                buf.reserve(READ_RESERVE);
+            }
+            let handle = self.canceller.borrow().handle();
+            let (result, returned) = read_half.cancelable_read(buf, handle).await;
+            buf = returned;
+            let now = self.clock.refresh();
+            match result {
+                Ok(0) => self.session.borrow_mut().handle_closed(CloseReason::PeerClosed),
+                Err(_) if self.closing.get() => {}
+                Err(_) => self.session.borrow_mut().handle_closed(CloseReason::IoError),
+                Ok(_) => loop {
+                    match decoder.decode(&mut buf) {
+                        Ok(Some(envelope)) => self.session.borrow_mut().handle_envelope(envelope, now),
+                        Ok(None) => break,
+                        Err(error) => {
+                            tracing::warn!(%error, "refused frame from the edge");
+                            self.session.borrow_mut().handle_frame_error(&error);
+                            break;
+                        }
+                    }
+                    if self.session.borrow().is_closed() {
+                        break;
+                    }
+                },
+            }
+            self.pump();
+        }
+    }
+
+    async fn write_loop(
+        self: Rc<Self>,
+        mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
+        mut rx: local_sync::mpsc::unbounded::Rx<WriteCmd>,
+    ) {
+        let mut batch = BytesMut::new();
+        while let Some(cmd) = rx.recv().await {
+            let mut close = matches!(cmd, WriteCmd::Close);
+            if let WriteCmd::Frame(frame) = cmd {
+                batch.extend_from_slice(&frame);
+            }
+            while !close {
+                match rx.try_recv() {
+                    Ok(WriteCmd::Frame(frame)) => batch.extend_from_slice(&frame),
+                    Ok(WriteCmd::Close) => close = true,
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                let (result, returned) = write_half.write_all(batch).await;
+                batch = returned;
+                batch.clear();
+                if result.is_err() {
+                    self.session.borrow_mut().handle_closed(CloseReason::IoError);
+                    self.pump();
+                    break;
+                }
+            }
+            if close {
+                break;
+            }
+        }
+        let _ = write_half.shutdown().await;
+        self.closing.set(true);
+        let canceller = self.canceller.replace(Canceller::new());
+        drop(canceller.cancel());
+    }
+
+    async fn timer_loop(self: Rc<Self>, tick_ms: u64) {
+        let tick = Duration::from_millis(tick_ms.max(1));
+        while !self.closing.get() {
+            let now = self.clock.refresh();
+            let due = self.session.borrow().poll_timeout();
+            match due {
+                None => return,
+                Some(at) if now >= at => {
+                    self.session.borrow_mut().handle_timeout(now);
+                    self.pump();
+                }
+                Some(at) => {
+                    let sleep = Duration::from_millis(at - now).min(tick);
+                    monoio::time::sleep(sleep).await;
+                }
+            }
+        }
+    }
+
+    fn pump(&self) {
+        loop {
+            let Some(output) = self.session.borrow_mut().poll_output() else { break };
+            match output {
+                NodeOutput::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
+                    Ok(frame) => {
+                        let _ = self.tx.send(WriteCmd::Frame(frame));
+                    }
+                    Err(error) => tracing::error!(%error, "could not encode a frame for the edge"),
+                },
+                NodeOutput::Registered {
+                    node_id,
+                    generation,
+                    config,
+                } => {
+                    tracing::info!(
+                        event = "node_registered",
+                        node_id = %node_id,
+                        generation,
+                        providers = config.providers.len(),
+                        "node_registered"
+                    );
+                    let mut end = self.end.borrow_mut();
+                    end.registered = Some((node_id, generation));
+                    end.config = Some(config);
+                }
+                NodeOutput::Ready => {
+                    let mut end = self.end.borrow_mut();
+                    end.was_ready = true;
+                    let (node_id, generation) = end.registered.clone().unwrap_or_default();
+                    tracing::info!(event = "node_ready", node_id = %node_id, generation, "node_ready");
+                }
+                NodeOutput::Rejected {
+                    reason,
+                    message,
+                    permanent,
+                } => {
+                    self.end.borrow_mut().rejected = Some(Rejected {
+                        reason,
+                        message,
+                        permanent,
+                    });
+                }
+                NodeOutput::Deliver(envelope) => {
+                    // Runs, tunnels and commands arrive in a later milestone.
+                    tracing::debug!(stream_id = envelope.stream_id, "work frame dropped: no handler yet");
+                }
+                NodeOutput::Close(reason) => {
+                    self.end.borrow_mut().reason = reason;
+                    let _ = self.tx.send(WriteCmd::Close);
+                }
+            }
+        }
+    }
+}
