@@ -1,0 +1,424 @@
+//! The Edge–Node link end to end: the real Edge server and the real Node
+//! link client (in-process, on a shared manual clock), and the real
+//! `iop-edge` / `iop-node` binaries as processes for SIGKILL.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use edge_proxy::config::EdgeConfig;
+use edge_proxy::events::LifecycleEvent;
+use edge_proxy::server::{EdgeServer, StartOptions};
+use framing::frame::{FrameDecoder, FrameEncoder};
+use framing::io_driver::IoDriver;
+use framing::link::{CloseReason, HeartbeatConfig};
+use framing::timer::{ClockSource, SharedManualClock};
+use node_runner::link::LinkClientConfig;
+use node_runner::link::session::NodeSessionConfig;
+use node_runner::link::supervisor::{SupervisorExit, supervise};
+use proto::Envelope;
+use proto::v1::{HeartbeatPong, NodeReadyRequest, RegisterRequest, envelope::Msg};
+use tokio::sync::broadcast;
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+const CONFIG: &str = r#"
+listen:
+  ingress: 127.0.0.1:0
+  nodes: 127.0.0.1:0
+nodes:
+  - id: node-a
+    token: tok-a
+    providers:
+      - id: prov-a
+        kind: openai_compat
+        base_url: http://127.0.0.1:8000
+        targets: [m]
+model_groups:
+  - name: m
+    providers: [prov-a]
+"#;
+
+fn drivers() -> Vec<IoDriver> {
+    let mut all = vec![IoDriver::Epoll];
+    if monoio::utils::detect_uring() {
+        all.push(IoDriver::Uring);
+    }
+    all
+}
+
+fn start_edge(
+    driver: IoDriver,
+    clock: &SharedManualClock,
+) -> (EdgeServer, broadcast::Receiver<LifecycleEvent>) {
+    let config = EdgeConfig::from_yaml_str(CONFIG, "e2e.yaml").expect("valid config");
+    let mut options = StartOptions::new(driver);
+    options.workers = 2;
+    options.clock = ClockSource::Manual(clock.clone());
+    options.tick_ms = 5;
+    let server = EdgeServer::start(config, options).expect("edge starts");
+    let events = server.bus.subscribe();
+    (server, events)
+}
+
+fn next_event(events: &mut broadcast::Receiver<LifecycleEvent>) -> LifecycleEvent {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match events.try_recv() {
+            Ok(event) => return event,
+            Err(broadcast::error::TryRecvError::Empty) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("no lifecycle event: {e:?}"),
+        }
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The real node link client, supervised, on its own runtime thread.
+fn start_node(
+    driver: IoDriver,
+    edge: &EdgeServer,
+    clock: &SharedManualClock,
+    token: &str,
+) -> mpsc::Receiver<SupervisorExit> {
+    let config = LinkClientConfig {
+        edge: edge.node_addr,
+        session: NodeSessionConfig {
+            token: token.into(),
+            instance_id: "e2e".into(),
+            max_frame_len: 1 << 20,
+            handshake_timeout_ms: 10_000,
+            heartbeat: HeartbeatConfig::default(),
+        },
+        tick_ms: 5,
+        clock: ClockSource::Manual(clock.clone()),
+    };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let exit = edge_proxy::runtime::block_on(driver, async move {
+            supervise(&config, Some(1), |_| {}).await
+        })
+        .expect("node runtime");
+        let _ = tx.send(exit);
+    });
+    rx
+}
+
+#[test]
+fn a_linked_node_stays_up_for_ten_simulated_minutes() {
+    for driver in drivers() {
+        let clock = SharedManualClock::new(0);
+        let (edge, mut events) = start_edge(driver, &clock);
+        let node_exit = start_node(driver, &edge, &clock, "tok-a");
+        assert!(matches!(
+            next_event(&mut events),
+            LifecycleEvent::Registered { generation: 1, .. }
+        ));
+        assert!(matches!(
+            next_event(&mut events),
+            LifecycleEvent::Ready { generation: 1, .. }
+        ));
+
+        // Twenty heartbeat intervals: both sides ping, both answer.
+        clock.advance(30_000);
+        wait_until("the first heartbeat round trip", || {
+            edge.registry
+                .status()
+                .first()
+                .is_some_and(|s| s.last_heartbeat_rtt_us.is_some())
+        });
+        for step in 2..=20u64 {
+            clock.advance(30_000);
+            std::thread::sleep(Duration::from_millis(15)); // let pings and pongs cross
+            assert!(
+                edge.registry.dispatchable("node-a").is_some(),
+                "{driver:?} step {step}"
+            );
+        }
+        assert!(
+            events.try_recv().is_err(),
+            "no lifecycle event: the link never dropped"
+        );
+        assert!(node_exit.try_recv().is_err(), "the node is still linked");
+    }
+}
+
+#[test]
+fn a_busy_node_that_answers_within_the_wait_is_never_closed() {
+    // A fake node that is "busy" (a long prefill stand-in) and answers the
+    // Edge's ping only after 44 s of silence: within the 45 s wait.
+    for driver in drivers() {
+        let clock = SharedManualClock::new(0);
+        let (edge, mut events) = start_edge(driver, &clock);
+        let mut stream = TcpStream::connect(edge.node_addr).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut enc = FrameEncoder::default();
+        let mut dec = FrameDecoder::default();
+        let mut buf = bytes::BytesMut::new();
+        let mut send = |stream: &mut TcpStream, msg: Msg| {
+            stream
+                .write_all(
+                    &enc.encode(&Envelope {
+                        stream_id: 0,
+                        msg: Some(msg),
+                    })
+                    .unwrap(),
+                )
+                .unwrap();
+        };
+        let mut recv = |stream: &mut TcpStream| -> Envelope {
+            loop {
+                if let Some(env) = dec.decode(&mut buf).unwrap() {
+                    return env;
+                }
+                let mut chunk = [0u8; 4096];
+                let n = std::io::Read::read(stream, &mut chunk).expect("edge is alive");
+                assert!(n > 0, "the edge closed a busy but live node");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        };
+        send(
+            &mut stream,
+            Msg::RegisterRequest(RegisterRequest {
+                token: "tok-a".into(),
+                ..Default::default()
+            }),
+        );
+        assert!(matches!(recv(&mut stream).msg, Some(Msg::RegisterResponse(r)) if r.accepted));
+        send(
+            &mut stream,
+            Msg::NodeReadyRequest(NodeReadyRequest::default()),
+        );
+        recv(&mut stream);
+        next_event(&mut events);
+        next_event(&mut events);
+
+        for round in 0..8 {
+            clock.advance(30_000);
+            let Some(Msg::HeartbeatPing(ping)) = recv(&mut stream).msg else {
+                panic!("expected a ping")
+            };
+            clock.advance(44_000); // busy: no answer for 44 s
+            std::thread::sleep(Duration::from_millis(20));
+            send(
+                &mut stream,
+                Msg::HeartbeatPong(HeartbeatPong { seq: ping.seq }),
+            );
+            wait_until("the pong to land", || {
+                edge.registry
+                    .status()
+                    .first()
+                    .is_some_and(|s| s.last_heartbeat_rtt_us.is_some())
+            });
+            assert!(
+                edge.registry.dispatchable("node-a").is_some(),
+                "{driver:?} round {round}"
+            );
+        }
+        assert!(events.try_recv().is_err(), "never disconnected");
+    }
+}
+
+#[test]
+fn an_unknown_token_stops_the_node_instead_of_retrying() {
+    for driver in drivers() {
+        let clock = SharedManualClock::new(0);
+        let (edge, _events) = start_edge(driver, &clock);
+        let exit = start_node(driver, &edge, &clock, "wrong")
+            .recv_timeout(PATIENCE)
+            .expect("node stops");
+        assert!(
+            matches!(exit, SupervisorExit::PermanentRejection { .. }),
+            "{exit:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Real processes
+// ---------------------------------------------------------------------------
+
+/// The workspace's target dir holding the binaries (`target/debug`).
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Spawns `cmd` and returns it with a channel of its stderr lines.
+fn spawn_logged(mut cmd: Command) -> (Process, mpsc::Receiver<String>) {
+    let mut child = cmd
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Process(child), rx)
+}
+
+fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no log line containing {needle:?}: {e}"),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn sigkill_of_the_node_process_is_seen_as_a_disconnect() {
+    for driver in drivers() {
+        let dir = std::env::temp_dir().join(format!(
+            "iop-e2e-{}-{}",
+            std::process::id(),
+            driver.as_str()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port();
+        let config = dir.join("edge.yaml");
+        std::fs::write(
+            &config,
+            CONFIG.replace("nodes: 127.0.0.1:0", &format!("nodes: 127.0.0.1:{port}")),
+        )
+        .unwrap();
+
+        let mut edge_cmd = Command::new(bin("iop-edge"));
+        edge_cmd.args([
+            "--config",
+            config.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--log-format",
+            "json",
+        ]);
+        edge_cmd.env("IOP_IO_DRIVER", driver.as_str());
+        let (_edge, edge_log) = spawn_logged(edge_cmd);
+        let started = wait_for_line(&edge_log, "edge_started");
+        assert!(
+            started.contains(&format!("\"driver\":\"{}\"", driver.as_str())),
+            "{started}"
+        );
+
+        let mut node_cmd = Command::new(bin("iop-node"));
+        node_cmd.args([
+            "--edge",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+            dir.join("node").to_str().unwrap(),
+        ]);
+        node_cmd
+            .env("IOP_NODE_TOKEN", "tok-a")
+            .env("IOP_IO_DRIVER", driver.as_str());
+        let (mut node, _node_log) = spawn_logged(node_cmd);
+        let ready = wait_for_line(&edge_log, "node_ready");
+        assert!(ready.contains("\"node_id\":\"node-a\""), "{ready}");
+
+        node.0.kill().expect("SIGKILL the node");
+        let gone = wait_for_line(&edge_log, "node_disconnected");
+        assert!(
+            gone.contains(CloseReason::PeerClosed.as_str())
+                || gone.contains(CloseReason::IoError.as_str()),
+            "{gone}"
+        );
+
+        // A new node process gets the next generation.
+        let mut node_cmd = Command::new(bin("iop-node"));
+        node_cmd.args([
+            "--edge",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+            dir.join("node").to_str().unwrap(),
+        ]);
+        node_cmd
+            .env("IOP_NODE_TOKEN", "tok-a")
+            .env("IOP_IO_DRIVER", driver.as_str());
+        let (_node2, _log2) = spawn_logged(node_cmd);
+        let ready = wait_for_line(&edge_log, "node_ready");
+        assert!(ready.contains("\"generation\":2"), "{ready}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_rejected_node_process_exits_non_zero_with_a_clear_message() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("iop-e2e-rej-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("edge.yaml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("nodes: 127.0.0.1:0", &format!("nodes: 127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let mut edge_cmd = Command::new(bin("iop-edge"));
+    edge_cmd.args(["--config", config.to_str().unwrap(), "--workers", "1"]);
+    let (_edge, edge_log) = spawn_logged(edge_cmd);
+    wait_for_line(&edge_log, "edge_started");
+
+    let output = Command::new(bin("iop-node"))
+        .args([
+            "--edge",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+            dir.join("n").to_str().unwrap(),
+        ])
+        .env("IOP_NODE_TOKEN", "not-a-token")
+        .output()
+        .expect("run iop-node");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown_token"), "{stderr}");
+    assert!(
+        !stderr.contains("not-a-token"),
+        "the token must never be logged: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
