@@ -34,6 +34,9 @@ if [ -z "${IOP_TEST_SKIP_LINT:-}" ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
+step "cargo build (binaries the end-to-end tests start as processes)"
+cargo build --workspace --bins --locked
+
 step "cargo test (unit, integration, property, fuzz smoke; benches run once in test mode)"
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
