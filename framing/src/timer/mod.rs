@@ -109,6 +109,7 @@
 //! ```
 
 mod clock;
+mod source;
 mod wheel;
 
 #[cfg(test)]
@@ -117,6 +118,7 @@ mod tests;
 use std::time::Duration;
 
 pub use clock::{Clock, CoarseClock, ManualClock};
+pub use source::{ClockSource, DriverClock, SharedManualClock};
 pub use wheel::{
     Expired, LEVELS, MAX_TIME_MS, MAX_TIMERS, SLOTS_PER_LEVEL, TimerKey, TimerStats, TimerWheel,
     WHEEL_SPAN_MS,
