@@ -107,7 +107,10 @@ mod tests {
                 generation,
             });
         }
-        assert!(matches!(slow.try_recv(), Err(broadcast::error::TryRecvError::Lagged(10))));
+        assert!(matches!(
+            slow.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(10))
+        ));
         assert_eq!(
             slow.try_recv().unwrap(),
             LifecycleEvent::Ready {

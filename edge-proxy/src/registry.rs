@@ -28,7 +28,11 @@ pub trait NodeDirectory: Send + Sync {
     fn authenticate(&self, token: &str) -> Option<String>;
     /// Builds the node's config payload for a peer that accepts frames up to
     /// `peer_max_frame_len` bytes (0 = unknown), or says why it cannot.
-    fn build_payload(&self, node_id: &str, peer_max_frame_len: u32) -> Result<NodeConfigPayload, String>;
+    fn build_payload(
+        &self,
+        node_id: &str,
+        peer_max_frame_len: u32,
+    ) -> Result<NodeConfigPayload, String>;
 }
 
 /// A live connection's status, for `TRANSPORT_STATUS` and operators.
@@ -117,7 +121,10 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 reason: RegisterRejectReason::DuplicateConnection,
             });
         }
-        let config = match self.directory.build_payload(&node_id, request.max_frame_len) {
+        let config = match self
+            .directory
+            .build_payload(&node_id, request.max_frame_len)
+        {
             Ok(config) => config,
             Err(why) => {
                 return Err(Rejection {
@@ -157,7 +164,11 @@ impl<D: NodeDirectory> NodeRegistry<D> {
     /// Ends `generation` if it is the live one; otherwise does nothing.
     pub fn release(&self, node_id: &str, generation: u64) {
         if let Some(slot) = self.slots().get_mut(node_id) {
-            if slot.live.as_ref().is_some_and(|l| l.generation == generation) {
+            if slot
+                .live
+                .as_ref()
+                .is_some_and(|l| l.generation == generation)
+            {
                 slot.live = None;
             }
         }
@@ -185,7 +196,12 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         let mut nodes: Vec<_> = self
             .slots()
             .iter()
-            .filter_map(|(id, s)| s.live.as_ref().filter(|l| l.ready).map(|l| (id.clone(), l.generation)))
+            .filter_map(|(id, s)| {
+                s.live
+                    .as_ref()
+                    .filter(|l| l.ready)
+                    .map(|l| (id.clone(), l.generation))
+            })
             .collect();
         nodes.sort();
         nodes

@@ -116,7 +116,11 @@ impl EdgeServer {
             match bound_rx.recv() {
                 Ok(Ok(bound)) => addr = bound,
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(io::Error::other(format!("edge core {core} failed to start"))),
+                Err(_) => {
+                    return Err(io::Error::other(format!(
+                        "edge core {core} failed to start"
+                    )));
+                }
             }
         }
         Ok(Self {
@@ -143,7 +147,11 @@ impl NodeDirectory for EdgeConfig {
         self.nodes().lookup(token).map(|record| record.id.clone())
     }
 
-    fn build_payload(&self, node_id: &str, peer_max_frame_len: u32) -> Result<NodeConfigPayload, String> {
+    fn build_payload(
+        &self,
+        node_id: &str,
+        peer_max_frame_len: u32,
+    ) -> Result<NodeConfigPayload, String> {
         let record = self
             .nodes()
             .get(node_id)

@@ -19,7 +19,8 @@ use framing::link::CloseReason;
 use framing::timer::{ClockSource, SharedManualClock};
 use proto::Envelope;
 use proto::v1::{
-    HeartbeatPong, NodeReadyRequest, RegisterRejectReason, RegisterRequest, RegisterResponse, RunEvent, envelope::Msg,
+    HeartbeatPong, NodeReadyRequest, RegisterRejectReason, RegisterRequest, RegisterResponse,
+    RunEvent, envelope::Msg,
 };
 use tokio::sync::broadcast;
 
@@ -76,7 +77,11 @@ fn start(driver: IoDriver) -> Edge {
     options.tick_ms = 5;
     let server = EdgeServer::start(config, options).expect("edge starts");
     let events = server.bus.subscribe();
-    Edge { server, clock, events }
+    Edge {
+        server,
+        clock,
+        events,
+    }
 }
 
 impl Edge {
@@ -124,7 +129,13 @@ impl FakeNode {
     }
 
     fn send(&mut self, stream_id: u64, msg: Msg) {
-        let frame = self.encoder.encode(&Envelope { stream_id, msg: Some(msg) }).unwrap();
+        let frame = self
+            .encoder
+            .encode(&Envelope {
+                stream_id,
+                msg: Some(msg),
+            })
+            .unwrap();
         self.stream.write_all(&frame).unwrap();
     }
 
@@ -135,7 +146,11 @@ impl FakeNode {
     /// The next envelope, or None when the Edge closed the connection.
     fn recv(&mut self) -> Option<Envelope> {
         loop {
-            if let Some(env) = self.decoder.decode(&mut self.buf).expect("edge sends valid frames") {
+            if let Some(env) = self
+                .decoder
+                .decode(&mut self.buf)
+                .expect("edge sends valid frames")
+            {
                 return Some(env);
             }
             let mut chunk = [0u8; 4096];
@@ -170,7 +185,10 @@ impl FakeNode {
     }
 
     fn ready(&mut self) {
-        self.send(0, Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }));
+        self.send(
+            0,
+            Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }),
+        );
         match self.recv().and_then(|e| e.msg) {
             Some(Msg::NodeReadyResponse(r)) => assert!(r.accepted),
             other => panic!("expected NodeReadyResponse, got {other:?}"),
@@ -185,18 +203,34 @@ fn happy_handshake_and_ready_gating() {
         let mut node = FakeNode::connect(&edge);
         let response = node.register("tok-a");
         assert!(response.accepted, "{driver:?}");
-        assert_eq!((response.node_id.as_str(), response.generation), ("node-a", 1));
+        assert_eq!(
+            (response.node_id.as_str(), response.generation),
+            ("node-a", 1)
+        );
         let config = response.config.expect("config payload");
         assert_eq!(config.providers.len(), 1);
         assert_eq!(config.providers[0].provider_id, "prov-a");
         assert!(config.providers[0].supports_tunnel);
         assert_eq!(
             edge.next_event(),
-            LifecycleEvent::Registered { node_id: "node-a".into(), generation: 1 }
+            LifecycleEvent::Registered {
+                node_id: "node-a".into(),
+                generation: 1
+            }
         );
-        assert_eq!(edge.server.registry.dispatchable("node-a"), None, "no dispatch before NodeReady");
+        assert_eq!(
+            edge.server.registry.dispatchable("node-a"),
+            None,
+            "no dispatch before NodeReady"
+        );
         node.ready();
-        assert_eq!(edge.next_event(), LifecycleEvent::Ready { node_id: "node-a".into(), generation: 1 });
+        assert_eq!(
+            edge.next_event(),
+            LifecycleEvent::Ready {
+                node_id: "node-a".into(),
+                generation: 1
+            }
+        );
         assert!(edge.server.registry.dispatchable("node-a").is_some());
         assert_eq!(edge.server.registry.status()[0].state, "ready");
     }
@@ -209,12 +243,24 @@ fn unknown_token_is_rejected_and_leaves_nothing_behind() {
         let mut node = FakeNode::connect(&edge);
         let response = node.register("tok-nope");
         assert!(!response.accepted);
-        assert_eq!(response.reject_reason, RegisterRejectReason::UnknownToken as i32);
-        assert!(!response.message.contains("tok-nope"), "the token must not be echoed");
-        assert!(node.recv_until_closed().is_empty(), "the edge closes after rejecting");
+        assert_eq!(
+            response.reject_reason,
+            RegisterRejectReason::UnknownToken as i32
+        );
+        assert!(
+            !response.message.contains("tok-nope"),
+            "the token must not be echoed"
+        );
+        assert!(
+            node.recv_until_closed().is_empty(),
+            "the edge closes after rejecting"
+        );
         assert_eq!(
             edge.next_event(),
-            LifecycleEvent::Rejected { node_id: None, reason: RegisterRejectReason::UnknownToken }
+            LifecycleEvent::Rejected {
+                node_id: None,
+                reason: RegisterRejectReason::UnknownToken
+            }
         );
         assert_eq!(edge.server.registry.live_count(), 0, "{driver:?}");
     }
@@ -223,13 +269,16 @@ fn unknown_token_is_rejected_and_leaves_nothing_behind() {
 #[test]
 fn duplicate_connection_is_rejected_and_the_first_stays() {
     for driver in drivers() {
-        let mut edge = start(driver);
+        let edge = start(driver);
         let mut first = FakeNode::connect(&edge);
         assert!(first.register("tok-a").accepted);
         first.ready();
         let mut second = FakeNode::connect(&edge);
         let response = second.register("tok-a");
-        assert_eq!(response.reject_reason, RegisterRejectReason::DuplicateConnection as i32);
+        assert_eq!(
+            response.reject_reason,
+            RegisterRejectReason::DuplicateConnection as i32
+        );
         assert!(second.recv_until_closed().is_empty());
         // The first connection still works: it answers a ping with a pong.
         first.send(0, Msg::HeartbeatPing(proto::v1::HeartbeatPing { seq: 77 }));
@@ -237,7 +286,10 @@ fn duplicate_connection_is_rejected_and_the_first_stays() {
             first.recv().and_then(|e| e.msg),
             Some(Msg::HeartbeatPong(HeartbeatPong { seq: 77 }))
         ));
-        assert_eq!(edge.server.registry.dispatchable("node-a").map(|(g, _)| g), Some(1));
+        assert_eq!(
+            edge.server.registry.dispatchable("node-a").map(|(g, _)| g),
+            Some(1)
+        );
     }
 }
 
@@ -257,7 +309,10 @@ fn config_that_does_not_fit_the_nodes_frame_limit_is_rejected() {
         let Some(Msg::RegisterResponse(response)) = node.recv().and_then(|e| e.msg) else {
             panic!("no response")
         };
-        assert_eq!(response.reject_reason, RegisterRejectReason::ConfigBuildFailed as i32);
+        assert_eq!(
+            response.reject_reason,
+            RegisterRejectReason::ConfigBuildFailed as i32
+        );
         assert!(node.recv_until_closed().is_empty());
         assert_eq!(edge.server.registry.live_count(), 0);
     }
@@ -319,10 +374,16 @@ fn clean_close_is_seen_at_once_and_reconnect_gets_the_next_generation() {
         let response = again.register("tok-a");
         assert_eq!(response.generation, 2, "{driver:?}");
         again.ready();
-        assert_eq!(edge.server.registry.dispatchable("node-a").map(|(g, _)| g), Some(2));
+        assert_eq!(
+            edge.server.registry.dispatchable("node-a").map(|(g, _)| g),
+            Some(2)
+        );
         // Anything bound to generation 1 is fenced: releasing it is a no-op.
         edge.server.registry.release("node-a", 1);
-        assert_eq!(edge.server.registry.dispatchable("node-a").map(|(g, _)| g), Some(2));
+        assert_eq!(
+            edge.server.registry.dispatchable("node-a").map(|(g, _)| g),
+            Some(2)
+        );
     }
 }
 
@@ -334,7 +395,10 @@ fn hostile_input_is_closed_and_leaves_no_state() {
         // Garbage bytes: not a frame length that fits, or not an envelope.
         let mut node = FakeNode::connect(&edge);
         node.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(node.recv_until_closed().is_empty(), "garbage closes the connection");
+        assert!(
+            node.recv_until_closed().is_empty(),
+            "garbage closes the connection"
+        );
 
         // A frame over the maximum (announces 64 MiB + 1).
         let mut node = FakeNode::connect(&edge);

@@ -25,7 +25,9 @@ pub enum IoDriver {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IoDriverError {
     /// `uring` was forced but the kernel refuses io_uring.
-    #[error("{IO_DRIVER_ENV}=uring, but io_uring is refused here (kernel.io_uring_disabled or seccomp)")]
+    #[error(
+        "{IO_DRIVER_ENV}=uring, but io_uring is refused here (kernel.io_uring_disabled or seccomp)"
+    )]
     UringRefused,
     /// The value is not a driver name.
     #[error("{IO_DRIVER_ENV}={0:?}: expected uring, epoll or auto")]
@@ -45,7 +47,11 @@ impl IoDriver {
     /// set, else io_uring when `uring_supported`, else epoll.
     pub fn resolve(requested: Option<&str>, uring_supported: bool) -> Result<Self, IoDriverError> {
         match requested.map(str::trim).filter(|s| !s.is_empty()) {
-            None | Some("auto") => Ok(if uring_supported { Self::Uring } else { Self::Epoll }),
+            None | Some("auto") => Ok(if uring_supported {
+                Self::Uring
+            } else {
+                Self::Epoll
+            }),
             Some("epoll") => Ok(Self::Epoll),
             Some("uring") if uring_supported => Ok(Self::Uring),
             Some("uring") => Err(IoDriverError::UringRefused),
@@ -68,11 +74,17 @@ mod tests {
     fn resolution_table() {
         assert_eq!(IoDriver::resolve(None, true), Ok(IoDriver::Uring));
         assert_eq!(IoDriver::resolve(None, false), Ok(IoDriver::Epoll));
-        assert_eq!(IoDriver::resolve(Some(" auto "), false), Ok(IoDriver::Epoll));
+        assert_eq!(
+            IoDriver::resolve(Some(" auto "), false),
+            Ok(IoDriver::Epoll)
+        );
         assert_eq!(IoDriver::resolve(Some(""), true), Ok(IoDriver::Uring));
         assert_eq!(IoDriver::resolve(Some("epoll"), true), Ok(IoDriver::Epoll));
         assert_eq!(IoDriver::resolve(Some("uring"), true), Ok(IoDriver::Uring));
-        assert_eq!(IoDriver::resolve(Some("uring"), false), Err(IoDriverError::UringRefused));
+        assert_eq!(
+            IoDriver::resolve(Some("uring"), false),
+            Err(IoDriverError::UringRefused)
+        );
         assert_eq!(
             IoDriver::resolve(Some("kqueue"), true),
             Err(IoDriverError::Unknown("kqueue".into()))

@@ -226,9 +226,16 @@ mod tests {
         let mut hb = Heartbeat::new(CFG, 0);
         assert_eq!(hb.poll(30_000), HeartbeatAction::SendPing(1));
         assert_eq!(hb.next_deadline(), 75_000);
-        assert_eq!(hb.poll(74_999), HeartbeatAction::Idle, "no second ping while one is outstanding");
+        assert_eq!(
+            hb.poll(74_999),
+            HeartbeatAction::Idle,
+            "no second ping while one is outstanding"
+        );
         assert_eq!(hb.poll(75_000), HeartbeatAction::TimedOut);
-        assert!(!hb.on_pong(1, 75_001), "a pong after the timeout does not revive the link");
+        assert!(
+            !hb.on_pong(1, 75_001),
+            "a pong after the timeout does not revive the link"
+        );
         assert_eq!(hb.poll(80_000), HeartbeatAction::TimedOut);
     }
 
@@ -257,7 +264,13 @@ mod tests {
 
     #[test]
     fn close_reasons_have_stable_names() {
-        assert_eq!(CloseReason::HeartbeatTimeout.to_string(), "heartbeat_timeout");
-        assert_eq!(CloseReason::ProtocolViolation.as_str(), "protocol_violation");
+        assert_eq!(
+            CloseReason::HeartbeatTimeout.to_string(),
+            "heartbeat_timeout"
+        );
+        assert_eq!(
+            CloseReason::ProtocolViolation.as_str(),
+            "protocol_violation"
+        );
     }
 }

@@ -18,14 +18,16 @@ use bytes::{Bytes, BytesMut};
 use framing::frame::{FrameDecoder, FrameEncoder};
 use framing::link::CloseReason;
 use framing::timer::TimerKey;
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable};
+use monoio::io::{
+    AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
+};
 use monoio::net::TcpStream;
 
 use super::core::Core;
 use super::session::{EdgeSession, Output};
 use crate::events::LifecycleEvent;
-use framing::link::reject_reason_name;
 use crate::registry::{ConnRegistrar, NodeDirectory};
+use framing::link::reject_reason_name;
 
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
@@ -103,20 +105,30 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             buf = returned;
             let now = self.core.clock.refresh();
             match result {
-                Ok(0) => self.session.borrow_mut().handle_closed(CloseReason::PeerClosed, &self.registrar()),
+                Ok(0) => self
+                    .session
+                    .borrow_mut()
+                    .handle_closed(CloseReason::PeerClosed, &self.registrar()),
                 Err(_) if self.closing.get() => {}
-                Err(_) => self.session.borrow_mut().handle_closed(CloseReason::IoError, &self.registrar()),
+                Err(_) => self
+                    .session
+                    .borrow_mut()
+                    .handle_closed(CloseReason::IoError, &self.registrar()),
                 Ok(_) => loop {
                     match decoder.decode(&mut buf) {
                         Ok(Some(envelope)) => {
-                            self.session
-                                .borrow_mut()
-                                .handle_envelope(envelope, now, &self.registrar());
+                            self.session.borrow_mut().handle_envelope(
+                                envelope,
+                                now,
+                                &self.registrar(),
+                            );
                         }
                         Ok(None) => break,
                         Err(error) => {
                             tracing::warn!(peer = %self.peer, %error, "refused frame from node socket");
-                            self.session.borrow_mut().handle_frame_error(&error, &self.registrar());
+                            self.session
+                                .borrow_mut()
+                                .handle_frame_error(&error, &self.registrar());
                             break;
                         }
                     }
@@ -134,7 +146,8 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// Copies a new heartbeat round trip into the registry's status.
     fn publish_rtt(&self) {
         let session = self.session.borrow();
-        let (Some(rtt_ms), Some((node_id, generation))) = (session.last_rtt_ms(), session.node()) else {
+        let (Some(rtt_ms), Some((node_id, generation))) = (session.last_rtt_ms(), session.node())
+        else {
             return;
         };
         if self.last_rtt_ms.replace(Some(rtt_ms)) != Some(rtt_ms) {
@@ -189,7 +202,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// Called by the core ticker when this connection's timer fired.
     pub(crate) fn on_timer(self: &Rc<Self>, now: u64) {
         self.timer.set(None);
-        self.session.borrow_mut().handle_timeout(now, &self.registrar());
+        self.session
+            .borrow_mut()
+            .handle_timeout(now, &self.registrar());
         self.pump();
         self.rearm();
     }
@@ -203,13 +218,17 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// Carries out the session's outputs.
     fn pump(&self) {
         loop {
-            let Some(output) = self.session.borrow_mut().poll_output() else { break };
+            let Some(output) = self.session.borrow_mut().poll_output() else {
+                break;
+            };
             match output {
                 Output::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
                     Ok(frame) => {
                         let _ = self.tx.send(WriteCmd::Frame(frame));
                     }
-                    Err(error) => tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node"),
+                    Err(error) => {
+                        tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node")
+                    }
                 },
                 Output::Event(event) => {
                     if matches!(event, LifecycleEvent::Registered { .. }) {
@@ -243,7 +262,14 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     fn log_event(&self, event: &LifecycleEvent) {
         let name = event.name();
         match event {
-            LifecycleEvent::Registered { node_id, generation } | LifecycleEvent::Ready { node_id, generation } => {
+            LifecycleEvent::Registered {
+                node_id,
+                generation,
+            }
+            | LifecycleEvent::Ready {
+                node_id,
+                generation,
+            } => {
                 tracing::info!(event = name, node_id = %node_id, generation, core = self.core.id, peer = %self.peer, "{name}");
             }
             LifecycleEvent::Rejected { node_id, reason } => {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use framing::timer::{DriverClock, TimerKey, TimerWheel};
 
-use super::conn::Conn;
 use super::LinkShared;
+use super::conn::Conn;
 use crate::registry::NodeDirectory;
 
 /// Per-core state shared by the core's connection tasks (never across cores).
@@ -32,7 +32,12 @@ impl<D: NodeDirectory + 'static> Core<D> {
     }
 
     /// Arms, moves or disarms a connection's single timer entry.
-    pub(crate) fn arm(&self, conn: &Rc<Conn<D>>, key: Option<TimerKey>, deadline: Option<u64>) -> Option<TimerKey> {
+    pub(crate) fn arm(
+        &self,
+        conn: &Rc<Conn<D>>,
+        key: Option<TimerKey>,
+        deadline: Option<u64>,
+    ) -> Option<TimerKey> {
         let mut wheel = self.wheel.borrow_mut();
         match (key, deadline) {
             (Some(key), Some(at)) if wheel.reset(key, at) => Some(key),
@@ -58,7 +63,9 @@ impl<D: NodeDirectory + 'static> Core<D> {
         loop {
             let now = self.clock.refresh();
             let mut due = Vec::new();
-            self.wheel.borrow_mut().poll_expired(now, |expired| due.push(expired.value));
+            self.wheel
+                .borrow_mut()
+                .poll_expired(now, |expired| due.push(expired.value));
             for conn in due {
                 conn.on_timer(now);
             }

@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use monoio::net::{ListenerOpts, TcpListener};
 
-pub use framing::timer::ClockSource;
-use self::core::Core;
 use self::conn::Conn;
+use self::core::Core;
 use self::session::SessionConfig;
 use crate::events::EventBus;
 use crate::registry::{NodeDirectory, NodeRegistry};
+pub use framing::timer::ClockSource;
 
 /// Node socket settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves node connections accepted on `listener` on this core, forever.
 /// Call from inside a monoio runtime (one per core).
-pub async fn serve_core<D: NodeDirectory + 'static>(core_id: usize, listener: TcpListener, shared: Arc<LinkShared<D>>) {
+pub async fn serve_core<D: NodeDirectory + 'static>(
+    core_id: usize,
+    listener: TcpListener,
+    shared: Arc<LinkShared<D>>,
+) {
     let core = Core::new(core_id, shared);
     monoio::spawn(Rc::clone(&core).run_ticker());
     loop {

@@ -24,11 +24,11 @@ use std::collections::VecDeque;
 
 use framing::frame::FrameError;
 use framing::link::{CloseReason, Heartbeat, HeartbeatAction, HeartbeatConfig};
+use proto::Envelope;
 use proto::v1::{
     HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyResponse, RegisterRejectReason,
     RegisterRequest, RegisterResponse, envelope::Msg,
 };
-use proto::Envelope;
 
 use crate::events::LifecycleEvent;
 
@@ -124,9 +124,14 @@ impl EdgeSession {
     /// The registered node and its generation, once registered.
     pub fn node(&self) -> Option<(&str, u64)> {
         match &self.state {
-            State::Registered { node_id, generation } | State::Ready { node_id, generation } => {
-                Some((node_id, *generation))
+            State::Registered {
+                node_id,
+                generation,
             }
+            | State::Ready {
+                node_id,
+                generation,
+            } => Some((node_id, *generation)),
             _ => None,
         }
     }
@@ -153,10 +158,14 @@ impl EdgeSession {
         };
         match (&self.state, msg) {
             (State::Closed, _) => {}
-            (State::AwaitRegister { .. }, Msg::RegisterRequest(request)) if envelope.stream_id == 0 => {
+            (State::AwaitRegister { .. }, Msg::RegisterRequest(request))
+                if envelope.stream_id == 0 =>
+            {
                 self.register(request, now, registrar);
             }
-            (State::AwaitRegister { .. }, _) => self.close(CloseReason::ProtocolViolation, registrar),
+            (State::AwaitRegister { .. }, _) => {
+                self.close(CloseReason::ProtocolViolation, registrar)
+            }
             (_, Msg::HeartbeatPing(HeartbeatPing { seq })) => {
                 let pong = Msg::HeartbeatPong(HeartbeatPong { seq: *seq });
                 self.send(pong);
@@ -166,7 +175,13 @@ impl EdgeSession {
                     hb.on_pong(*seq, now);
                 }
             }
-            (State::Registered { node_id, generation }, Msg::NodeReadyRequest(_)) => {
+            (
+                State::Registered {
+                    node_id,
+                    generation,
+                },
+                Msg::NodeReadyRequest(_),
+            ) => {
                 let (node_id, generation) = (node_id.clone(), *generation);
                 if registrar.ready(&node_id, generation) {
                     self.send(Msg::NodeReadyResponse(NodeReadyResponse {
@@ -177,7 +192,10 @@ impl EdgeSession {
                         node_id: node_id.clone(),
                         generation,
                     }));
-                    self.state = State::Ready { node_id, generation };
+                    self.state = State::Ready {
+                        node_id,
+                        generation,
+                    };
                 } else {
                     // The generation was fenced under us (a newer one won).
                     self.send(Msg::NodeReadyResponse(NodeReadyResponse {
@@ -221,11 +239,17 @@ impl EdgeSession {
                 }
             }
             State::Registered { .. } | State::Ready { .. } => {
-                let Some(hb) = self.heartbeat.as_mut() else { return };
+                let Some(hb) = self.heartbeat.as_mut() else {
+                    return;
+                };
                 match hb.poll(now) {
                     HeartbeatAction::Idle => {}
-                    HeartbeatAction::SendPing(seq) => self.send(Msg::HeartbeatPing(HeartbeatPing { seq })),
-                    HeartbeatAction::TimedOut => self.close(CloseReason::HeartbeatTimeout, registrar),
+                    HeartbeatAction::SendPing(seq) => {
+                        self.send(Msg::HeartbeatPing(HeartbeatPing { seq }))
+                    }
+                    HeartbeatAction::TimedOut => {
+                        self.close(CloseReason::HeartbeatTimeout, registrar)
+                    }
                 }
             }
         }
@@ -236,7 +260,9 @@ impl EdgeSession {
         match &self.state {
             State::Closed => None,
             State::AwaitRegister { deadline } => Some(*deadline),
-            State::Registered { .. } | State::Ready { .. } => self.heartbeat.as_ref().map(Heartbeat::next_deadline),
+            State::Registered { .. } | State::Ready { .. } => {
+                self.heartbeat.as_ref().map(Heartbeat::next_deadline)
+            }
         }
     }
 
@@ -259,12 +285,16 @@ impl EdgeSession {
                     config: Some(config),
                     ..Default::default()
                 }));
-                self.out.push_back(Output::Event(LifecycleEvent::Registered {
-                    node_id: node_id.clone(),
-                    generation,
-                }));
+                self.out
+                    .push_back(Output::Event(LifecycleEvent::Registered {
+                        node_id: node_id.clone(),
+                        generation,
+                    }));
                 self.heartbeat = Some(Heartbeat::new(self.config.heartbeat, now));
-                self.state = State::Registered { node_id, generation };
+                self.state = State::Registered {
+                    node_id,
+                    generation,
+                };
             }
             Err(Rejection {
                 node_id,
@@ -294,13 +324,21 @@ impl EdgeSession {
     fn close(&mut self, reason: CloseReason, registrar: &impl Registrar) {
         match std::mem::replace(&mut self.state, State::Closed) {
             State::Closed => return,
-            State::Registered { node_id, generation } | State::Ready { node_id, generation } => {
+            State::Registered {
+                node_id,
+                generation,
+            }
+            | State::Ready {
+                node_id,
+                generation,
+            } => {
                 registrar.release(&node_id, generation, reason);
-                self.out.push_back(Output::Event(LifecycleEvent::Disconnected {
-                    node_id,
-                    generation,
-                    reason,
-                }));
+                self.out
+                    .push_back(Output::Event(LifecycleEvent::Disconnected {
+                        node_id,
+                        generation,
+                        reason,
+                    }));
             }
             State::AwaitRegister { .. } => {}
         }

@@ -1,8 +1,8 @@
 use framing::link::{CloseReason, HeartbeatConfig};
 use proto::Envelope;
 use proto::v1::{
-    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyRequest, RegisterRejectReason, RegisterRequest, RunEvent,
-    envelope::Msg,
+    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyRequest, RegisterRejectReason,
+    RegisterRequest, RunEvent, envelope::Msg,
 };
 
 use super::*;
@@ -17,7 +17,11 @@ impl NodeDirectory for Dir {
         token.strip_prefix("tok-").map(str::to_owned)
     }
 
-    fn build_payload(&self, node_id: &str, _peer_max_frame_len: u32) -> Result<NodeConfigPayload, String> {
+    fn build_payload(
+        &self,
+        node_id: &str,
+        _peer_max_frame_len: u32,
+    ) -> Result<NodeConfigPayload, String> {
         if node_id == "broken" {
             return Err("no providers".into());
         }
@@ -69,7 +73,11 @@ fn conn(registry: &NodeRegistry<Dir>) -> ConnRegistrar<'_, Dir> {
 fn ready_session(registry: &NodeRegistry<Dir>) -> EdgeSession {
     let mut s = EdgeSession::new(CFG, 0);
     s.handle_envelope(register("tok-a"), 0, &conn(registry));
-    s.handle_envelope(env(0, Msg::NodeReadyRequest(NodeReadyRequest::default())), 1, &conn(registry));
+    s.handle_envelope(
+        env(0, Msg::NodeReadyRequest(NodeReadyRequest::default())),
+        1,
+        &conn(registry),
+    );
     drain(&mut s);
     assert!(s.is_ready());
     s
@@ -98,11 +106,21 @@ fn happy_handshake_registers_then_readies() {
             generation: 1
         })
     );
-    assert_eq!(registry.dispatchable("a"), None, "not dispatchable before NodeReady");
+    assert_eq!(
+        registry.dispatchable("a"),
+        None,
+        "not dispatchable before NodeReady"
+    );
 
-    s.handle_envelope(env(0, Msg::NodeReadyRequest(NodeReadyRequest::default())), 6, &conn(&registry));
+    s.handle_envelope(
+        env(0, Msg::NodeReadyRequest(NodeReadyRequest::default())),
+        6,
+        &conn(&registry),
+    );
     let out = drain(&mut s);
-    assert!(matches!(&out[0], Output::Send(Envelope { msg: Some(Msg::NodeReadyResponse(r)), .. }) if r.accepted));
+    assert!(
+        matches!(&out[0], Output::Send(Envelope { msg: Some(Msg::NodeReadyResponse(r)), .. }) if r.accepted)
+    );
     assert_eq!(
         out[1],
         Output::Event(LifecycleEvent::Ready {
@@ -177,14 +195,20 @@ fn anything_before_register_is_a_protocol_violation() {
     ] {
         let mut s = EdgeSession::new(CFG, 0);
         s.handle_envelope(env(0, msg), 0, &conn(&registry));
-        assert_eq!(drain(&mut s), vec![Output::Close(CloseReason::ProtocolViolation)]);
+        assert_eq!(
+            drain(&mut s),
+            vec![Output::Close(CloseReason::ProtocolViolation)]
+        );
     }
     // Register on a non-zero stream is a violation too.
     let mut s = EdgeSession::new(CFG, 0);
     let mut reg = register("tok-a");
     reg.stream_id = 3;
     s.handle_envelope(reg, 0, &conn(&registry));
-    assert_eq!(drain(&mut s), vec![Output::Close(CloseReason::ProtocolViolation)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![Output::Close(CloseReason::ProtocolViolation)]
+    );
     assert_eq!(registry.live_count(), 0);
 }
 
@@ -196,7 +220,10 @@ fn registration_deadline_closes_a_silent_connection() {
     s.handle_timeout(10_999, &conn(&registry));
     assert!(drain(&mut s).is_empty());
     s.handle_timeout(11_000, &conn(&registry));
-    assert_eq!(drain(&mut s), vec![Output::Close(CloseReason::RegisterTimeout)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![Output::Close(CloseReason::RegisterTimeout)]
+    );
 }
 
 #[test]
@@ -206,7 +233,10 @@ fn heartbeat_timeout_closes_and_fences_the_generation() {
     s.handle_timeout(30_000, &conn(&registry));
     assert!(matches!(
         drain(&mut s).as_slice(),
-        [Output::Send(Envelope { msg: Some(Msg::HeartbeatPing(HeartbeatPing { seq: 1 })), .. })]
+        [Output::Send(Envelope {
+            msg: Some(Msg::HeartbeatPing(HeartbeatPing { seq: 1 })),
+            ..
+        })]
     ));
     s.handle_timeout(74_999, &conn(&registry));
     assert!(drain(&mut s).is_empty());
@@ -240,14 +270,25 @@ fn pongs_keep_the_link_alive_and_pings_are_answered() {
         now += 30_000;
         s.handle_timeout(now, &conn(&registry));
         assert_eq!(drain(&mut s).len(), 1, "one ping");
-        s.handle_envelope(env(0, Msg::HeartbeatPong(HeartbeatPong { seq })), now + 44_000, &conn(&registry));
+        s.handle_envelope(
+            env(0, Msg::HeartbeatPong(HeartbeatPong { seq })),
+            now + 44_000,
+            &conn(&registry),
+        );
         now += 44_000 - 30_000; // a slow but live peer
     }
     assert!(s.is_ready());
-    s.handle_envelope(env(0, Msg::HeartbeatPing(HeartbeatPing { seq: 9 })), now, &conn(&registry));
+    s.handle_envelope(
+        env(0, Msg::HeartbeatPing(HeartbeatPing { seq: 9 })),
+        now,
+        &conn(&registry),
+    );
     assert!(matches!(
         drain(&mut s).as_slice(),
-        [Output::Send(Envelope { msg: Some(Msg::HeartbeatPong(HeartbeatPong { seq: 9 })), .. })]
+        [Output::Send(Envelope {
+            msg: Some(Msg::HeartbeatPong(HeartbeatPong { seq: 9 })),
+            ..
+        })]
     ));
 }
 
@@ -257,13 +298,28 @@ fn work_frames_are_delivered_only_when_ready() {
     let mut s = EdgeSession::new(CFG, 0);
     s.handle_envelope(register("tok-a"), 0, &conn(&registry));
     drain(&mut s);
-    s.handle_envelope(env(5, Msg::RunEvent(RunEvent::default())), 1, &conn(&registry));
+    s.handle_envelope(
+        env(5, Msg::RunEvent(RunEvent::default())),
+        1,
+        &conn(&registry),
+    );
     let out = drain(&mut s);
-    assert_eq!(out.last(), Some(&Output::Close(CloseReason::ProtocolViolation)));
-    assert_eq!(registry.live_count(), 0, "the closed generation is released");
+    assert_eq!(
+        out.last(),
+        Some(&Output::Close(CloseReason::ProtocolViolation))
+    );
+    assert_eq!(
+        registry.live_count(),
+        0,
+        "the closed generation is released"
+    );
 
     let mut s = ready_session(&registry);
-    s.handle_envelope(env(5, Msg::RunEvent(RunEvent::default())), 2, &conn(&registry));
+    s.handle_envelope(
+        env(5, Msg::RunEvent(RunEvent::default())),
+        2,
+        &conn(&registry),
+    );
     assert!(matches!(drain(&mut s).as_slice(), [Output::Deliver(_)]));
 }
 

@@ -15,7 +15,9 @@ use bytes::{Bytes, BytesMut};
 use framing::frame::{FrameDecoder, FrameEncoder};
 use framing::link::CloseReason;
 use framing::timer::{ClockSource, DriverClock};
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable};
+use monoio::io::{
+    AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
+};
 use monoio::net::TcpStream;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason};
 
@@ -129,7 +131,11 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
 }
 
 impl Link {
-    async fn read_loop(self: Rc<Self>, mut read_half: monoio::io::OwnedReadHalf<TcpStream>, max_frame_len: usize) {
+    async fn read_loop(
+        self: Rc<Self>,
+        mut read_half: monoio::io::OwnedReadHalf<TcpStream>,
+        max_frame_len: usize,
+    ) {
         let mut decoder = FrameDecoder::new(max_frame_len);
         let mut buf = BytesMut::with_capacity(READ_RESERVE);
         // Stop reading as soon as the session has closed (the writer flushes
@@ -144,12 +150,20 @@ impl Link {
             buf = returned;
             let now = self.clock.refresh();
             match result {
-                Ok(0) => self.session.borrow_mut().handle_closed(CloseReason::PeerClosed),
+                Ok(0) => self
+                    .session
+                    .borrow_mut()
+                    .handle_closed(CloseReason::PeerClosed),
                 Err(_) if self.closing.get() => {}
-                Err(_) => self.session.borrow_mut().handle_closed(CloseReason::IoError),
+                Err(_) => self
+                    .session
+                    .borrow_mut()
+                    .handle_closed(CloseReason::IoError),
                 Ok(_) => loop {
                     match decoder.decode(&mut buf) {
-                        Ok(Some(envelope)) => self.session.borrow_mut().handle_envelope(envelope, now),
+                        Ok(Some(envelope)) => {
+                            self.session.borrow_mut().handle_envelope(envelope, now)
+                        }
                         Ok(None) => break,
                         Err(error) => {
                             tracing::warn!(%error, "refused frame from the edge");
@@ -189,7 +203,9 @@ impl Link {
                 batch = returned;
                 batch.clear();
                 if result.is_err() {
-                    self.session.borrow_mut().handle_closed(CloseReason::IoError);
+                    self.session
+                        .borrow_mut()
+                        .handle_closed(CloseReason::IoError);
                     self.pump();
                     break;
                 }
@@ -225,7 +241,9 @@ impl Link {
 
     fn pump(&self) {
         loop {
-            let Some(output) = self.session.borrow_mut().poll_output() else { break };
+            let Some(output) = self.session.borrow_mut().poll_output() else {
+                break;
+            };
             match output {
                 NodeOutput::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
                     Ok(frame) => {
@@ -268,7 +286,10 @@ impl Link {
                 }
                 NodeOutput::Deliver(envelope) => {
                     // Runs, tunnels and commands arrive in a later milestone.
-                    tracing::debug!(stream_id = envelope.stream_id, "work frame dropped: no handler yet");
+                    tracing::debug!(
+                        stream_id = envelope.stream_id,
+                        "work frame dropped: no handler yet"
+                    );
                 }
                 NodeOutput::Close(reason) => {
                     self.end.borrow_mut().reason = reason;

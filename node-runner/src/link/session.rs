@@ -15,8 +15,8 @@ use framing::frame::FrameError;
 use framing::link::{CloseReason, Heartbeat, HeartbeatAction, HeartbeatConfig};
 use proto::Envelope;
 use proto::v1::{
-    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyRequest, RegisterRejectReason, RegisterRequest,
-    RegisterResponse, envelope::Msg,
+    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyRequest, RegisterRejectReason,
+    RegisterRequest, RegisterResponse, envelope::Msg,
 };
 
 /// Timings and identity of a session.
@@ -126,7 +126,9 @@ impl NodeSession {
         };
         match (&self.state, msg) {
             (State::Closed, _) => {}
-            (State::Registering { .. }, Msg::RegisterResponse(response)) if envelope.stream_id == 0 => {
+            (State::Registering { .. }, Msg::RegisterResponse(response))
+                if envelope.stream_id == 0 =>
+            {
                 self.on_register_response(response.clone(), now);
             }
             (State::Registering { .. }, _) => self.close(CloseReason::ProtocolViolation),
@@ -176,10 +178,14 @@ impl NodeSession {
                 self.close(CloseReason::RegisterTimeout);
             }
             _ => {
-                let Some(hb) = self.heartbeat.as_mut() else { return };
+                let Some(hb) = self.heartbeat.as_mut() else {
+                    return;
+                };
                 match hb.poll(now) {
                     HeartbeatAction::Idle => {}
-                    HeartbeatAction::SendPing(seq) => self.send(Msg::HeartbeatPing(HeartbeatPing { seq })),
+                    HeartbeatAction::SendPing(seq) => {
+                        self.send(Msg::HeartbeatPing(HeartbeatPing { seq }))
+                    }
                     HeartbeatAction::TimedOut => self.close(CloseReason::HeartbeatTimeout),
                 }
             }

@@ -1,8 +1,8 @@
 use framing::link::{CloseReason, HeartbeatConfig};
 use proto::Envelope;
 use proto::v1::{
-    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyResponse, RegisterRejectReason, RegisterResponse,
-    RunRequest, envelope::Msg,
+    HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyResponse, RegisterRejectReason,
+    RegisterResponse, RunRequest, envelope::Msg,
 };
 
 use super::*;
@@ -73,7 +73,9 @@ fn registers_then_readies() {
     ));
     s.handle_envelope(accepted(), 5);
     let out = drain(&mut s);
-    assert!(matches!(&out[0], NodeOutput::Registered { node_id, generation: 4, config } if node_id == "node-1" && config.revision == 9));
+    assert!(
+        matches!(&out[0], NodeOutput::Registered { node_id, generation: 4, config } if node_id == "node-1" && config.revision == 9)
+    );
     assert!(matches!(
         &out[1],
         NodeOutput::Send(Envelope { msg: Some(Msg::NodeReadyRequest(r)), .. }) if r.config_revision == 9
@@ -136,7 +138,10 @@ fn handshake_deadline() {
     s.handle_timeout(9_999);
     assert!(drain(&mut s).is_empty());
     s.handle_timeout(10_000);
-    assert_eq!(drain(&mut s), vec![NodeOutput::Close(CloseReason::RegisterTimeout)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![NodeOutput::Close(CloseReason::RegisterTimeout)]
+    );
 }
 
 #[test]
@@ -145,7 +150,10 @@ fn work_before_ready_is_a_violation_and_after_is_delivered() {
     s.handle_envelope(accepted(), 1);
     drain(&mut s);
     s.handle_envelope(env(3, Msg::RunRequest(RunRequest::default())), 2);
-    assert_eq!(drain(&mut s), vec![NodeOutput::Close(CloseReason::ProtocolViolation)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![NodeOutput::Close(CloseReason::ProtocolViolation)]
+    );
 
     let mut s = ready_session();
     s.handle_envelope(env(3, Msg::RunRequest(RunRequest::default())), 3);
@@ -158,17 +166,26 @@ fn heartbeat_both_ways() {
     s.handle_envelope(env(0, Msg::HeartbeatPing(HeartbeatPing { seq: 3 })), 10);
     assert!(matches!(
         drain(&mut s).as_slice(),
-        [NodeOutput::Send(Envelope { msg: Some(Msg::HeartbeatPong(HeartbeatPong { seq: 3 })), .. })]
+        [NodeOutput::Send(Envelope {
+            msg: Some(Msg::HeartbeatPong(HeartbeatPong { seq: 3 })),
+            ..
+        })]
     ));
     s.handle_timeout(30_001);
     assert!(matches!(
         drain(&mut s).as_slice(),
-        [NodeOutput::Send(Envelope { msg: Some(Msg::HeartbeatPing(HeartbeatPing { seq: 1 })), .. })]
+        [NodeOutput::Send(Envelope {
+            msg: Some(Msg::HeartbeatPing(HeartbeatPing { seq: 1 })),
+            ..
+        })]
     ));
     s.handle_timeout(75_000);
     assert!(drain(&mut s).is_empty());
     s.handle_timeout(75_001);
-    assert_eq!(drain(&mut s), vec![NodeOutput::Close(CloseReason::HeartbeatTimeout)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![NodeOutput::Close(CloseReason::HeartbeatTimeout)]
+    );
     s.handle_closed(CloseReason::PeerClosed);
     assert!(drain(&mut s).is_empty(), "closed once");
 }

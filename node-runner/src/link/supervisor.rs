@@ -90,7 +90,9 @@ pub async fn supervise(
         .session
         .instance_id
         .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
     let mut backoff = Backoff::new(BACKOFF_BASE_MS, BACKOFF_CAP_MS, seed);
     let mut made = 0u64;
     loop {
@@ -168,7 +170,11 @@ mod tests {
         let ceilings = [100, 200, 400, 800, 1_000, 1_000];
         for ceiling in ceilings {
             let d = b.next_delay().as_millis() as u64;
-            assert!((ceiling / 4..=ceiling).contains(&d), "{d} not in [{}, {ceiling}]", ceiling / 4);
+            assert!(
+                (ceiling / 4..=ceiling).contains(&d),
+                "{d} not in [{}, {ceiling}]",
+                ceiling / 4
+            );
         }
         b.reset();
         assert!(b.next_delay().as_millis() <= 100);
@@ -176,14 +182,18 @@ mod tests {
 
     #[test]
     fn jitter_differs_between_instances() {
-        let a: Vec<_> = (0..8).map({
-            let mut b = Backoff::new(100, 30_000, 1);
-            move |_| b.next_delay()
-        }).collect();
-        let b: Vec<_> = (0..8).map({
-            let mut b = Backoff::new(100, 30_000, 2);
-            move |_| b.next_delay()
-        }).collect();
+        let a: Vec<_> = (0..8)
+            .map({
+                let mut b = Backoff::new(100, 30_000, 1);
+                move |_| b.next_delay()
+            })
+            .collect();
+        let b: Vec<_> = (0..8)
+            .map({
+                let mut b = Backoff::new(100, 30_000, 2);
+                move |_| b.next_delay()
+            })
+            .collect();
         assert_ne!(a, b);
     }
 }
