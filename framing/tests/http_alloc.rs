@@ -4,11 +4,7 @@
 //! size lines from a shared scratch block, and a parsed head keeps one `Vec`
 //! of ranges, not a `String` per field.
 //!
-//! This test binary installs a counting global allocator. Counts are kept per
-//! thread so the test harness's other threads cannot disturb the reading.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+//! The counting allocator is `support/counting_alloc.rs` (per-thread counts).
 
 use bytes::{Bytes, BytesMut};
 use framing::http::{
@@ -16,58 +12,9 @@ use framing::http::{
     write_response_head,
 };
 
-struct CountingAlloc;
-
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-    static ALLOCATED_BYTES: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count(bytes: usize) {
-    // `try_with` avoids touching a thread-local that is being torn down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-    let _ = ALLOCATED_BYTES.try_with(|n| n.set(n.get() + bytes));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System` upholds the `GlobalAlloc` contract; the only extra
-// work is bumping a const-initialised thread-local counter, which does not
-// allocate.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size());
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` through `alloc`/`realloc` above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size());
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size);
-        // SAFETY: `ptr` came from `System` with `layout`; forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-/// (allocations, bytes) made by `f` on this thread.
-fn measure<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
-    let (n0, b0) = (ALLOCATIONS.with(Cell::get), ALLOCATED_BYTES.with(Cell::get));
-    let out = f();
-    let (n1, b1) = (ALLOCATIONS.with(Cell::get), ALLOCATED_BYTES.with(Cell::get));
-    (out, n1 - n0, b1 - b0)
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::measure;
 
 fn drain(decoder: &mut BodyDecoder, buf: &mut BytesMut) -> Vec<Bytes> {
     let mut out = Vec::with_capacity(64);
