@@ -6,4 +6,5 @@
 
 #![warn(missing_docs)]
 
+pub mod link_load;
 pub mod mock_provider;
