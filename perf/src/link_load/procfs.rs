@@ -26,6 +26,10 @@ pub struct ProcSample {
     pub cpu_ns: u64,
     /// The live thread ids, sorted.
     pub tids: Vec<u32>,
+    /// Sum of the live threads' voluntary context switches: each is one
+    /// sleep of a thread (an event-loop park), so their rate is the rate of
+    /// wakeups.
+    pub voluntary_switches: u64,
     /// `VmRSS`, KiB.
     pub rss_kib: u64,
     /// `VmHWM` (peak RSS), KiB.
@@ -65,6 +69,7 @@ pub fn sample(pid: Pid) -> io::Result<ProcSample> {
     let field = |name: &str| status_kib(&status, name).unwrap_or(0);
     let mut tids = Vec::new();
     let mut cpu_ns = 0u64;
+    let mut voluntary_switches = 0u64;
     for entry in fs::read_dir(format!("{dir}/task"))? {
         let entry = entry?;
         let Some(tid) = entry
@@ -85,6 +90,9 @@ pub fn sample(pid: Pid) -> io::Result<ProcSample> {
                 tids.push(tid);
             }
         }
+        if let Ok(text) = fs::read_to_string(entry.path().join("status")) {
+            voluntary_switches += status_count(&text, "voluntary_ctxt_switches").unwrap_or(0);
+        }
     }
     tids.sort_unstable();
     Ok(ProcSample {
@@ -92,6 +100,7 @@ pub fn sample(pid: Pid) -> io::Result<ProcSample> {
         cpu_ticks,
         cpu_ns,
         tids,
+        voluntary_switches,
         rss_kib: field("VmRSS"),
         hwm_kib: field("VmHWM"),
         data_kib: field("VmData"),
@@ -131,6 +140,11 @@ fn stat_cpu_ticks(stat: &str) -> Option<u64> {
 
 /// A `Name:   123 kB` line of `/proc/PID/status`, in KiB.
 fn status_kib(status: &str, name: &str) -> Option<u64> {
+    status_count(status, name)
+}
+
+/// The number after `Name:` in `/proc/PID/status`.
+fn status_count(status: &str, name: &str) -> Option<u64> {
     status.lines().find_map(|line| {
         let value = line.strip_prefix(name)?.strip_prefix(':')?;
         value.split_whitespace().next()?.parse().ok()
@@ -210,6 +224,13 @@ pub fn tcp_socket_mem_kib() -> Option<u64> {
     Some(pages * 4)
 }
 
+/// Kernel slab memory system-wide (`Slab:` of `/proc/meminfo`), KiB: socket,
+/// file and inode objects live there, outside any process's RSS.
+pub fn slab_kib() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    status_kib(&text, "Slab")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,7 +243,9 @@ mod tests {
 
     #[test]
     fn parses_status_fields() {
-        let status = "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n";
+        let status =
+            "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(status_count(status, "voluntary_ctxt_switches"), Some(7));
         assert_eq!(status_kib(status, "VmRSS"), Some(1024));
         assert_eq!(status_kib(status, "VmHWM"), Some(2048));
         assert_eq!(status_kib(status, "VmData"), None);
@@ -236,5 +259,6 @@ mod tests {
         assert!(cpu_pct_between(&a, &b) >= 0.0);
         assert!(open_files_limit().is_some());
         assert!(system_cpu().is_ok());
+        assert!(slab_kib().is_some());
     }
 }

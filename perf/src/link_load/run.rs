@@ -201,6 +201,8 @@ pub struct EdgeReport {
     pub warm_rss_per_node_bytes: f64,
     /// CPU with no node connected, % of one core.
     pub cpu_empty_pct: f64,
+    /// Wakeups per second with no node connected (all threads).
+    pub wakeups_empty_per_sec: f64,
     /// CPU time of the connect phase, ms.
     pub connect_cpu_ms: f64,
     /// connect_cpu_ms / ready nodes, µs.
@@ -211,6 +213,8 @@ pub struct EdgeReport {
     pub burst: Option<Window>,
     /// Burst CPU minus the quiet rate over its length, per ping, µs.
     pub cpu_us_per_heartbeat: Option<f64>,
+    /// Burst wakeups minus the quiet rate over its length, per ping.
+    pub wakeups_per_heartbeat: Option<f64>,
     /// The steady window (two heartbeat periods).
     pub steady: Window,
     /// The thread count at the end.
@@ -228,6 +232,8 @@ pub struct Window {
     pub cpu_pct: f64,
     /// Pings the fleet received inside the window.
     pub pings: u64,
+    /// Voluntary context switches (thread sleeps, i.e. wakeups) inside the window.
+    pub wakeups: u64,
 }
 
 /// The load tool itself.
@@ -257,6 +263,11 @@ pub struct SystemReport {
     pub tcp_mem_ready_kib: Option<u64>,
     /// The same before the fleet connected, KiB.
     pub tcp_mem_before_kib: Option<u64>,
+    /// Kernel slab memory (socket, file, inode objects of both ends, plus
+    /// whatever else the machine did meanwhile) before the fleet connected, KiB.
+    pub slab_before_kib: Option<u64>,
+    /// The same when the fleet was ready, KiB.
+    pub slab_ready_kib: Option<u64>,
 }
 
 /// Samples taken at one instant.
@@ -306,6 +317,7 @@ fn window(a: &Snapshot, b: &Snapshot) -> Option<Window> {
         cpu_ms: ms(cpu),
         cpu_pct: procfs::cpu_pct_between(ea, eb),
         pings: b.pings.saturating_sub(a.pings),
+        wakeups: eb.voluntary_switches.saturating_sub(ea.voluntary_switches),
     })
 }
 
@@ -319,6 +331,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
         }
     };
     let tcp_mem_before = procfs::tcp_socket_mem_kib();
+    let slab_before = procfs::slab_kib();
     let s_base0 = snapshot(config.edge_pid, None)?;
     if config.edge_pid.is_some() && !config.baseline.is_zero() {
         std::thread::sleep(config.baseline);
@@ -347,6 +360,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
     }
     let s_ready = snapshot(config.edge_pid, Some(&fleet))?;
     let tcp_mem_ready = procfs::tcp_socket_mem_kib();
+    let slab_ready = procfs::slab_kib();
     let c = fleet.counters();
     let ready = c.ready.load(Relaxed);
     let last_ready = fleet.last_ready().unwrap_or_else(Instant::now);
@@ -411,14 +425,16 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
         (Some(q), Some(b)) => window(q, b),
         _ => None,
     };
-    let cpu_us_per_heartbeat = match (&quiet, &burst) {
+    // The burst's excess over the quiet rate, per ping.
+    let per_heartbeat = |value: fn(&Window) -> f64| match (&quiet, &burst) {
         (Some(quiet), Some(burst)) if burst.pings > 0 => {
-            let rate_ms_per_s = quiet.cpu_ms / quiet.secs.max(f64::EPSILON);
-            let extra_ms = burst.cpu_ms - rate_ms_per_s * burst.secs;
-            Some(extra_ms * 1000.0 / burst.pings as f64)
+            let rate = value(quiet) / quiet.secs.max(f64::EPSILON);
+            Some((value(burst) - rate * burst.secs) / burst.pings as f64)
         }
         _ => None,
     };
+    let cpu_us_per_heartbeat = per_heartbeat(|w| w.cpu_ms * 1000.0);
+    let wakeups_per_heartbeat = per_heartbeat(|w| w.wakeups as f64);
     let edge = match (
         &s_base0.edge,
         &s_base1.edge,
@@ -443,6 +459,11 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
                 warm_rss_per_node_bytes: warm
                     .map_or(0.0, |w| per_node_bytes(w.rss_kib, b1.rss_kib, ready)),
                 cpu_empty_pct: procfs::cpu_pct_between(b0, b1),
+                wakeups_empty_per_sec: {
+                    let secs = b1.at.saturating_duration_since(b0.at).as_secs_f64();
+                    let n = b1.voluntary_switches.saturating_sub(b0.voluntary_switches);
+                    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+                },
                 connect_cpu_ms: ms(connect_cpu),
                 connect_cpu_us_per_node: if ready == 0 {
                     0.0
@@ -452,6 +473,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
                 quiet,
                 burst,
                 cpu_us_per_heartbeat,
+                wakeups_per_heartbeat,
                 steady,
                 threads: end.tids.len(),
             })
@@ -466,6 +488,8 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
         },
         tcp_mem_ready_kib: tcp_mem_ready,
         tcp_mem_before_kib: tcp_mem_before,
+        slab_before_kib: slab_before,
+        slab_ready_kib: slab_ready,
     };
     let tool = ToolReport {
         rss_before_kib: s_base1.tool.rss_kib,
@@ -547,8 +571,9 @@ impl Report {
             );
             let _ = writeln!(
                 out,
-                "edge CPU: empty {:.2}%, connect {:.0} ms ({:.1} µs/node), steady {:.2}% over {:.0} s ({} pings), quiet {}, per heartbeat {}",
+                "edge CPU: empty {:.2}% ({:.0} wakeups/s), connect {:.0} ms ({:.1} µs/node), steady {:.2}% over {:.0} s ({} pings), quiet {}, per heartbeat {}",
                 e.cpu_empty_pct,
+                e.wakeups_empty_per_sec,
                 e.connect_cpu_ms,
                 e.connect_cpu_us_per_node,
                 e.steady.cpu_pct,
@@ -581,10 +606,13 @@ impl Report {
     }
 
     fn edge_per_heartbeat(&self) -> String {
-        self.edge
-            .as_ref()
-            .and_then(|e| e.cpu_us_per_heartbeat)
-            .map_or("n/a".to_owned(), |us| format!("{us:.1} µs"))
+        let Some(e) = &self.edge else {
+            return "n/a".to_owned();
+        };
+        match (e.cpu_us_per_heartbeat, e.wakeups_per_heartbeat) {
+            (Some(us), Some(wakeups)) => format!("{us:.1} µs and {wakeups:.2} wakeups"),
+            _ => "n/a".to_owned(),
+        }
     }
 }
 
