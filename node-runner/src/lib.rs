@@ -26,6 +26,9 @@
 //! # What is built
 //! - [`link`]: the edge link — the sans-IO session (register, ready,
 //!   heartbeat), its socket driver, and the reconnecting supervisor (F1–F6).
+//! - [`provider_http`]: the HTTP/1.1 client to model servers on monoio, with
+//!   a keep-alive pool per core and zero-copy body chunks (plain HTTP; TLS
+//!   comes later).
 //!
 //! Adapters, the run manager, the tunnel handler, the watchdog and the run
 //! store come next.
@@ -34,3 +37,4 @@
 #![warn(missing_docs)]
 
 pub mod link;
+pub mod provider_http;

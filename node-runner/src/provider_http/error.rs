@@ -1,0 +1,127 @@
+//! Typed errors of the provider HTTP client, with the side that caused them
+//! and whether the caller may retry elsewhere.
+
+use std::io;
+
+use framing::http::HttpError;
+
+/// Which party an error is attributed to (pingora's "source"): failover and
+/// provider health only count what the provider did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The Node itself (a request it could not encode).
+    Node,
+    /// The model server (connect, timeouts, framing, truncation).
+    Provider,
+}
+
+/// Why a provider request failed.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider actively refused the TCP connection.
+    #[error("provider refused the connection")]
+    ConnectRefused,
+    /// The TCP connection (or name resolution) failed otherwise.
+    #[error("connecting to the provider failed ({kind:?}): {message}")]
+    ConnectFailed {
+        /// The I/O error kind.
+        kind: io::ErrorKind,
+        /// The I/O error text.
+        message: String,
+    },
+    /// The connection did not complete within the connect timeout.
+    #[error("connecting to the provider timed out after {after_ms} ms")]
+    ConnectTimeout {
+        /// The timeout that expired, in ms.
+        after_ms: u64,
+    },
+    /// The final response head did not arrive within the head timeout.
+    #[error("provider response head timed out after {after_ms} ms")]
+    HeadTimeout {
+        /// The timeout that expired, in ms.
+        after_ms: u64,
+    },
+    /// The response head exceeds the head limits (bytes or field count).
+    #[error("provider response head too large: {0}")]
+    HeadTooLarge(HttpError),
+    /// The response head cannot be parsed.
+    #[error("malformed provider response head: {0}")]
+    MalformedHead(HttpError),
+    /// The body framing (chunked coding) is broken.
+    #[error("malformed provider response body: {0}")]
+    MalformedBody(HttpError),
+    /// The provider closed the connection before the body's end.
+    #[error("provider closed the connection before the body was complete")]
+    BodyTruncated,
+    /// The provider closed the connection before sending any response byte.
+    #[error("provider closed the connection before responding")]
+    ClosedBeforeResponse,
+    /// Reading or writing the socket failed after connecting.
+    #[error("provider connection I/O failed ({kind:?}): {message}")]
+    Io {
+        /// The I/O error kind.
+        kind: io::ErrorKind,
+        /// The I/O error text.
+        message: String,
+    },
+    /// The request itself cannot be encoded (bad method, target or header).
+    #[error("invalid provider request: {0}")]
+    InvalidRequest(HttpError),
+}
+
+impl ProviderError {
+    /// Who caused it: [`Side::Node`] for a request the Node could not
+    /// encode, [`Side::Provider`] for everything else.
+    pub fn side(&self) -> Side {
+        match self {
+            Self::InvalidRequest(_) => Side::Node,
+            _ => Side::Provider,
+        }
+    }
+
+    /// True when no byte of the request reached the provider, so the caller
+    /// may send it again (to another target) whatever its method: only
+    /// connect failures. Everything after the first byte was written may have
+    /// been processed and is not retryable by this rule.
+    pub fn is_retryable_before_send(&self) -> bool {
+        matches!(
+            self,
+            Self::ConnectRefused | Self::ConnectFailed { .. } | Self::ConnectTimeout { .. }
+        )
+    }
+
+    pub(crate) fn connect(error: &io::Error) -> Self {
+        if error.kind() == io::ErrorKind::ConnectionRefused {
+            Self::ConnectRefused
+        } else {
+            Self::ConnectFailed {
+                kind: error.kind(),
+                message: error.to_string(),
+            }
+        }
+    }
+
+    pub(crate) fn io(error: &io::Error) -> Self {
+        Self::Io {
+            kind: error.kind(),
+            message: error.to_string(),
+        }
+    }
+
+    pub(crate) fn head(error: HttpError) -> Self {
+        match error {
+            HttpError::HeadTooLarge { .. } | HttpError::TooManyHeaders { .. } => {
+                Self::HeadTooLarge(error)
+            }
+            other => Self::MalformedHead(other),
+        }
+    }
+
+    pub(crate) fn body(error: HttpError) -> Self {
+        match error {
+            HttpError::IncompleteBody => Self::BodyTruncated,
+            other => Self::MalformedBody(other),
+        }
+    }
+}

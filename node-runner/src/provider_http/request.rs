@@ -1,0 +1,312 @@
+//! What the client sends: the provider's base URL and one request, and the
+//! encoding of its head.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use framing::http::write_request_head;
+
+use super::error::ProviderError;
+use super::pool::PoolKey;
+
+/// Request bodies up to this size are copied behind the head and sent in one
+/// write; larger bodies are written as they are, after the head (never
+/// copied).
+pub const INLINE_BODY_MAX: usize = 16 * 1024;
+
+/// Hop-by-hop and framing fields the client sets itself; caller headers
+/// with these names are dropped.
+const OWN_FIELDS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "upgrade",
+];
+
+/// A provider's base URL, parsed: `http://host[:port][/prefix]`.
+///
+/// `https` is refused until TLS lands. The prefix (without a trailing `/`)
+/// is prepended to every request's path, so `http://h:8000/v1` plus
+/// `/chat/completions` asks for `/v1/chat/completions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseUrl {
+    host: String,
+    port: u16,
+    prefix: String,
+}
+
+/// Why a base URL was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid provider base URL {url:?}: {reason}")]
+pub struct BaseUrlError {
+    /// The URL as given.
+    pub url: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl BaseUrl {
+    /// Parses `http://host[:port][/prefix]` (port 80 by default; IPv6 hosts
+    /// in brackets). No userinfo, query or fragment.
+    pub fn parse(url: &str) -> Result<Self, BaseUrlError> {
+        let fail = |reason| BaseUrlError {
+            url: url.to_owned(),
+            reason,
+        };
+        let rest = if let Some(rest) = strip_prefix_ci(url, "http://") {
+            rest
+        } else if strip_prefix_ci(url, "https://").is_some() {
+            return Err(fail("https is not supported yet"));
+        } else {
+            return Err(fail("scheme must be http://"));
+        };
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.contains('@') || path.contains(['?', '#']) || url.contains('#') {
+            return Err(fail("userinfo, query and fragment are not allowed"));
+        }
+        if !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(fail("path has a byte outside visible ASCII"));
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let end = v6.find(']').ok_or_else(|| fail("unclosed IPv6 bracket"))?;
+            let after = &v6[end + 1..];
+            let port = match after.strip_prefix(':') {
+                Some(p) => Some(p),
+                None if after.is_empty() => None,
+                None => return Err(fail("junk after the IPv6 host")),
+            };
+            (&authority[..end + 2], port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(fail("empty or invalid host"));
+        }
+        let port = match port {
+            None => 80,
+            Some(p) => p.parse::<u16>().map_err(|_| fail("invalid port"))?,
+        };
+        Ok(Self {
+            host: host.to_ascii_lowercase(),
+            port,
+            prefix: path.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The host (lower-cased; an IPv6 literal keeps its brackets).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The path prefix, without a trailing `/` (may be empty).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The pool key of this origin.
+    pub fn pool_key(&self) -> PoolKey {
+        PoolKey {
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+
+    /// The `Host` field value: `host` for port 80, `host:port` otherwise.
+    fn host_field(&self) -> Cow<'_, str> {
+        if self.port == 80 {
+            Cow::Borrowed(&self.host)
+        } else {
+            Cow::Owned(format!("{}:{}", self.host, self.port))
+        }
+    }
+
+    /// The host without IPv6 brackets, for name resolution.
+    pub(crate) fn connect_host(&self) -> &str {
+        self.host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(&self.host)
+    }
+}
+
+impl fmt::Display for BaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}:{}{}", self.host, self.port, self.prefix)
+    }
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// One request to a provider.
+#[derive(Clone, Debug)]
+pub struct ProviderRequest {
+    /// The method token (`GET`, `POST`, …).
+    pub method: Cow<'static, str>,
+    /// Where the provider is.
+    pub base: BaseUrl,
+    /// Path and query, starting with `/`, appended to the base's prefix.
+    pub path_and_query: String,
+    /// End-to-end fields to send. `Host`, `Content-Length`, `Connection` and
+    /// the other hop-by-hop/framing fields are the client's and are dropped
+    /// from this list.
+    pub headers: Vec<(Bytes, Bytes)>,
+    /// The whole body (may be empty); sent with `Content-Length`.
+    pub body: Bytes,
+}
+
+impl ProviderRequest {
+    /// A request with no headers and an empty body.
+    pub fn new(
+        method: impl Into<Cow<'static, str>>,
+        base: BaseUrl,
+        path_and_query: impl Into<String>,
+    ) -> Self {
+        Self {
+            method: method.into(),
+            base,
+            path_and_query: path_and_query.into(),
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// Adds a header field.
+    pub fn header(mut self, name: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Whether the response to this request has no body (`HEAD`).
+    pub(crate) fn is_head(&self) -> bool {
+        self.method.eq_ignore_ascii_case("HEAD")
+    }
+
+    /// The head, and the body when it is small enough to go in the same
+    /// write (then the returned body is empty).
+    pub(crate) fn encode(&self) -> Result<(BytesMut, Bytes), ProviderError> {
+        let path = format!("{}{}", self.base.prefix, self.path_and_query);
+        let host = self.base.host_field();
+        let sends_length = !self.body.is_empty()
+            || !matches!(
+                self.method.as_ref(),
+                "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE"
+            );
+        let length = sends_length.then(|| self.body.len().to_string());
+        let own = [
+            (&b"Host"[..], host.as_bytes()),
+            (b"Connection", b"keep-alive"),
+        ];
+        let caller = self.headers.iter().filter_map(|(name, value)| {
+            let own = OWN_FIELDS
+                .iter()
+                .any(|f| f.as_bytes().eq_ignore_ascii_case(name));
+            (!own).then_some((&name[..], &value[..]))
+        });
+        let length = length
+            .as_deref()
+            .map(|l| (&b"Content-Length"[..], l.as_bytes()));
+        let fields = own.into_iter().chain(length).chain(caller);
+        let inline = self.body.len() <= INLINE_BODY_MAX;
+        let mut head =
+            BytesMut::with_capacity(256 + path.len() + if inline { self.body.len() } else { 0 });
+        write_request_head(&mut head, &self.method, &path, fields)
+            .map_err(ProviderError::InvalidRequest)?;
+        if inline {
+            head.extend_from_slice(&self.body);
+            Ok((head, Bytes::new()))
+        } else {
+            Ok((head, self.body.clone()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_url_forms() {
+        let b = BaseUrl::parse("http://127.0.0.1:8000").unwrap();
+        assert_eq!((b.host(), b.port(), b.prefix()), ("127.0.0.1", 8000, ""));
+        let b = BaseUrl::parse("HTTP://Model.Local/v1/").unwrap();
+        assert_eq!((b.host(), b.port(), b.prefix()), ("model.local", 80, "/v1"));
+        let b = BaseUrl::parse("http://[::1]:9/x").unwrap();
+        assert_eq!((b.host(), b.connect_host(), b.port()), ("[::1]", "::1", 9));
+        for bad in [
+            "https://h",
+            "ftp://h",
+            "http://",
+            "http://h:99999",
+            "http://u@h",
+            "http://h/?q",
+            "http://[::1",
+        ] {
+            assert!(BaseUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn head_has_own_fields_and_drops_callers_framing() {
+        let base = BaseUrl::parse("http://h:8000/v1").unwrap();
+        let req = ProviderRequest::new("POST", base, "/chat/completions?tokens=2")
+            .header("content-type", "application/json")
+            .header("Content-Length", "999")
+            .header("connection", "close")
+            .body("{}");
+        let (head, rest) = req.encode().unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(
+            &head[..],
+            &b"POST /v1/chat/completions?tokens=2 HTTP/1.1\r\nHost: h:8000\r\n\
+               Connection: keep-alive\r\nContent-Length: 2\r\n\
+               content-type: application/json\r\n\r\n{}"[..]
+        );
+    }
+
+    #[test]
+    fn large_body_is_not_copied() {
+        let base = BaseUrl::parse("http://h").unwrap();
+        let body = Bytes::from(vec![b'x'; INLINE_BODY_MAX + 1]);
+        let req = ProviderRequest::new("POST", base, "/").body(body.clone());
+        let (head, rest) = req.encode().unwrap();
+        assert_eq!(rest.as_ptr(), body.as_ptr());
+        assert!(head.ends_with(b"Content-Length: 16385\r\n\r\n"));
+        assert!(head.starts_with(b"POST / HTTP/1.1\r\nHost: h\r\n"));
+    }
+
+    #[test]
+    fn get_has_no_content_length_and_bad_method_is_node_side() {
+        let base = BaseUrl::parse("http://h").unwrap();
+        let (head, _) = ProviderRequest::new("GET", base.clone(), "/health")
+            .encode()
+            .unwrap();
+        assert!(!head.windows(14).any(|w| w == b"Content-Length"));
+        let err = ProviderRequest::new("B AD", base, "/")
+            .encode()
+            .unwrap_err();
+        assert_eq!(err.side(), super::super::error::Side::Node);
+    }
+}

@@ -1,0 +1,192 @@
+//! Reading a response: the head (skipping interim 1xx heads) and the body
+//! stream, which hands out each decoded slice as soon as it is read.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use framing::http::{
+    BodyDecoder, BodyFraming, BodyItem, Headers, ResponseHead, parse_response_head,
+};
+
+use super::Inner;
+use super::conn::Connection;
+use super::error::ProviderError;
+use super::pool::PoolKey;
+
+/// How reading a head on one connection failed.
+#[derive(Debug)]
+pub(crate) enum HeadFailure {
+    /// EOF or a socket error before any response byte: on a reused
+    /// connection the provider closed it while idle, and the request may
+    /// be sent again on a fresh one.
+    NothingReceived(ProviderError),
+    /// Anything else; final.
+    Failed(ProviderError),
+}
+
+/// Reads until a final (non-1xx) response head is parsed from `conn`.
+pub(crate) async fn read_head(
+    conn: &mut Connection,
+    inner: &Inner,
+    head_request: bool,
+) -> Result<ResponseHead, HeadFailure> {
+    let mut received = false;
+    loop {
+        match parse_response_head(&mut conn.buf, &inner.config.head_limits, head_request) {
+            // 101 would switch protocols, which this client never asks for.
+            Ok(Some(head)) if head.status() == 101 => {
+                return Err(HeadFailure::Failed(ProviderError::MalformedHead(
+                    framing::http::HttpError::InvalidStatus,
+                )));
+            }
+            Ok(Some(head)) if head.status() < 200 => continue,
+            Ok(Some(head)) => return Ok(head),
+            Ok(None) => {}
+            Err(error) => return Err(HeadFailure::Failed(ProviderError::head(error))),
+        }
+        match conn.read_more().await {
+            Ok(0) if !received => {
+                return Err(HeadFailure::NothingReceived(
+                    ProviderError::ClosedBeforeResponse,
+                ));
+            }
+            Ok(0) => return Err(HeadFailure::Failed(ProviderError::ClosedBeforeResponse)),
+            Ok(_) => received = true,
+            Err(error) if !received => {
+                return Err(HeadFailure::NothingReceived(ProviderError::io(&error)));
+            }
+            Err(error) => return Err(HeadFailure::Failed(ProviderError::io(&error))),
+        }
+    }
+}
+
+/// A provider's response: the final head, then the body as a stream of
+/// zero-copy [`Bytes`] slices of the receive buffer.
+///
+/// Reading the body to its end (until [`ProviderResponse::next_chunk`]
+/// returns `None`) parks the connection in the pool when keep-alive allows.
+/// Dropping the response before that closes the connection: the provider
+/// sees the client go away.
+#[derive(Debug)]
+pub struct ProviderResponse {
+    head: ResponseHead,
+    decoder: BodyDecoder,
+    conn: Option<Connection>,
+    eof: bool,
+    key: PoolKey,
+    inner: Rc<Inner>,
+}
+
+impl ProviderResponse {
+    pub(crate) fn new(
+        head: ResponseHead,
+        conn: Connection,
+        key: PoolKey,
+        inner: Rc<Inner>,
+    ) -> Self {
+        let mut response = Self {
+            decoder: BodyDecoder::new(head.body()),
+            head,
+            conn: Some(conn),
+            eof: false,
+            key,
+            inner,
+        };
+        if response.head.body() == BodyFraming::Empty {
+            // Nothing to read: release the connection at once, so a caller
+            // that never polls the body does not cost a connection.
+            response.finish();
+        }
+        response
+    }
+
+    /// The status code (final, never 1xx).
+    pub fn status(&self) -> u16 {
+        self.head.status()
+    }
+
+    /// The header fields.
+    pub fn headers(&self) -> &Headers {
+        self.head.headers()
+    }
+
+    /// The whole parsed head (version, reason, framing, raw bytes).
+    pub fn head(&self) -> &ResponseHead {
+        &self.head
+    }
+
+    /// True once the body ended, failed, or was never there: the
+    /// connection has been released (pooled or closed).
+    pub fn is_done(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    /// The next piece of the body, as soon as its bytes are read: a slice
+    /// split off the receive buffer (chunked framing removed), never
+    /// accumulated. `None` after the end or after an error.
+    ///
+    /// Errors: [`ProviderError::BodyTruncated`] when the provider closes
+    /// before the body's end, [`ProviderError::MalformedBody`] for broken
+    /// chunked framing, [`ProviderError::Io`] for a socket error. No body
+    /// idle timeout is applied here: stalls are the run watchdog's.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ProviderError>> {
+        loop {
+            let conn = self.conn.as_mut()?;
+            let item = if self.eof {
+                self.decoder.decode_eof(&mut conn.buf)
+            } else {
+                self.decoder.decode(&mut conn.buf)
+            };
+            match item {
+                Ok(Some(BodyItem::Data(data))) => return Some(Ok(data)),
+                Ok(Some(BodyItem::End)) => {
+                    self.finish();
+                    return None;
+                }
+                // `decode_eof` only says "nothing more" after its `End`.
+                Ok(None) if self.eof => {
+                    self.conn = None;
+                    return None;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    self.conn = None;
+                    return Some(Err(ProviderError::body(error)));
+                }
+            }
+            match conn.read_more().await {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(error) => {
+                    self.conn = None;
+                    return Some(Err(ProviderError::io(&error)));
+                }
+            }
+        }
+    }
+
+    /// Address range of the bytes the last socket read delivered (zero-copy
+    /// tests).
+    #[cfg(test)]
+    pub(crate) fn last_read(&self) -> Option<std::ops::Range<usize>> {
+        self.conn.as_ref().map(|c| c.last_read.clone())
+    }
+
+    /// Releases the connection after the body's end (or at once for a
+    /// response without a body): back to the pool when
+    /// both sides keep it alive, nothing stray follows the body and no
+    /// operation was abandoned; closed otherwise.
+    fn finish(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        let reusable =
+            self.head.keep_alive() && !self.eof && conn.buf.is_empty() && conn.is_clean();
+        if reusable {
+            conn.reused = true;
+            let now = self.inner.clock.refresh();
+            let key = self.key.clone();
+            self.inner.pool.borrow_mut().checkin(key, conn, now);
+        }
+    }
+}
