@@ -26,15 +26,20 @@
 //! # What is built
 //! - [`link`]: the edge link — the sans-IO session (register, ready,
 //!   heartbeat), its socket driver, and the reconnecting supervisor (F1–F6).
+//! - [`store`]: the run store — run records in LMDB (via `heed`) in the data
+//!   dir, written off the event path by a store thread, with a retention
+//!   bound (F15).
 //! - [`provider_http`]: the HTTP/1.1 client to model servers on monoio, with
 //!   a keep-alive pool per core and zero-copy body chunks (plain HTTP; TLS
 //!   comes later).
 //!
-//! Adapters, the run manager, the tunnel handler, the watchdog and the run
-//! store come next.
+//! Adapters, the run manager, the tunnel handler and the watchdog come next.
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: the one exception is opening the LMDB environment,
+// which heed marks `unsafe` (see `store::lmdb::open_env` and its SAFETY note).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod link;
 pub mod provider_http;
+pub mod store;

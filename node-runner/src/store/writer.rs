@@ -1,0 +1,300 @@
+//! [`StoreWriter`]: run-store writes off the event path.
+//!
+//! The run manager calls [`StoreHandle::record`] with a [`StoreUpdate`]; that
+//! is one `try_send` on a bounded channel and never blocks. A dedicated OS
+//! thread (not one of monoio's cores) owns the [`RunStore`]: it takes
+//! everything queued (up to [`WriterConfig::max_batch`]) and writes it in one
+//! LMDB transaction, merging each update into the stored record with
+//! [`RunRecord::apply`].
+//!
+//! # The trade-off: drop, never block
+//!
+//! If the queue is full (the disk is slower than runs arrive), `record`
+//! drops the update, counts it in [`WriterStats::dropped_full`] and returns
+//! `false`. Streaming never waits for bookkeeping; the price is that a record
+//! may miss a step (for example stay `running` if its terminal was dropped).
+//! Every update carries the run's [`RunInfo`], so a dropped `Queued` never
+//! loses the record itself: a later step creates it.
+//!
+//! [`StoreWriter::flush`] waits until everything queued before it is
+//! committed (for tests and shutdown). Dropping the [`StoreWriter`] flushes
+//! and joins the thread.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+
+use super::StoreError;
+use super::lmdb::RunStore;
+use super::record::{RunInfo, RunRecord, Transition};
+
+/// Default queue capacity (updates waiting for the store thread).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
+
+/// Default most updates written in one transaction.
+pub const DEFAULT_MAX_BATCH: usize = 1024;
+
+/// How a [`StoreWriter`] queues and batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// Bound of the update queue; updates past it are dropped (at least 1).
+    pub queue_capacity: usize,
+    /// Most updates written in one transaction (at least 1).
+    pub max_batch: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> WriterConfig {
+        WriterConfig {
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_batch: DEFAULT_MAX_BATCH,
+        }
+    }
+}
+
+/// One step of one run, for the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreUpdate {
+    /// The run (shared by all its updates: cloning is a refcount bump).
+    pub run: Arc<RunInfo>,
+    /// What happened.
+    pub transition: Transition,
+}
+
+/// Counters of a [`StoreWriter`], read with [`StoreHandle::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Updates accepted into the queue.
+    pub queued: u64,
+    /// Updates dropped because the queue was full.
+    pub dropped_full: u64,
+    /// Updates dropped because the writer had shut down.
+    pub dropped_closed: u64,
+    /// Updates written in a committed transaction.
+    pub written: u64,
+    /// Updates skipped because their record is invalid (e.g. over-long run id).
+    pub invalid: u64,
+    /// Committed transactions.
+    pub batches: u64,
+    /// Transactions that failed (their updates are lost; logged).
+    pub write_errors: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    queued: AtomicU64,
+    dropped_full: AtomicU64,
+    dropped_closed: AtomicU64,
+    written: AtomicU64,
+    invalid: AtomicU64,
+    batches: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> WriterStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WriterStats {
+            queued: get(&self.queued),
+            dropped_full: get(&self.dropped_full),
+            dropped_closed: get(&self.dropped_closed),
+            written: get(&self.written),
+            invalid: get(&self.invalid),
+            batches: get(&self.batches),
+            write_errors: get(&self.write_errors),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Msg {
+    Update(StoreUpdate),
+    Flush(SyncSender<()>),
+    Shutdown,
+}
+
+/// A cheap, cloneable, `Send` handle for recording run updates.
+#[derive(Debug, Clone)]
+pub struct StoreHandle {
+    tx: SyncSender<Msg>,
+    counters: Arc<Counters>,
+}
+
+impl StoreHandle {
+    /// Queues `update` without blocking. Returns `false` (and counts it) if
+    /// it was dropped because the queue is full or the writer is gone.
+    pub fn record(&self, update: StoreUpdate) -> bool {
+        match self.tx.try_send(Msg::Update(update)) {
+            Ok(()) => {
+                Counters::bump(&self.counters.queued, 1);
+                true
+            }
+            Err(TrySendError::Full(_)) => {
+                Counters::bump(&self.counters.dropped_full, 1);
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                Counters::bump(&self.counters.dropped_closed, 1);
+                false
+            }
+        }
+    }
+
+    /// Blocks until every update queued before this call is committed (or
+    /// failed). Not for the event path.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Msg::Flush(ack_tx))
+            .map_err(|_| StoreError::WriterClosed)?;
+        ack_rx.recv().map_err(|_| StoreError::WriterClosed)
+    }
+
+    /// The writer's counters now.
+    pub fn stats(&self) -> WriterStats {
+        self.counters.snapshot()
+    }
+}
+
+/// Owns the store thread. Dropping it writes what is queued and joins.
+#[derive(Debug)]
+pub struct StoreWriter {
+    handle: StoreHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StoreWriter {
+    /// Starts the store thread, which takes ownership of `store`.
+    pub fn spawn(store: RunStore, config: WriterConfig) -> std::io::Result<StoreWriter> {
+        StoreWriter::spawn_gated(store, config, None)
+    }
+
+    /// As [`StoreWriter::spawn`], but the thread waits for `gate` before it
+    /// takes anything from the queue (tests fill the queue deterministically).
+    pub(crate) fn spawn_gated(
+        store: RunStore,
+        config: WriterConfig,
+        gate: Option<Receiver<()>>,
+    ) -> std::io::Result<StoreWriter> {
+        let (tx, rx) = mpsc::sync_channel(config.queue_capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let thread_counters = Arc::clone(&counters);
+        let max_batch = config.max_batch.max(1);
+        let thread = std::thread::Builder::new()
+            .name("iop-run-store".into())
+            .spawn(move || {
+                if let Some(gate) = gate {
+                    let _ = gate.recv();
+                }
+                run(&store, &rx, &thread_counters, max_batch);
+            })?;
+        Ok(StoreWriter {
+            handle: StoreHandle { tx, counters },
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle for the run manager.
+    pub fn handle(&self) -> StoreHandle {
+        self.handle.clone()
+    }
+
+    /// See [`StoreHandle::record`].
+    pub fn record(&self, update: StoreUpdate) -> bool {
+        self.handle.record(update)
+    }
+
+    /// See [`StoreHandle::flush`].
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.handle.flush()
+    }
+
+    /// The writer's counters now.
+    pub fn stats(&self) -> WriterStats {
+        self.handle.stats()
+    }
+}
+
+impl Drop for StoreWriter {
+    fn drop(&mut self) {
+        // A blocking send: shutdown waits for the queue, never drops it.
+        let _ = self.handle.tx.send(Msg::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The store thread: wait for one message, take whatever else is queued (up
+/// to `max_batch` updates, stopping at a flush or shutdown), write it in one
+/// transaction, acknowledge flushes.
+fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, max_batch: usize) {
+    let mut pending = Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH));
+    loop {
+        let Ok(first) = rx.recv() else { return };
+        let mut next = Some(first);
+        let mut ack = None;
+        let mut shutdown = false;
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Update(u) => pending.push(u),
+                Msg::Flush(tx) => ack = Some(tx),
+                Msg::Shutdown => shutdown = true,
+            }
+            if ack.is_some() || shutdown || pending.len() >= max_batch {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if !pending.is_empty() {
+            write_batch(store, &pending, counters);
+            pending.clear();
+        }
+        if let Some(ack) = ack {
+            let _ = ack.send(());
+        }
+        if shutdown {
+            return;
+        }
+    }
+}
+
+fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
+    let result = store.write(|batch| {
+        let mut invalid = 0;
+        for u in updates {
+            let mut record = match batch.get(&u.run.run_id)? {
+                Some(record) => record,
+                None => RunRecord::new(&u.run),
+            };
+            record.apply(&u.transition);
+            if record.validate().is_err() {
+                invalid += 1;
+                continue;
+            }
+            batch.upsert(&record)?;
+        }
+        Ok(invalid)
+    });
+    match result {
+        Ok(invalid) => {
+            Counters::bump(&counters.batches, 1);
+            Counters::bump(&counters.invalid, invalid);
+            Counters::bump(&counters.written, updates.len() as u64 - invalid);
+        }
+        Err(error) => {
+            Counters::bump(&counters.write_errors, 1);
+            tracing::warn!(
+                event = "run_store_write_failed",
+                updates = updates.len(),
+                %error,
+                "run_store_write_failed"
+            );
+        }
+    }
+}
