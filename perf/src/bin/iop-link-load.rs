@@ -5,20 +5,29 @@
 //! iop-link-load gen-config --nodes 10000 --nodes-addr 127.0.0.1:17070 --out edge.yaml
 //! iop-edge --config edge.yaml --workers 2 &
 //! iop-link-load run --edge 127.0.0.1:17070 --nodes 10000 --edge-pid $! --json out.json
+//! iop-link-load heap --nodes 2000     # the Edge's live heap per node, by allocation size
 //! ```
 //!
 //! See `perf::link_load` and `hack/bench-link-idle.sh`.
 
+use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use edge_proxy::config::EdgeConfig;
+use edge_proxy::server::{EdgeServer, StartOptions};
 use framing::io_driver::IoDriver;
+use perf::link_load::heap::{CountingAlloc, HeapHistogram};
 use perf::link_load::{ClientConfig, FleetConfig, RunConfig, procfs, render_edge_yaml, run};
+
+/// Counts live allocations per size class for `heap`; two relaxed atomic
+/// adds per allocation otherwise.
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Simulated idle nodes for the Edge's node socket.
 #[derive(Debug, Parser)]
@@ -34,6 +43,26 @@ enum Command {
     GenConfig(GenConfigArgs),
     /// Connect the simulated nodes, hold them idle and report.
     Run(RunArgs),
+    /// Run the Edge in this process and break its live heap per node down by
+    /// allocation size (the fleet runs as a child `run`).
+    Heap(HeapArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct HeapArgs {
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 2_000)]
+    nodes: usize,
+    /// The in-process Edge's I/O driver.
+    #[arg(long, value_enum, default_value_t = Driver::Epoll)]
+    edge_driver: Driver,
+    /// The in-process Edge's workers.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Size of the one tunnel body frame every node sends after idling
+    /// (0 = skip).
+    #[arg(long, default_value_t = 60_000)]
+    warm_bytes: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,7 +161,98 @@ fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::GenConfig(args) => gen_config(&args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => run_fleet(&args),
+        Command::Heap(args) => heap(&args).map(|()| ExitCode::SUCCESS),
     }
+}
+
+fn io_driver(driver: Driver) -> IoDriver {
+    match driver {
+        Driver::Epoll => IoDriver::Epoll,
+        Driver::Uring => IoDriver::Uring,
+    }
+}
+
+fn check_open_files(sockets: usize) -> anyhow::Result<()> {
+    // One socket per node, plus a few for runtimes and /proc reads.
+    if let Some(limit) = procfs::open_files_limit() {
+        let needed = sockets as u64 + 64;
+        if limit < needed {
+            bail!("open files limit is {limit}, {needed} needed: raise it (ulimit -n {needed})");
+        }
+    }
+    Ok(())
+}
+
+fn heap(args: &HeapArgs) -> anyhow::Result<()> {
+    if args.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    check_open_files(args.nodes)?;
+    let yaml = render_edge_yaml(&FleetConfig::new(args.nodes, "127.0.0.1:0".parse()?));
+    let config =
+        EdgeConfig::from_yaml_str(&yaml, "heap.yaml").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut options = StartOptions::new(io_driver(args.edge_driver));
+    options.workers = args.workers;
+    let server = EdgeServer::start(config, options).context("starting the in-process edge")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let before = HeapHistogram::now();
+
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["run", "--edge", &server.node_addr.to_string()])
+        .args([
+            "--nodes",
+            &args.nodes.to_string(),
+            "--warm-bytes",
+            &args.warm_bytes.to_string(),
+        ])
+        .args([
+            "--baseline-secs",
+            "0",
+            "--steady-secs",
+            "2",
+            "--heartbeat-secs",
+            "1000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the fleet")?;
+    let stderr = child.stderr.take().context("fleet stderr")?;
+    let (mut idle, mut warm) = (None, None);
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        eprintln!("fleet: {line}");
+        if line.starts_with("phase=steady closed") {
+            idle = Some(HeapHistogram::now());
+        } else if line.starts_with("phase=warmed") {
+            std::thread::sleep(Duration::from_millis(500));
+            warm = Some(HeapHistogram::now());
+        }
+    }
+    let status = child.wait()?;
+    let idle = idle.with_context(|| format!("the fleet never went idle ({status})"))?;
+    print_heap("idle, ready nodes", &idle, &before, args.nodes);
+    if let Some(warm) = warm {
+        let title = format!("after one {} B tunnel frame per node", args.warm_bytes);
+        print_heap(&title, &warm, &before, args.nodes);
+    }
+    Ok(())
+}
+
+fn print_heap(title: &str, now: &HeapHistogram, before: &HeapHistogram, nodes: usize) {
+    println!("Edge live heap per node, {title} ({nodes} nodes):");
+    println!("| allocation size (bytes) | allocations per node | bytes per node |");
+    println!("|---|---|---|");
+    for class in now.per_node(before, nodes) {
+        println!(
+            "| {} – {} | {:.2} | {:.0} |",
+            class.min_size,
+            class.max_size - 1,
+            class.allocs_per_node,
+            class.bytes_per_node
+        );
+    }
+    let total = (now.total_bytes() - before.total_bytes()) as f64 / nodes.max(1) as f64;
+    println!("| total | | {total:.0} |\n");
 }
 
 fn gen_config(args: &GenConfigArgs) -> anyhow::Result<()> {
@@ -162,22 +282,13 @@ fn run_fleet(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
-    // Every node is one socket (plus a few for the runtime and /proc reads).
-    if let Some(limit) = procfs::open_files_limit() {
-        let needed = args.nodes as u64 + 64;
-        if limit < needed {
-            bail!("open files limit is {limit}, {needed} needed: raise it (ulimit -n {needed})");
-        }
-    }
+    check_open_files(args.nodes)?;
     let mut client = ClientConfig::new(args.edge, args.nodes);
     client.first = args.first;
     client.threads = args.threads.max(1);
     client.concurrency = args.concurrency.max(1);
     client.handshake_timeout = secs(args.handshake_timeout_secs, "--handshake-timeout-secs")?;
-    client.driver = match args.driver {
-        Driver::Epoll => IoDriver::Epoll,
-        Driver::Uring => IoDriver::Uring,
-    };
+    client.driver = io_driver(args.driver);
     client.warm_bytes = args.warm_bytes;
     let mut config = RunConfig::new(client);
     config.edge_pid = args.edge_pid;

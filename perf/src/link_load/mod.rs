@@ -7,6 +7,9 @@
 //!   (`load-node-<i>`, token `load-node-<i>`), for `iop-link-load gen-config`;
 //! - [`Fleet`]: the nodes themselves, monoio tasks that register, declare
 //!   themselves ready and then only answer heartbeat pings;
+//! - [`heap`]: a counting global allocator, for `iop-link-load heap`, which
+//!   runs the Edge in-process and breaks its live heap per node down by
+//!   allocation size;
 //! - [`run`]: connects a fleet and samples the Edge's `/proc` entry around a
 //!   quiet window, the first heartbeat burst and a steady window of two
 //!   heartbeat periods; [`Report`] is the result (JSON and a summary).
@@ -16,6 +19,7 @@
 
 mod client;
 mod edge_config;
+pub mod heap;
 pub mod procfs;
 mod run;
 

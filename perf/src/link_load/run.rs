@@ -415,6 +415,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Report> {
         while c.warm_sent.load(Relaxed) < ready && Instant::now() < warm_deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+        say(format!("phase=warmed sent={}", c.warm_sent.load(Relaxed)));
         std::thread::sleep(config.warm_hold);
         s_warm = Some(snapshot(config.edge_pid, Some(&fleet))?);
     }
