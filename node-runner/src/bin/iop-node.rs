@@ -3,13 +3,16 @@
 //! Dials the Edge, registers with its token, applies the config the Edge
 //! sends, and stays linked (reconnecting with backoff). Runs and tunnels
 //! arrive with the execution milestones.
+//!
+//! `iop-node runs --data-dir DIR [--limit N] [--json]` lists the most recent
+//! runs in the local run store (F15), newest first, and exits.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use framing::frame::DEFAULT_MAX_FRAME_LEN;
 use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 use framing::link::{HeartbeatConfig, reject_reason_name};
@@ -17,24 +20,50 @@ use framing::timer::ClockSource;
 use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise};
+use node_runner::store::{RunStore, StoreConfig, format_json_lines, format_table};
 
 /// The IOP Node: runs next to model servers and serves them to the Edge.
+///
+/// With no subcommand it runs the node.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, subcommand_negates_reqs = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The Edge's node socket, HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:7070")]
     edge: String,
     /// The node's token (prefer the IOP_NODE_TOKEN environment variable:
     /// command lines are visible to other users).
-    #[arg(long, env = "IOP_NODE_TOKEN", hide_env_values = true)]
-    token: String,
+    // Required to run the node; an `Option` only so that subcommands such as
+    // `runs` need no token (`subcommand_negates_reqs`).
+    #[arg(long, env = "IOP_NODE_TOKEN", hide_env_values = true, required = true)]
+    token: Option<String>,
     /// Directory for the Node's local state (run store).
     #[arg(long, default_value = "./iop-node-data")]
     data_dir: PathBuf,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the most recent runs in the local run store, newest first.
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunsArgs {
+    /// The Node's data dir (as given to the node).
+    #[arg(long, default_value = "./iop-node-data")]
+    data_dir: PathBuf,
+    /// How many runs to list.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Print one JSON object per run (JSON Lines) instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -48,8 +77,13 @@ const EXIT_REJECTED: u8 = 2;
 
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    if let Some(Command::Runs(runs_args)) = &args.command {
+        return list_runs(runs_args);
+    }
     init_logging(args.log_format);
-    if args.token.is_empty() {
+    // clap enforces --token when there is no subcommand.
+    let token = args.token.unwrap_or_default();
+    if token.is_empty() {
         anyhow::bail!("--token (or IOP_NODE_TOKEN) must not be empty");
     }
     std::fs::create_dir_all(&args.data_dir)
@@ -60,7 +94,7 @@ fn main() -> anyhow::Result<ExitCode> {
     let config = LinkClientConfig {
         edge,
         session: NodeSessionConfig {
-            token: args.token,
+            token,
             instance_id: format!("{:016x}", fastrand::u64(..)),
             max_frame_len: u32::try_from(DEFAULT_MAX_FRAME_LEN).unwrap_or(u32::MAX),
             handshake_timeout_ms: 10_000,
@@ -90,6 +124,19 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         SupervisorExit::ConnectionLimit => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `iop-node runs`: print recent runs from the store in `--data-dir`.
+fn list_runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
+    let store = RunStore::open_existing(&args.data_dir, StoreConfig::default())?;
+    let records = store.recent(args.limit)?;
+    let out = if args.json {
+        format_json_lines(&records)
+    } else {
+        format_table(&records)
+    };
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn resolve(edge: &str) -> anyhow::Result<SocketAddr> {
