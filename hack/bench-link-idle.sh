@@ -8,14 +8,18 @@
 # ready, at most CONCURRENCY handshakes in flight), keeps them idle through two
 # 30 s heartbeat periods while sampling the Edge's /proc entry (VmRSS, VmData,
 # utime+stime, per-thread schedstat), then makes every node send one
-# WARM_BYTES tunnel frame and samples the Edge's RSS once more.
+# WARM_BYTES tunnel frame and samples the Edge's RSS once more. Then, per
+# driver, `iop-link-load heap` runs the Edge in-process under a counting
+# allocator and breaks its live heap per node down by allocation size.
 #
 # Output: target/bench-link-idle/ (override with OUT=): per driver the Edge
-# log, the load tool's summary (.txt) and full report (.json), plus machine.txt
-# and summary.md. About 80 s per driver; not part of hack/test.sh.
+# log, the load tool's summary (.txt) and full report (.json), the heap
+# breakdown (heap-<driver>.md), plus machine.txt and summary.md. About 100 s
+# per driver; not part of hack/test.sh.
 #
 # Env: NODES (10000), DRIVERS ("uring epoll"), WORKERS (2), CONCURRENCY (256),
-#      WARM_BYTES (60000; 0 skips the warm phase), OUT.
+#      WARM_BYTES (60000; 0 skips the warm phase), HEAP (1; 0 skips the heap
+#      breakdown), OUT.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +28,7 @@ drivers="${DRIVERS:-uring epoll}"
 workers="${WORKERS:-2}"
 concurrency="${CONCURRENCY:-256}"
 warm_bytes="${WARM_BYTES:-60000}"
+heap="${HEAP:-1}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 out="${OUT:-$target_dir/bench-link-idle}"
 bin="$target_dir/release"
@@ -99,6 +104,14 @@ for driver in $drivers; do
     kill "$edge_pid" 2>/dev/null || true
     wait "$edge_pid" 2>/dev/null || true
     edge_pid=""
+
+    if [[ "$heap" == 1 ]]; then
+        say "[$driver] live heap per node (in-process edge, counting allocator)"
+        "$bin/iop-link-load" heap --nodes "$nodes" --edge-driver "$driver" --workers "$workers" \
+            --warm-bytes "$warm_bytes" >"$out/heap-$driver.md" 2>"$out/heap-$driver.log" \
+            || { say "[$driver] heap breakdown failed: $(tail -3 "$out/heap-$driver.log")"; status=1; }
+        cat "$out/heap-$driver.md"
+    fi
 done
 echo "loadavg after: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
