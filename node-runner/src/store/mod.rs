@@ -165,7 +165,8 @@ fn duration_text(r: &RunRecord) -> String {
 
 /// The `iop-node runs` table: a header and one line per record, in the order
 /// given (the store lists newest first). Columns are padded to the widest
-/// cell; an empty list prints a header and `(no runs)`.
+/// cell; control characters in run ids print as spaces; an empty list prints
+/// a header and `(no runs)`.
 pub fn format_table(records: &[RunRecord]) -> String {
     const HEADER: [&str; 9] = [
         "CREATED", "RUN_ID", "STATUS", "ADAPTER", "TARGET", "SESSION", "BG", "DURATION", "ERROR",
@@ -175,7 +176,9 @@ pub fn format_table(records: &[RunRecord]) -> String {
         .map(|r| {
             [
                 format_utc_ms(r.created_at_ms),
-                r.run_id.clone(),
+                // Run ids come from the Edge unsanitized: no control
+                // characters reach the operator's terminal.
+                record::bounded_text(&r.run_id, record::MAX_ID_LEN),
                 r.status.to_string(),
                 r.adapter.clone(),
                 r.target.clone(),

@@ -286,6 +286,10 @@ CREATED                   RUN_ID  STATUS  ADAPTER  TARGET  SESSION  BG   DURATIO
 ";
     assert_eq!(format_table(&listed()), expected);
     assert!(format_table(&[]).ends_with("ERROR\n(no runs)\n"));
+    let hostile = RunRecord::new(&info("a\x1b[2Jb\nc"));
+    let table = format_table(&[hostile]);
+    assert_eq!(table.lines().count(), 2, "{table}");
+    assert!(table.contains("a [2Jb c"), "{table}");
 }
 
 #[test]
