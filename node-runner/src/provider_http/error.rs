@@ -65,6 +65,11 @@ pub enum ProviderError {
         /// The I/O error text.
         message: String,
     },
+    /// An earlier `next_chunk` future on this response was dropped while
+    /// its read was in flight: the body's position is lost and the
+    /// connection was closed.
+    #[error("a read of this response was cancelled mid-way")]
+    Cancelled,
     /// The request itself cannot be encoded (bad method, target or header).
     #[error("invalid provider request: {0}")]
     InvalidRequest(HttpError),
@@ -72,10 +77,11 @@ pub enum ProviderError {
 
 impl ProviderError {
     /// Who caused it: [`Side::Node`] for a request the Node could not
-    /// encode, [`Side::Provider`] for everything else.
+    /// encode or a read it abandoned, [`Side::Provider`] for everything
+    /// else.
     pub fn side(&self) -> Side {
         match self {
-            Self::InvalidRequest(_) => Side::Node,
+            Self::InvalidRequest(_) | Self::Cancelled => Side::Node,
             _ => Side::Provider,
         }
     }

@@ -127,11 +127,17 @@ impl ProviderResponse {
     ///
     /// Errors: [`ProviderError::BodyTruncated`] when the provider closes
     /// before the body's end, [`ProviderError::MalformedBody`] for broken
-    /// chunked framing, [`ProviderError::Io`] for a socket error. No body
+    /// chunked framing, [`ProviderError::Io`] for a socket error,
+    /// [`ProviderError::Cancelled`] after an earlier call's future was
+    /// dropped mid-read (this future is otherwise cancel-safe). No body
     /// idle timeout is applied here: stalls are the run watchdog's.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ProviderError>> {
         loop {
             let conn = self.conn.as_mut()?;
+            if !conn.is_clean() {
+                self.conn = None;
+                return Some(Err(ProviderError::Cancelled));
+            }
             let item = if self.eof {
                 self.decoder.decode_eof(&mut conn.buf)
             } else {

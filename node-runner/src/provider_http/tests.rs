@@ -488,3 +488,31 @@ fn bodyless_response_releases_the_connection_at_once() {
         assert_eq!(join(server).await, 2);
     });
 }
+
+#[test]
+fn a_cancelled_read_poisons_the_response() {
+    each_driver(|| async {
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+                .unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            let _ = s.write_all(b"3\r\ntwo\r\n0\r\n\r\n");
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        assert_eq!(&response.next_chunk().await.unwrap().unwrap()[..], b"one");
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        release.send(()).unwrap();
+        let error = response.next_chunk().await.unwrap().unwrap_err();
+        assert_eq!(error, ProviderError::Cancelled);
+        assert_eq!(error.side(), Side::Node);
+        assert!(response.next_chunk().await.is_none());
+        assert_eq!(client.idle_connections(&base), 0);
+        drop(response);
+        join(server).await;
+    });
+}
