@@ -38,15 +38,23 @@ url="http://127.0.0.1:$port"
 pid=""
 trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true' EXIT
 
+# CPU ticks (utime + stime) the server has used so far.
+server_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+
 wrk_line() { # label, wrk args...
     local label="$1"; shift
     wait_idle
-    local out
+    local out t0 t1 reqs
+    t0="$(server_ticks)"
     out="$(wrk "$@")"
-    printf '%s\t%s req/s\tp50 %s\tp99 %s\tload %s\n' "$label" \
+    t1="$(server_ticks)"
+    reqs="$(awk '/requests in/ {print $1}' <<<"$out")"
+    # Server CPU per request: a noise-robust cost figure on a shared box.
+    printf '%s\t%s req/s\tp50 %s\tp99 %s\tserver %s us CPU/req\tload %s\n' "$label" \
         "$(awk '/Requests\/sec/ {print $2}' <<<"$out")" \
         "$(awk '$1=="50%" {print $2}' <<<"$out")" \
         "$(awk '$1=="99%" {print $2}' <<<"$out")" \
+        "$(awk -v t="$((t1 - t0))" -v r="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / r}')" \
         "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
