@@ -1,14 +1,15 @@
-//! Node tokens: stored as blake3 hashes, looked up in constant time (F1).
+//! Node tokens: stored as blake3 hashes, looked up by hash (F1).
 //!
 //! The Edge never keeps a plaintext token: a `token:` in the file is hashed
-//! as it is read. A presented token is hashed once and compared with every
-//! record's hash using `subtle`, visiting all records whatever matches, so the
-//! time taken does not say whether or which record matched. Neither tokens nor
-//! full hashes are ever printed: `Debug` shows an 8-hex-digit fingerprint.
+//! as it is read. A presented token is hashed once and looked up by that hash
+//! in O(1) (see [`NodeTable`] for why that leaks nothing usable); the final
+//! comparison is constant-time (`subtle`). Neither tokens nor full hashes are
+//! ever printed: `Debug` shows an 8-hex-digit fingerprint.
 
+use std::collections::HashMap;
 use std::fmt;
 
-use subtle::{ConditionallySelectable, ConstantTimeEq};
+use subtle::ConstantTimeEq;
 
 use super::model::ProviderSpec;
 
@@ -40,6 +41,12 @@ impl TokenHash {
             *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
         }
         Some(Self(out))
+    }
+
+    /// The raw hash bytes (not secret, but not for logs either: see
+    /// [`fingerprint`](Self::fingerprint)).
+    pub(crate) fn bytes(&self) -> &[u8; TOKEN_HASH_LEN] {
+        &self.0
     }
 
     /// A short, non-secret name for logs: the first 8 hex digits and `…`.
@@ -107,44 +114,54 @@ pub struct NodeRecord {
 /// The node records, looked up by presented token (F1) or by id.
 ///
 /// Built by validation, which guarantees unique ids and unique tokens.
+///
+/// Lookups are O(1): a presented token is hashed with blake3 and the hash is
+/// looked up in a map. Timing can at most reveal where the presented token's
+/// *hash* falls in the map, which says nothing usable about any stored token
+/// (steering a hash towards a chosen value is a preimage search). The one
+/// comparison that decides a match is constant-time ([`TokenHash`]'s `Eq`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeTable {
     records: Vec<NodeRecord>,
+    by_token: HashMap<[u8; TOKEN_HASH_LEN], usize>,
+    by_id: HashMap<String, usize>,
 }
 
 impl NodeTable {
     /// Wraps records that validation has accepted.
     pub(crate) fn new(records: Vec<NodeRecord>) -> Self {
-        Self { records }
+        let by_token = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (*r.token.bytes(), i))
+            .collect();
+        let by_id = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.clone(), i))
+            .collect();
+        Self {
+            records,
+            by_token,
+            by_id,
+        }
     }
 
-    /// The record whose token is `presented`, if any.
-    ///
-    /// Hashes `presented` and compares it with every record in constant time;
-    /// the loop neither exits early nor branches on a match. An empty token
-    /// matches nothing.
+    /// The record whose token is `presented`, if any. An empty token matches
+    /// nothing.
     pub fn lookup(&self, presented: &str) -> Option<&NodeRecord> {
         if presented.is_empty() {
             return None;
         }
         let hash = TokenHash::of(presented);
-        let mut found = subtle::Choice::from(0);
-        let mut index = 0u64;
-        for (i, record) in self.records.iter().enumerate() {
-            let hit = record.token.ct_eq(&hash);
-            index = u64::conditional_select(&index, &(i as u64), hit);
-            found |= hit;
-        }
-        if bool::from(found) {
-            self.records.get(usize::try_from(index).ok()?)
-        } else {
-            None
-        }
+        let record = self.records.get(*self.by_token.get(hash.bytes())?)?;
+        // The map found it by hash equality; confirm in constant time.
+        bool::from(record.token.ct_eq(&hash)).then_some(record)
     }
 
     /// The record with this node id.
     pub fn get(&self, id: &str) -> Option<&NodeRecord> {
-        self.records.iter().find(|r| r.id == id)
+        self.records.get(*self.by_id.get(id)?)
     }
 
     /// The record serving provider `provider_id`, with that provider.

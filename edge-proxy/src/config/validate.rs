@@ -199,7 +199,7 @@ impl Checker {
             self.fail("nodes", "at least one node is required");
         }
         let mut ids: HashMap<String, usize> = HashMap::new();
-        let mut tokens: Vec<(TokenHash, usize, String)> = Vec::new();
+        let mut tokens: HashMap<[u8; 32], (usize, String)> = HashMap::new();
         let mut provider_ids: HashMap<String, String> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for (i, node) in raw.into_iter().enumerate() {
@@ -213,11 +213,12 @@ impl Checker {
             }
             let token = self.token(&path, &node);
             if let Some((hash, _, field)) = token {
-                if let Some((_, first, first_id)) = tokens.iter().find(|(t, ..)| *t == hash) {
+                if let Some((first, first_id)) = tokens.get(hash.bytes()) {
                     let msg = format!("same token as nodes[{first}] ({first_id:?})");
                     self.fail(format!("{path}.{field}"), msg);
+                } else {
+                    tokens.insert(*hash.bytes(), (i, node.id.clone()));
                 }
-                tokens.push((hash, i, node.id.clone()));
                 if node.providers.is_empty() {
                     self.warn(
                         format!("{path}.providers"),

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use framing::frame::{FrameDecoder, FrameEncoder};
+use framing::frame::FrameDecoder;
 use framing::link::CloseReason;
 use framing::timer::TimerKey;
 use monoio::io::{
@@ -29,8 +29,13 @@ use crate::events::LifecycleEvent;
 use crate::registry::{ConnRegistrar, NodeDirectory};
 use framing::link::reject_reason_name;
 
-/// Bytes reserved in the receive buffer before each read.
-const READ_RESERVE: usize = 64 * 1024;
+/// Free space guaranteed in the receive buffer before each read. Small, so
+/// an idle link costs little; a large frame grows the buffer to its size
+/// (the decoder reserves it once the length prefix is in).
+const READ_MIN: usize = 4 * 1024;
+/// A drained receive buffer larger than this is dropped, so one large frame
+/// does not pin its memory for the connection's life.
+const READ_SHRINK_ABOVE: usize = 64 * 1024;
 
 enum WriteCmd {
     Frame(Bytes),
@@ -43,7 +48,6 @@ pub(crate) struct Conn<D> {
     peer: SocketAddr,
     connected_unix_ms: u64,
     session: RefCell<EdgeSession>,
-    encoder: RefCell<FrameEncoder>,
     tx: local_sync::mpsc::unbounded::Tx<WriteCmd>,
     timer: Cell<Option<TimerKey>>,
     canceller: RefCell<Canceller>,
@@ -63,7 +67,6 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             peer,
             connected_unix_ms: unix_ms(),
             session: RefCell::new(EdgeSession::new(config.session, now)),
-            encoder: RefCell::new(FrameEncoder::new(config.max_frame_len)),
             tx,
             timer: Cell::new(None),
             canceller: RefCell::new(Canceller::new()),
@@ -92,13 +95,13 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     async fn read_loop(self: Rc<Self>, mut read_half: monoio::io::OwnedReadHalf<TcpStream>) {
         let mut decoder = FrameDecoder::new(self.core.shared.config.max_frame_len);
-        let mut buf = BytesMut::with_capacity(READ_RESERVE);
+        let mut buf = BytesMut::new();
         // Stop reading as soon as the session has closed (the writer flushes
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
         while !self.closing.get() && !self.session.borrow().is_closed() {
-            if buf.capacity() - buf.len() < READ_RESERVE / 4 {
-                buf.reserve(READ_RESERVE);
+            if buf.capacity() - buf.len() < READ_MIN {
+                buf.reserve(READ_MIN);
             }
             let handle = self.canceller.borrow().handle();
             let (result, returned) = read_half.cancelable_read(buf, handle).await;
@@ -136,6 +139,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                         break;
                     }
                 },
+            }
+            if buf.is_empty() && buf.capacity() > READ_SHRINK_ABOVE {
+                buf = BytesMut::new();
             }
             self.pump();
             self.rearm();
@@ -222,7 +228,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 break;
             };
             match output {
-                Output::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
+                Output::Send(envelope) => match self.core.encoder.borrow_mut().encode(&envelope) {
                     Ok(frame) => {
                         let _ = self.tx.send(WriteCmd::Frame(frame));
                     }

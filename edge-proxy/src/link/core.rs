@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use framing::frame::FrameEncoder;
 use framing::timer::{DriverClock, TimerKey, TimerWheel};
 
 use super::LinkShared;
@@ -17,16 +18,21 @@ pub(crate) struct Core<D> {
     pub(crate) id: usize,
     pub(crate) shared: Arc<LinkShared<D>>,
     pub(crate) clock: DriverClock,
+    /// Encodes every control frame this core sends: one scratch block per
+    /// core, not per connection.
+    pub(crate) encoder: RefCell<FrameEncoder>,
     wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
 }
 
 impl<D: NodeDirectory + 'static> Core<D> {
     pub(crate) fn new(id: usize, shared: Arc<LinkShared<D>>) -> Rc<Self> {
         let clock = DriverClock::new(&shared.clock);
+        let encoder = RefCell::new(FrameEncoder::new(shared.config.max_frame_len));
         Rc::new(Self {
             id,
             shared,
             clock,
+            encoder,
             wheel: RefCell::new(TimerWheel::new()),
         })
     }
