@@ -33,9 +33,11 @@ use framing::link::reject_reason_name;
 /// an idle link costs little; a large frame grows the buffer to its size
 /// (the decoder reserves it once the length prefix is in).
 const READ_MIN: usize = 4 * 1024;
-/// A drained receive buffer larger than this is dropped, so one large frame
-/// does not pin its memory for the connection's life.
-const READ_SHRINK_ABOVE: usize = 64 * 1024;
+/// A drained receive buffer larger than this is dropped after a small read
+/// (a read of less than [`READ_MIN`] bytes: the link has gone quiet), so one
+/// large frame does not pin its memory for the connection's life, while a
+/// busy link, whose reads are large, keeps its buffer.
+const READ_SHRINK_ABOVE: usize = 16 * 1024;
 
 enum WriteCmd {
     Frame(Bytes),
@@ -107,6 +109,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             let (result, returned) = read_half.cancelable_read(buf, handle).await;
             buf = returned;
             let now = self.core.clock.refresh();
+            let small_read = matches!(result, Ok(n) if n < READ_MIN);
             match result {
                 Ok(0) => self
                     .session
@@ -140,7 +143,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                     }
                 },
             }
-            if buf.is_empty() && buf.capacity() > READ_SHRINK_ABOVE {
+            if small_read && buf.is_empty() && buf.capacity() > READ_SHRINK_ABOVE {
                 buf = BytesMut::new();
             }
             self.pump();
