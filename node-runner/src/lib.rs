@@ -33,13 +33,18 @@
 //!   a keep-alive pool per core and zero-copy body chunks (plain HTTP; TLS
 //!   comes later).
 //!
-//! Adapters, the run manager, the tunnel handler and the watchdog come next.
+//! - [`adapter`]: the `openai_compat` / `vllm` (SSE) and `ollama` (NDJSON)
+//!   adapters — typed run event streams, session terminate, health probe
+//!   (F9, F10, F13, F18).
+//!
+//! The run manager, the tunnel handler and the watchdog come next.
 
 // `deny`, not `forbid`: the one exception is opening the LMDB environment,
 // which heed marks `unsafe` (see `store::lmdb::open_env` and its SAFETY note).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod adapter;
 pub mod link;
 pub mod provider_http;
 pub mod store;

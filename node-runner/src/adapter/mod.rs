@@ -1,0 +1,462 @@
+//! Adapters: the Node's normalized view of one model server (F9–F13, F18).
+//!
+//! An [`Adapter`] turns an [`ExecuteSpec`] (target + [`RunInput`]) into an
+//! [`EventStream`] of [`RuntimeEvent`]s, one provider HTTP request per run,
+//! over the core's [`ProviderClient`]. Two implementations:
+//!
+//! - [`OpenAiAdapter`]: `POST /v1/chat/completions` with `stream: true`, SSE
+//!   observed chunk by chunk. One type serves `openai_compat` and `vllm`
+//!   ([`OpenAiFlavor`]); usage counts are presence-based either way.
+//! - [`OllamaAdapter`]: `POST /api/chat` NDJSON, and `terminate_session`
+//!   (unload via `keep_alive: 0`).
+//!
+//! # Stream contract
+//! - [`EventStream::next`] yields [`RuntimeEvent::Start`] first, then
+//!   deltas / usage in provider order, then exactly one terminal
+//!   ([`RuntimeEvent::Complete`] or [`RuntimeEvent::Error`]), then `None`
+//!   forever. Failures before the provider answered (connect refused, bad
+//!   parameters, HTTP error status) still come as `Start` + `Error`, so the
+//!   run manager sees one shape.
+//! - Provider bytes are pulled one chunk at a time
+//!   ([`ProviderResponse::next_chunk`]) and parsed incrementally; a delta is
+//!   yielded as soon as its event is complete. Nothing is buffered beyond
+//!   the parser's partial line.
+//! - Errors are typed ([`ExecutionFailure`]): HTTP 4xx → `PROVIDER_HTTP_STATUS`
+//!   side `CLIENT`, 5xx → side `PROVIDER`; unparsable JSON or SSE →
+//!   `PROVIDER_MALFORMED`; a body that ends without the terminator (`[DONE]`
+//!   or `done: true`) or breaks → `PROVIDER_UNREACHABLE`. Messages are safe
+//!   summaries: never the provider's body or the prompt.
+//! - Dropping the stream before its end drops the provider response, which
+//!   closes the connection (the provider sees the client leave).
+//!
+//! # Not here
+//! The stall watchdog (F20–F22), admission by `max_concurrency` and cancel
+//! belong to the run manager; [`ExecuteSpec::stall_timeout_ms`] is carried
+//! for it. `probe_health` is a plain bounded GET of the configured path; the
+//! exact-target probe comes with liveness.
+
+mod ollama;
+mod openai;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use proto::v1::{
+    ExecutionFailure, FailureCode, FailureSide, ProviderConfig, ProviderHealth, RunEvent,
+    RunEventKind, RunInput, Usage,
+};
+use serde_json::{Map, Value};
+
+use crate::provider_http::{
+    BaseUrl, BaseUrlError, ProviderClient, ProviderError, ProviderRequest, ProviderResponse,
+};
+
+pub use ollama::OllamaAdapter;
+pub use openai::{OpenAiAdapter, OpenAiFlavor};
+
+/// Default bound on one health probe when the config says 0, in ms.
+pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 2_000;
+
+/// One event of a run, as an adapter reports it. Maps 1:1 onto
+/// [`RunEventKind`] (see [`RuntimeEvent::into_run_event`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuntimeEvent {
+    /// The run started; always the first event.
+    Start,
+    /// Generated text.
+    Delta(String),
+    /// Generated reasoning text (`delta.reasoning_content`, `message.thinking`).
+    ReasoningDelta(String),
+    /// A non-terminal usage observation (counts as progress, F20).
+    Usage(Usage),
+    /// Terminal: the provider finished.
+    Complete {
+        /// The provider's finish reason (`stop`, `length`, …), empty if none.
+        finish_reason: String,
+        /// Provider-reported usage, if it reported any (F18).
+        usage: Option<Usage>,
+    },
+    /// Terminal: the run failed.
+    Error(ExecutionFailure),
+}
+
+impl RuntimeEvent {
+    /// Whether this event ends the run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Complete { .. } | Self::Error(_))
+    }
+
+    /// The wire event with sequence number `seq` (1 for `Start`).
+    pub fn into_run_event(self, seq: u64) -> RunEvent {
+        let mut event = RunEvent {
+            seq,
+            ..RunEvent::default()
+        };
+        match self {
+            Self::Start => event.set_kind(RunEventKind::Start),
+            Self::Delta(text) => {
+                event.set_kind(RunEventKind::Delta);
+                event.text = text;
+            }
+            Self::ReasoningDelta(text) => {
+                event.set_kind(RunEventKind::ReasoningDelta);
+                event.text = text;
+            }
+            Self::Usage(usage) => {
+                event.set_kind(RunEventKind::Usage);
+                event.usage = Some(usage);
+            }
+            Self::Complete {
+                finish_reason,
+                usage,
+            } => {
+                event.set_kind(RunEventKind::Complete);
+                event.finish_reason = finish_reason;
+                event.usage = usage;
+            }
+            Self::Error(failure) => {
+                event.set_kind(RunEventKind::Error);
+                event.failure = Some(failure);
+            }
+        }
+        event
+    }
+}
+
+/// What one run asks of an adapter.
+#[derive(Clone, Debug, Default)]
+pub struct ExecuteSpec {
+    /// The model (target) on the adapter.
+    pub target: String,
+    /// Messages and OpenAI-style parameters.
+    pub input: RunInput,
+    /// Opaque correlation value (never links runs).
+    pub session_id: String,
+    /// Effective stall timeout in ms, for the run watchdog (not enforced by
+    /// the adapter).
+    pub stall_timeout_ms: u64,
+}
+
+/// What an adapter instance offers (F9, F13, F14).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterCapabilities {
+    /// Admission bound on concurrent runs.
+    pub max_concurrency: u32,
+    /// Whether the Edge may tunnel raw provider requests to it (F16).
+    pub supports_tunnel: bool,
+    /// Whether [`Adapter::terminate_session`] does anything.
+    pub supports_session_terminate: bool,
+    /// Models it serves.
+    pub targets: Vec<String>,
+}
+
+/// Why [`Adapter::terminate_session`] did not terminate.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TerminateError {
+    /// The adapter has no session terminate (F13: answer "unsupported").
+    #[error("adapter does not support session terminate")]
+    Unsupported,
+    /// The provider call failed.
+    #[error("session terminate failed: {}", .0.message)]
+    Failed(ExecutionFailure),
+}
+
+/// The settings of one adapter instance, from its [`ProviderConfig`].
+#[derive(Clone, Debug)]
+pub struct AdapterConfig {
+    /// Instance name (`RunRequest.adapter`).
+    pub name: String,
+    /// Where the model server listens.
+    pub base: BaseUrl,
+    /// Models it serves; empty accepts any target.
+    pub targets: Vec<String>,
+    /// Admission bound.
+    pub max_concurrency: u32,
+    /// Whether raw tunnel requests are allowed.
+    pub supports_tunnel: bool,
+    /// Extra request headers added to every provider request.
+    pub headers: Vec<(String, bytes::Bytes)>,
+    /// Health probe path; empty means the adapter's default.
+    pub health_path: String,
+    /// Health probe bound in ms; 0 means [`DEFAULT_HEALTH_TIMEOUT_MS`].
+    pub health_timeout_ms: u64,
+}
+
+impl AdapterConfig {
+    /// A config for `base` with no targets, headers or probe settings.
+    pub fn new(name: impl Into<String>, base: BaseUrl) -> Self {
+        Self {
+            name: name.into(),
+            base,
+            targets: Vec::new(),
+            max_concurrency: 1,
+            supports_tunnel: false,
+            headers: Vec::new(),
+            health_path: String::new(),
+            health_timeout_ms: 0,
+        }
+    }
+
+    /// The settings of `provider`; fails on a base URL the client refuses.
+    pub fn from_provider(provider: &ProviderConfig) -> Result<Self, BaseUrlError> {
+        let probe = provider.health_probe.clone().unwrap_or_default();
+        Ok(Self {
+            name: provider.adapter.clone(),
+            base: BaseUrl::parse(&provider.base_url)?,
+            targets: provider.targets.clone(),
+            max_concurrency: provider.max_concurrency,
+            supports_tunnel: provider.supports_tunnel,
+            headers: provider
+                .headers
+                .iter()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+            health_path: probe.path,
+            health_timeout_ms: probe.timeout_ms,
+        })
+    }
+
+    /// The configured probe bound.
+    pub fn health_timeout(&self) -> Duration {
+        match self.health_timeout_ms {
+            0 => Duration::from_millis(DEFAULT_HEALTH_TIMEOUT_MS),
+            ms => Duration::from_millis(ms),
+        }
+    }
+
+    fn serves(&self, target: &str) -> bool {
+        self.targets.is_empty() || self.targets.iter().any(|t| t == target)
+    }
+
+    fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
+        let mut request = ProviderRequest::new(method, self.base.clone(), path.to_owned());
+        for (name, value) in &self.headers {
+            request = request.header(name.clone(), value.clone());
+        }
+        request
+    }
+}
+
+/// An adapter instance. One per provider per core; `!Send` by design (the
+/// Node is thread-per-core), hence `async fn` without `Send` bounds.
+#[allow(async_fn_in_trait)]
+pub trait Adapter {
+    /// Its limits, targets and optional features.
+    fn capabilities(&self) -> AdapterCapabilities;
+
+    /// Starts one run. Never fails: every failure is a stream of `Start` +
+    /// `Error`.
+    async fn execute(&self, spec: ExecuteSpec) -> EventStream;
+
+    /// Ends `session_id` on `target` (F13); [`TerminateError::Unsupported`]
+    /// where the provider has no such thing.
+    async fn terminate_session(&self, target: &str, session_id: &str)
+    -> Result<(), TerminateError>;
+
+    /// One bounded health probe: `Available` on 2xx, `Unavailable` on 5xx
+    /// or a refused connection, `Unknown` on timeout or anything else.
+    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth;
+}
+
+/// A failure with `code`, `side` and a safe `message`.
+pub fn failure(
+    code: FailureCode,
+    side: FailureSide,
+    message: impl Into<String>,
+) -> ExecutionFailure {
+    let mut failure = ExecutionFailure {
+        message: message.into(),
+        ..ExecutionFailure::default()
+    };
+    failure.set_code(code);
+    failure.set_side(side);
+    failure
+}
+
+/// The typed failure of a provider HTTP error status.
+fn status_failure(status: u16) -> ExecutionFailure {
+    let side = if status < 500 {
+        FailureSide::Client
+    } else {
+        FailureSide::Provider
+    };
+    let mut f = failure(
+        FailureCode::ProviderHttpStatus,
+        side,
+        format!("provider answered HTTP {status}"),
+    );
+    f.http_status = u32::from(status);
+    f
+}
+
+/// The typed failure of a client error.
+fn transport_failure(error: &ProviderError) -> ExecutionFailure {
+    use crate::provider_http::Side;
+    let code = match error {
+        ProviderError::InvalidRequest(_) => FailureCode::InvalidRequest,
+        ProviderError::Cancelled => FailureCode::Internal,
+        ProviderError::HeadTooLarge(_)
+        | ProviderError::MalformedHead(_)
+        | ProviderError::MalformedBody(_) => FailureCode::ProviderMalformed,
+        _ => FailureCode::ProviderUnreachable,
+    };
+    let side = match error.side() {
+        Side::Node => FailureSide::Node,
+        Side::Provider => FailureSide::Provider,
+    };
+    failure(code, side, error.to_string())
+}
+
+fn malformed(what: impl std::fmt::Display) -> ExecutionFailure {
+    failure(
+        FailureCode::ProviderMalformed,
+        FailureSide::Provider,
+        format!("malformed provider stream: {what}"),
+    )
+}
+
+/// The chat messages of `input` as JSON: `role`, `content`, plus the fields
+/// of each message's `extra_json` object.
+fn messages_json(input: &RunInput) -> Result<Vec<Value>, ExecutionFailure> {
+    input
+        .messages
+        .iter()
+        .map(|m| {
+            let mut msg = json_object(&m.extra_json, "message extra_json")?;
+            msg.insert("role".into(), Value::String(m.role.clone()));
+            msg.insert("content".into(), Value::String(m.content.clone()));
+            Ok(Value::Object(msg))
+        })
+        .collect()
+}
+
+/// `bytes` as a JSON object; empty is `{}`.
+fn json_object(bytes: &[u8], what: &str) -> Result<Map<String, Value>, ExecutionFailure> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(failure(
+            FailureCode::InvalidRequest,
+            FailureSide::Client,
+            format!("{what} is not a JSON object"),
+        )),
+    }
+}
+
+/// How a stream's body is parsed.
+#[derive(Debug)]
+enum Parser {
+    Sse(openai::SseParser),
+    Ndjson(ollama::NdjsonParser),
+}
+
+impl Parser {
+    /// Parses `chunk`, pushing events; true once a terminal was pushed.
+    fn feed(&mut self, chunk: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
+        match self {
+            Self::Sse(p) => p.feed(chunk, out),
+            Self::Ndjson(p) => p.feed(chunk, out),
+        }
+    }
+
+    /// End of body: pushes the terminal (a truncation error unless the
+    /// final unterminated line carries one).
+    fn finish(&mut self, out: &mut VecDeque<RuntimeEvent>) {
+        match self {
+            Self::Sse(p) => p.finish(out),
+            Self::Ndjson(p) => p.finish(out),
+        }
+    }
+}
+
+/// The events of one run; see the module docs for the contract.
+#[derive(Debug)]
+pub struct EventStream {
+    pending: VecDeque<RuntimeEvent>,
+    body: Option<(ProviderResponse, Parser)>,
+}
+
+impl EventStream {
+    /// A stream that is just `Start` then `Error(failure)`.
+    pub fn failed(failure: ExecutionFailure) -> Self {
+        Self {
+            pending: VecDeque::from([RuntimeEvent::Start, RuntimeEvent::Error(failure)]),
+            body: None,
+        }
+    }
+
+    fn streaming(response: ProviderResponse, parser: Parser) -> Self {
+        Self {
+            pending: VecDeque::from([RuntimeEvent::Start]),
+            body: Some((response, parser)),
+        }
+    }
+
+    /// Sends `request` and streams its body through `parser`.
+    async fn open(client: &ProviderClient, request: ProviderRequest, parser: Parser) -> Self {
+        match client.request(request).await {
+            Err(error) => Self::failed(transport_failure(&error)),
+            Ok(response) if !(200..300).contains(&response.status()) => {
+                Self::failed(status_failure(response.status()))
+            }
+            Ok(response) => Self::streaming(response, parser),
+        }
+    }
+
+    /// The next event; `None` after the terminal.
+    pub async fn next(&mut self) -> Option<RuntimeEvent> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                if event.is_terminal() {
+                    self.pending.clear();
+                    // Drops the response: a body not yet ended closes
+                    // its connection.
+                    self.body = None;
+                }
+                return Some(event);
+            }
+            let (response, parser) = self.body.as_mut()?;
+            match response.next_chunk().await {
+                Some(Ok(chunk)) => {
+                    parser.feed(&chunk, &mut self.pending);
+                }
+                Some(Err(error)) => {
+                    self.pending
+                        .push_back(RuntimeEvent::Error(transport_failure(&error)));
+                }
+                None => parser.finish(&mut self.pending),
+            }
+        }
+    }
+}
+
+/// A bounded GET of `path`; see [`Adapter::probe_health`].
+async fn probe(
+    client: &ProviderClient,
+    config: &AdapterConfig,
+    path: &str,
+    timeout: Duration,
+) -> ProviderHealth {
+    let request = config.request("GET", path);
+    let exchange = async {
+        let mut response = client.request(request).await?;
+        let status = response.status();
+        while let Some(chunk) = response.next_chunk().await {
+            chunk?;
+        }
+        Ok::<u16, ProviderError>(status)
+    };
+    match monoio::time::timeout(timeout, exchange).await {
+        Ok(Ok(status)) if (200..300).contains(&status) => ProviderHealth::Available,
+        Ok(Ok(status)) if status >= 500 => ProviderHealth::Unavailable,
+        Ok(Ok(_)) => ProviderHealth::Unknown,
+        Ok(Err(ProviderError::ConnectRefused | ProviderError::ConnectFailed { .. })) => {
+            ProviderHealth::Unavailable
+        }
+        Ok(Err(_)) | Err(_) => ProviderHealth::Unknown,
+    }
+}

@@ -1,0 +1,276 @@
+//! `ollama`: the native `/api/chat` NDJSON stream.
+//!
+//! Each line is one JSON object: `message.thinking` →
+//! [`RuntimeEvent::ReasoningDelta`], `message.content` →
+//! [`RuntimeEvent::Delta`]; the line with `done: true` →
+//! [`RuntimeEvent::Complete`] with `done_reason` and usage input =
+//! `prompt_eval_count`, output = `eval_count` (Ollama reports no breakdown).
+//! A line `{"error": …}` is a provider error.
+//!
+//! Parameters: the run's OpenAI-style parameters are mapped onto Ollama's
+//! request: `max_tokens` / `max_completion_tokens` → `options.num_predict`,
+//! the sampling knobs (`temperature`, `top_p`, `top_k`, `seed`, `stop`,
+//! `presence_penalty`, `frequency_penalty`) → `options`, and `options`,
+//! `format`, `tools`, `think`, `keep_alive` pass through at the top level.
+//! Anything else is dropped (Ollama would ignore it).
+//!
+//! `terminate_session` unloads the target: `POST /api/chat` with
+//! `{"model": target, "messages": [], "keep_alive": 0}`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use framing::ndjson::NdjsonObserver;
+use proto::v1::{ExecutionFailure, FailureCode, FailureSide, ProviderHealth, Usage};
+use serde_json::{Map, Value, json};
+
+use super::{
+    Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
+    TerminateError, failure, json_object, malformed, messages_json, probe, status_failure,
+    transport_failure,
+};
+use crate::provider_http::ProviderClient;
+
+/// Chat path.
+const CHAT_PATH: &str = "/api/chat";
+/// Health path when the config gives none (Ollama has no `/health`).
+const DEFAULT_HEALTH_PATH: &str = "/api/tags";
+/// OpenAI-style parameters that are Ollama `options` under the same name.
+const OPTION_KEYS: [&str; 7] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+];
+/// Parameters passed through at the top level.
+const TOP_LEVEL_KEYS: [&str; 4] = ["format", "tools", "think", "keep_alive"];
+
+/// The `ollama` adapter.
+#[derive(Clone, Debug)]
+pub struct OllamaAdapter {
+    config: AdapterConfig,
+    client: ProviderClient,
+}
+
+impl OllamaAdapter {
+    /// An adapter over `client` (the core's provider client).
+    pub fn new(config: AdapterConfig, client: ProviderClient) -> Self {
+        Self { config, client }
+    }
+
+    /// The provider request body for `spec`.
+    fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure> {
+        let mut params = json_object(&spec.input.parameters_json, "parameters_json")?;
+        let mut options = match params.remove("options") {
+            Some(Value::Object(options)) => options,
+            _ => Map::new(),
+        };
+        for key in OPTION_KEYS {
+            if let Some(value) = params.remove(key) {
+                options.insert(key.into(), value);
+            }
+        }
+        let max = params
+            .remove("max_completion_tokens")
+            .or_else(|| params.remove("max_tokens"));
+        if let Some(max) = max.filter(|m| !m.is_null()) {
+            options.insert("num_predict".into(), max);
+        }
+        let mut body = Map::new();
+        for key in TOP_LEVEL_KEYS {
+            if let Some(value) = params.remove(key) {
+                body.insert(key.into(), value);
+            }
+        }
+        body.insert("model".into(), Value::String(spec.target.clone()));
+        body.insert("messages".into(), Value::Array(messages_json(&spec.input)?));
+        body.insert("stream".into(), Value::Bool(true));
+        if !options.is_empty() {
+            body.insert("options".into(), Value::Object(options));
+        }
+        Ok(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+    }
+}
+
+impl Adapter for OllamaAdapter {
+    fn capabilities(&self) -> AdapterCapabilities {
+        AdapterCapabilities {
+            max_concurrency: self.config.max_concurrency,
+            supports_tunnel: self.config.supports_tunnel,
+            supports_session_terminate: true,
+            targets: self.config.targets.clone(),
+        }
+    }
+
+    async fn execute(&self, spec: ExecuteSpec) -> EventStream {
+        if !self.config.serves(&spec.target) {
+            return EventStream::failed(failure(
+                FailureCode::UnknownTarget,
+                FailureSide::Client,
+                "target not served by this adapter",
+            ));
+        }
+        let body = match Self::body(&spec) {
+            Ok(body) => body,
+            Err(f) => return EventStream::failed(f),
+        };
+        let request = self
+            .config
+            .request("POST", CHAT_PATH)
+            .header("content-type", "application/json")
+            .body(body);
+        let parser = Parser::Ndjson(NdjsonParser::default());
+        EventStream::open(&self.client, request, parser).await
+    }
+
+    async fn terminate_session(
+        &self,
+        target: &str,
+        _session_id: &str,
+    ) -> Result<(), TerminateError> {
+        let body = json!({"model": target, "messages": [], "keep_alive": 0, "stream": false});
+        let request = self
+            .config
+            .request("POST", CHAT_PATH)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        let mut response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| TerminateError::Failed(transport_failure(&e)))?;
+        let status = response.status();
+        if !(200..300).contains(&status) {
+            return Err(TerminateError::Failed(status_failure(status)));
+        }
+        // Drain the small answer so the connection can be reused.
+        while let Some(chunk) = response.next_chunk().await {
+            chunk.map_err(|e| TerminateError::Failed(transport_failure(&e)))?;
+        }
+        Ok(())
+    }
+
+    async fn probe_health(&self, _target: &str, timeout: Duration) -> ProviderHealth {
+        let path = match self.config.health_path.as_str() {
+            "" => DEFAULT_HEALTH_PATH,
+            path => path,
+        };
+        probe(&self.client, &self.config, path, timeout).await
+    }
+}
+
+/// Incremental parser of an `/api/chat` NDJSON body.
+#[derive(Debug, Default)]
+pub(super) struct NdjsonParser {
+    lines: NdjsonObserver,
+    done: bool,
+}
+
+impl NdjsonParser {
+    /// Parses `chunk`; true once a terminal was pushed. Input after the
+    /// terminal is ignored.
+    pub(super) fn feed(&mut self, chunk: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
+        if self.done {
+            return true;
+        }
+        let mut done = false;
+        let result = self.lines.feed(chunk, |line| {
+            if !done {
+                done = line_events(line, out);
+            }
+        });
+        self.done = done;
+        if let Err(e) = result
+            && !self.done
+        {
+            self.done = true;
+            out.push_back(RuntimeEvent::Error(malformed(e)));
+        }
+        self.done
+    }
+
+    /// End of body: the unterminated last line, then a terminal unless
+    /// `done: true` was seen.
+    pub(super) fn finish(&mut self, out: &mut VecDeque<RuntimeEvent>) {
+        if self.done {
+            return;
+        }
+        let mut done = false;
+        let result = self.lines.finish(|line| done = line_events(line, out));
+        self.done = true;
+        if done {
+            return;
+        }
+        out.push_back(RuntimeEvent::Error(match result {
+            Err(e) => malformed(e),
+            Ok(()) => failure(
+                FailureCode::ProviderUnreachable,
+                FailureSide::Provider,
+                "provider stream ended before done: true",
+            ),
+        }));
+    }
+}
+
+/// The events of one NDJSON line; true when it pushed a terminal.
+fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => {
+            out.push_back(RuntimeEvent::Error(malformed("line is not a JSON object")));
+            return true;
+        }
+        Err(e) => {
+            out.push_back(RuntimeEvent::Error(malformed(format_args!(
+                "line is not JSON ({e})"
+            ))));
+            return true;
+        }
+    };
+    if value.get("error").is_some() {
+        out.push_back(RuntimeEvent::Error(failure(
+            FailureCode::ProviderHttpStatus,
+            FailureSide::Provider,
+            "provider reported an error mid-stream",
+        )));
+        return true;
+    }
+    let text = |key: &str| {
+        value
+            .get("message")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(thinking) = text("thinking") {
+        out.push_back(RuntimeEvent::ReasoningDelta(thinking.to_owned()));
+    }
+    if let Some(content) = text("content") {
+        out.push_back(RuntimeEvent::Delta(content.to_owned()));
+    }
+    if value.get("done").and_then(Value::as_bool) != Some(true) {
+        return false;
+    }
+    let count = |key: &str| value.get(key).and_then(Value::as_u64);
+    let usage = match (count("prompt_eval_count"), count("eval_count")) {
+        (None, None) => None,
+        (input, output) => Some(Usage {
+            input_tokens: input.unwrap_or(0),
+            output_tokens: output.unwrap_or(0),
+            reasoning_tokens: None,
+            cached_input_tokens: None,
+        }),
+    };
+    out.push_back(RuntimeEvent::Complete {
+        finish_reason: value
+            .get("done_reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        usage,
+    });
+    true
+}
