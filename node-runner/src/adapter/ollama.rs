@@ -62,7 +62,7 @@ impl OllamaAdapter {
     }
 
     /// The provider request body for `spec`.
-    fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure> {
+    pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure> {
         let mut params = json_object(&spec.input.parameters_json, "parameters_json")?;
         let mut options = match params.remove("options") {
             Some(Value::Object(options)) => options,

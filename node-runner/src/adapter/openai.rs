@@ -67,7 +67,7 @@ impl OpenAiAdapter {
     }
 
     /// The provider request body for `spec`.
-    fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, proto::v1::ExecutionFailure> {
+    pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, proto::v1::ExecutionFailure> {
         let mut body = json_object(&spec.input.parameters_json, "parameters_json")?;
         body.insert("model".into(), Value::String(spec.target.clone()));
         body.insert("messages".into(), Value::Array(messages_json(&spec.input)?));
