@@ -348,3 +348,28 @@ fn probe_health_available_unavailable_refused() {
         mock.shutdown();
     });
 }
+
+#[test]
+fn completed_runs_reuse_the_connection() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let client = client();
+        let a = OpenAiAdapter::new(config(&base, &[]), OpenAiFlavor::Vllm, client.clone());
+        let o = OllamaAdapter::new(config(&base, &[]), client.clone());
+        for _ in 0..2 {
+            collect(a.execute(spec()).await).await;
+            collect(o.execute(spec()).await).await;
+        }
+        assert_eq!(client.stats().connects, 1, "{:?}", client.stats());
+        assert_eq!(client.idle_connections(&base), 1);
+        // An error terminal closes the connection instead.
+        let failing = OpenAiAdapter::new(
+            config(&base, &[("tokens", "3"), ("abort-after", "1")]),
+            OpenAiFlavor::Vllm,
+            client.clone(),
+        );
+        collect(failing.execute(spec()).await).await;
+        assert_eq!(client.idle_connections(&base), 0);
+        mock.shutdown();
+    });
+}

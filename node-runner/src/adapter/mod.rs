@@ -373,11 +373,23 @@ impl Parser {
     }
 }
 
+/// Longest [`EventStream::next`] waits, after a `Complete`, for the rest of
+/// the provider's body (the chunked terminator) so the connection can go
+/// back to the pool; past it the connection is closed instead.
+pub const DRAIN_AFTER_COMPLETE: Duration = Duration::from_millis(100);
+
 /// The events of one run; see the module docs for the contract.
+///
+/// Call [`EventStream::next`] until `None`: the call after a `Complete`
+/// reads what is left of the provider's body (at most
+/// [`DRAIN_AFTER_COMPLETE`]) so the keep-alive connection is reused.
+/// Stopping at the terminal is correct too; it only costs the connection.
 #[derive(Debug)]
 pub struct EventStream {
     pending: VecDeque<RuntimeEvent>,
     body: Option<(ProviderResponse, Parser)>,
+    /// The response of a completed run, to drain on the next call.
+    drain: Option<ProviderResponse>,
 }
 
 impl EventStream {
@@ -386,6 +398,7 @@ impl EventStream {
         Self {
             pending: VecDeque::from([RuntimeEvent::Start, RuntimeEvent::Error(failure)]),
             body: None,
+            drain: None,
         }
     }
 
@@ -393,6 +406,7 @@ impl EventStream {
         Self {
             pending: VecDeque::from([RuntimeEvent::Start]),
             body: Some((response, parser)),
+            drain: None,
         }
     }
 
@@ -413,13 +427,21 @@ impl EventStream {
             if let Some(event) = self.pending.pop_front() {
                 if event.is_terminal() {
                     self.pending.clear();
-                    // Drops the response: a body not yet ended closes
-                    // its connection.
-                    self.body = None;
+                    // After an error the response is dropped: a body not
+                    // yet ended closes its connection.
+                    let body = self.body.take();
+                    if let (Some((response, _)), RuntimeEvent::Complete { .. }) = (body, &event) {
+                        self.drain = Some(response);
+                    }
                 }
                 return Some(event);
             }
-            let (response, parser) = self.body.as_mut()?;
+            let Some((response, parser)) = self.body.as_mut() else {
+                if let Some(response) = self.drain.take() {
+                    drain(response).await;
+                }
+                return None;
+            };
             match response.next_chunk().await {
                 Some(Ok(chunk)) => {
                     parser.feed(&chunk, &mut self.pending);
@@ -432,6 +454,21 @@ impl EventStream {
             }
         }
     }
+}
+
+/// Reads the rest of a completed body within [`DRAIN_AFTER_COMPLETE`];
+/// dropping `response` then pools its connection if the body ended.
+async fn drain(mut response: ProviderResponse) {
+    let rest = async {
+        let mut left = 64 * 1024usize;
+        while let Some(Ok(chunk)) = response.next_chunk().await {
+            left = match left.checked_sub(chunk.len()) {
+                Some(left) => left,
+                None => return,
+            };
+        }
+    };
+    let _ = monoio::time::timeout(DRAIN_AFTER_COMPLETE, rest).await;
 }
 
 /// A bounded GET of `path`; see [`Adapter::probe_health`].
