@@ -373,3 +373,55 @@ fn completed_runs_reuse_the_connection() {
         mock.shutdown();
     });
 }
+
+#[test]
+fn any_adapter_from_provider_config() {
+    use node_runner::adapter::{AdapterConfigError, AnyAdapter};
+    use proto::v1::{AdapterKind, Header, HealthProbeConfig, ProviderConfig};
+    each_driver(|| async {
+        let (mock, base) = start();
+        let mut provider = ProviderConfig {
+            provider_id: "p1".into(),
+            adapter: "local-ollama".into(),
+            base_url: base.to_string(),
+            targets: vec!["m".into()],
+            max_concurrency: 2,
+            headers: vec![Header {
+                name: "x-mock-tokens".into(),
+                value: b"2".to_vec().into(),
+            }],
+            health_probe: Some(HealthProbeConfig {
+                path: "/health".into(),
+                timeout_ms: 0,
+            }),
+            ..ProviderConfig::default()
+        };
+        assert!(matches!(
+            AnyAdapter::from_provider(&provider, client()),
+            Err(AdapterConfigError::UnknownKind(_))
+        ));
+        for kind in [
+            AdapterKind::Ollama,
+            AdapterKind::Vllm,
+            AdapterKind::OpenaiCompat,
+        ] {
+            provider.set_kind(kind);
+            let adapter = AnyAdapter::from_provider(&provider, client()).unwrap();
+            let caps = adapter.capabilities();
+            assert_eq!(caps.max_concurrency, 2);
+            assert_eq!(caps.supports_session_terminate, kind == AdapterKind::Ollama);
+            let events = collect(adapter.execute(spec()).await).await;
+            assert_eq!(text(&events, false), "tok tok ", "{kind:?}");
+            assert_eq!(
+                adapter.probe_health("m", PROBE).await,
+                ProviderHealth::Available
+            );
+        }
+        provider.base_url = "https://example.com".into();
+        assert!(matches!(
+            AnyAdapter::from_provider(&provider, client()),
+            Err(AdapterConfigError::BaseUrl(..))
+        ));
+        mock.shutdown();
+    });
+}

@@ -10,6 +10,10 @@
 //! - [`OllamaAdapter`]: `POST /api/chat` NDJSON, and `terminate_session`
 //!   (unload via `keep_alive: 0`).
 //!
+//! [`AnyAdapter::from_provider`] builds the right one from a
+//! [`ProviderConfig`] (the trait's `async fn`s make it not object-safe, so
+//! the run manager holds the enum).
+//!
 //! # Stream contract
 //! - [`EventStream::next`] yields [`RuntimeEvent::Start`] first, then
 //!   deltas / usage in provider order, then exactly one terminal
@@ -44,8 +48,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use proto::v1::{
-    ExecutionFailure, FailureCode, FailureSide, ProviderConfig, ProviderHealth, RunEvent,
-    RunEventKind, RunInput, Usage,
+    AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderConfig, ProviderHealth,
+    RunEvent, RunEventKind, RunInput, Usage,
 };
 use serde_json::{Map, Value};
 
@@ -258,6 +262,85 @@ pub trait Adapter {
     /// One bounded health probe: `Available` on 2xx, `Unavailable` on 5xx
     /// or a refused connection, `Unknown` on timeout or anything else.
     async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth;
+}
+
+/// Why [`AnyAdapter::from_provider`] refused a provider config.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdapterConfigError {
+    /// `kind` is unspecified or unknown.
+    #[error("provider {0}: adapter kind not set")]
+    UnknownKind(String),
+    /// The base URL is not one the client accepts.
+    #[error("provider {0}: {1}")]
+    BaseUrl(String, BaseUrlError),
+}
+
+/// Any adapter, by kind: the [`Adapter`] trait has `async fn`s, so it is
+/// not object-safe; the run manager holds these instead of trait objects.
+#[derive(Clone, Debug)]
+pub enum AnyAdapter {
+    /// `openai_compat` or `vllm`.
+    OpenAi(OpenAiAdapter),
+    /// `ollama`.
+    Ollama(OllamaAdapter),
+}
+
+impl AnyAdapter {
+    /// The adapter `provider` describes, over `client` (the core's).
+    pub fn from_provider(
+        provider: &ProviderConfig,
+        client: ProviderClient,
+    ) -> Result<Self, AdapterConfigError> {
+        let id = || provider.provider_id.clone();
+        let config = AdapterConfig::from_provider(provider)
+            .map_err(|e| AdapterConfigError::BaseUrl(id(), e))?;
+        Ok(match provider.kind() {
+            AdapterKind::OpenaiCompat => Self::OpenAi(OpenAiAdapter::new(
+                config,
+                OpenAiFlavor::OpenAiCompat,
+                client,
+            )),
+            AdapterKind::Vllm => {
+                Self::OpenAi(OpenAiAdapter::new(config, OpenAiFlavor::Vllm, client))
+            }
+            AdapterKind::Ollama => Self::Ollama(OllamaAdapter::new(config, client)),
+            AdapterKind::Unspecified => return Err(AdapterConfigError::UnknownKind(id())),
+        })
+    }
+}
+
+impl Adapter for AnyAdapter {
+    fn capabilities(&self) -> AdapterCapabilities {
+        match self {
+            Self::OpenAi(a) => a.capabilities(),
+            Self::Ollama(a) => a.capabilities(),
+        }
+    }
+
+    async fn execute(&self, spec: ExecuteSpec) -> EventStream {
+        match self {
+            Self::OpenAi(a) => a.execute(spec).await,
+            Self::Ollama(a) => a.execute(spec).await,
+        }
+    }
+
+    async fn terminate_session(
+        &self,
+        target: &str,
+        session_id: &str,
+    ) -> Result<(), TerminateError> {
+        match self {
+            Self::OpenAi(a) => a.terminate_session(target, session_id).await,
+            Self::Ollama(a) => a.terminate_session(target, session_id).await,
+        }
+    }
+
+    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+        match self {
+            Self::OpenAi(a) => a.probe_health(target, timeout).await,
+            Self::Ollama(a) => a.probe_health(target, timeout).await,
+        }
+    }
 }
 
 /// A failure with `code`, `side` and a safe `message`.
