@@ -234,6 +234,48 @@ impl AdapterConfig {
         self.targets.is_empty() || self.targets.iter().any(|t| t == target)
     }
 
+    /// This instance's capabilities; whether it can terminate sessions is
+    /// the adapter's.
+    fn capabilities(&self, supports_session_terminate: bool) -> AdapterCapabilities {
+        AdapterCapabilities {
+            max_concurrency: self.max_concurrency,
+            supports_tunnel: self.supports_tunnel,
+            supports_session_terminate,
+            targets: self.targets.clone(),
+        }
+    }
+
+    /// The JSON `POST path` for `spec`, with `body` built by the adapter; or
+    /// the failure that ends the run before any provider call (a target this
+    /// instance does not serve, or input the adapter cannot send).
+    fn json_request(
+        &self,
+        spec: &ExecuteSpec,
+        path: &str,
+        body: impl FnOnce(&ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure>,
+    ) -> Result<ProviderRequest, ExecutionFailure> {
+        if !self.serves(&spec.target) {
+            return Err(failure(
+                FailureCode::UnknownTarget,
+                FailureSide::Client,
+                "target not served by this adapter",
+            ));
+        }
+        let body = body(spec)?;
+        Ok(self
+            .request("POST", path)
+            .header("content-type", "application/json")
+            .body(body))
+    }
+
+    /// The configured health probe path, or the adapter's `default`.
+    fn health_path_or<'a>(&'a self, default: &'a str) -> &'a str {
+        match self.health_path.as_str() {
+            "" => default,
+            path => path,
+        }
+    }
+
     fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
         let mut request = ProviderRequest::new(method, self.base.clone(), path.to_owned());
         for (name, value) in &self.headers {

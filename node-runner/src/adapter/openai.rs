@@ -85,32 +85,15 @@ impl OpenAiAdapter {
 
 impl Adapter for OpenAiAdapter {
     fn capabilities(&self) -> AdapterCapabilities {
-        AdapterCapabilities {
-            max_concurrency: self.config.max_concurrency,
-            supports_tunnel: self.config.supports_tunnel,
-            supports_session_terminate: false,
-            targets: self.config.targets.clone(),
-        }
+        self.config.capabilities(false)
     }
 
     async fn execute(&self, spec: ExecuteSpec) -> EventStream {
-        if !self.config.serves(&spec.target) {
-            return EventStream::failed(failure(
-                FailureCode::UnknownTarget,
-                FailureSide::Client,
-                "target not served by this adapter",
-            ));
-        }
-        let body = match Self::body(&spec) {
-            Ok(body) => body,
+        let request = match self.config.json_request(&spec, CHAT_PATH, Self::body) {
+            Ok(request) => request,
             Err(f) => return EventStream::failed(f),
         };
-        let request = self
-            .config
-            .request("POST", CHAT_PATH)
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .body(body);
+        let request = request.header("accept", "text/event-stream");
         EventStream::open(&self.client, request, Parser::Sse(SseParser::default())).await
     }
 
@@ -123,10 +106,7 @@ impl Adapter for OpenAiAdapter {
     }
 
     async fn probe_health(&self, _target: &str, timeout: Duration) -> ProviderHealth {
-        let path = match self.config.health_path.as_str() {
-            "" => DEFAULT_HEALTH_PATH,
-            path => path,
-        };
+        let path = self.config.health_path_or(DEFAULT_HEALTH_PATH);
         probe(&self.client, &self.config, path, timeout).await
     }
 }
