@@ -2,7 +2,6 @@
 //! provider (hyper, in-process on its own thread), under both monoio
 //! drivers. Knobs travel as `x-mock-*` headers through the adapter config.
 
-use std::future::Future;
 use std::time::Duration;
 
 use node_runner::adapter::{
@@ -10,32 +9,12 @@ use node_runner::adapter::{
     RuntimeEvent, TerminateError,
 };
 use node_runner::provider_http::{BaseUrl, ProviderClient, ProviderClientConfig};
-use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 use proto::v1::{ChatMessage, FailureCode, FailureSide, ProviderHealth, RunInput, Usage};
 
+mod support;
+use support::{each_driver, start};
+
 const PROBE: Duration = Duration::from_secs(2);
-
-fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
-    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .expect("epoll runtime")
-        .block_on(test());
-    if monoio::utils::detect_uring() {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("io_uring runtime")
-            .block_on(test());
-    }
-}
-
-fn start() -> (MockThreads, BaseUrl) {
-    let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
-        .expect("mock provider starts");
-    let base = BaseUrl::parse(&format!("http://{}", mock.local_addr())).unwrap();
-    (mock, base)
-}
 
 fn config(base: &BaseUrl, knobs: &[(&str, &str)]) -> AdapterConfig {
     let mut config = AdapterConfig::new("a", base.clone());

@@ -2,38 +2,17 @@
 //! the real mock provider (hyper, in-process on its own thread), under both
 //! monoio drivers.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use node_runner::provider_http::{
     BaseUrl, ProviderClient, ProviderClientConfig, ProviderError, ProviderRequest, ProviderResponse,
 };
-use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 use serde_json::Value;
 
+mod support;
+use support::{each_driver, start};
+
 const PATIENCE: Duration = Duration::from_secs(10);
-
-fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
-    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .expect("epoll runtime")
-        .block_on(test());
-    if monoio::utils::detect_uring() {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("io_uring runtime")
-            .block_on(test());
-    }
-}
-
-fn start() -> (MockThreads, BaseUrl) {
-    let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
-        .expect("mock provider starts");
-    let base = BaseUrl::parse(&format!("http://{}", mock.local_addr())).unwrap();
-    (mock, base)
-}
 
 fn chat(base: &BaseUrl, knobs: &[(&'static str, &'static str)]) -> ProviderRequest {
     let body = serde_json::json!({
