@@ -26,6 +26,7 @@
 
 use std::fmt;
 
+use bytes::{Bytes, BytesMut};
 use proto::v1::RegisterRejectReason;
 
 pub use crate::timer::{HEARTBEAT_INTERVAL_MS, HEARTBEAT_WAIT_MS};
@@ -187,6 +188,39 @@ impl fmt::Display for CloseReason {
     }
 }
 
+/// What a link driver's writer is asked to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    /// Write this encoded frame.
+    Frame(Bytes),
+    /// Flush what came before, then shut the connection down.
+    Close,
+}
+
+/// Appends `first` and every command `next` yields without waiting to
+/// `batch`, so what is already queued goes out in one write. Stops at the
+/// first [`Outgoing::Close`] and returns whether it saw one.
+///
+/// Only small control frames take this path, so copying them into one batch
+/// costs less than a syscall each; bulk tunnel bodies use vectored writes.
+pub fn coalesce(
+    batch: &mut BytesMut,
+    first: Outgoing,
+    mut next: impl FnMut() -> Option<Outgoing>,
+) -> bool {
+    let mut command = first;
+    loop {
+        match command {
+            Outgoing::Frame(frame) => batch.extend_from_slice(&frame),
+            Outgoing::Close => return true,
+        }
+        match next() {
+            Some(queued) => command = queued,
+            None => return false,
+        }
+    }
+}
+
 /// The stable snake_case name of a registration rejection reason, for logs
 /// and metrics (`unknown_token`, `duplicate_connection`, …).
 pub fn reject_reason_name(reason: RegisterRejectReason) -> &'static str {
@@ -260,6 +294,35 @@ mod tests {
         assert_eq!(hb.poll(30_000), HeartbeatAction::SendPing(1));
         assert!(!hb.on_pong(7, 30_001));
         assert_eq!(hb.poll(75_000), HeartbeatAction::TimedOut);
+    }
+
+    #[test]
+    fn coalesce_batches_queued_frames_and_stops_at_close() {
+        let mut queue = vec![
+            Outgoing::Frame(Bytes::from_static(b"b")),
+            Outgoing::Close,
+            Outgoing::Frame(Bytes::from_static(b"never")),
+        ]
+        .into_iter();
+        let mut batch = BytesMut::new();
+        assert!(coalesce(
+            &mut batch,
+            Outgoing::Frame(Bytes::from_static(b"a")),
+            || queue.next()
+        ));
+        assert_eq!(&batch[..], b"ab");
+        assert_eq!(
+            queue.next(),
+            Some(Outgoing::Frame(Bytes::from_static(b"never")))
+        );
+
+        let mut batch = BytesMut::new();
+        assert!(!coalesce(
+            &mut batch,
+            Outgoing::Frame(Bytes::from_static(b"x")),
+            || None
+        ));
+        assert_eq!(&batch[..], b"x");
     }
 
     #[test]

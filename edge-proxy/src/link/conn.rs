@@ -14,9 +14,9 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use framing::frame::FrameDecoder;
-use framing::link::CloseReason;
+use framing::link::{CloseReason, Outgoing, coalesce, reject_reason_name};
 use framing::timer::TimerKey;
 use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
@@ -27,7 +27,6 @@ use super::core::Core;
 use super::session::{EdgeSession, Output};
 use crate::events::LifecycleEvent;
 use crate::registry::{ConnRegistrar, NodeDirectory};
-use framing::link::reject_reason_name;
 
 /// Free space guaranteed in the receive buffer before each read. Small, so
 /// an idle link costs little; a large frame grows the buffer to its size
@@ -39,18 +38,13 @@ const READ_MIN: usize = 4 * 1024;
 /// busy link, whose reads are large, keeps its buffer.
 const READ_SHRINK_ABOVE: usize = 16 * 1024;
 
-enum WriteCmd {
-    Frame(Bytes),
-    Close,
-}
-
 /// One node connection on its home core.
 pub(crate) struct Conn<D> {
     core: Rc<Core<D>>,
     peer: SocketAddr,
     connected_unix_ms: u64,
     session: RefCell<EdgeSession>,
-    tx: local_sync::mpsc::unbounded::Tx<WriteCmd>,
+    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
     timer: Cell<Option<TimerKey>>,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
@@ -170,22 +164,12 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
-        mut rx: local_sync::mpsc::unbounded::Rx<WriteCmd>,
+        mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
     ) {
         let mut batch = BytesMut::new();
-        'outer: while let Some(cmd) = rx.recv().await {
-            let mut close = matches!(cmd, WriteCmd::Close);
-            if let WriteCmd::Frame(frame) = cmd {
-                batch.extend_from_slice(&frame);
-            }
-            // Coalesce whatever else is already queued into one write.
-            while !close {
-                match rx.try_recv() {
-                    Ok(WriteCmd::Frame(frame)) => batch.extend_from_slice(&frame),
-                    Ok(WriteCmd::Close) => close = true,
-                    Err(_) => break,
-                }
-            }
+        while let Some(cmd) = rx.recv().await {
+            // Whatever else is already queued goes out in the same write.
+            let close = coalesce(&mut batch, cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
                 let (result, returned) = write_half.write_all(batch).await;
                 batch = returned;
@@ -195,7 +179,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                         .borrow_mut()
                         .handle_closed(CloseReason::IoError, &self.registrar());
                     self.pump();
-                    break 'outer;
+                    break;
                 }
             }
             if close {
@@ -233,7 +217,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             match output {
                 Output::Send(envelope) => match self.core.encoder.borrow_mut().encode(&envelope) {
                     Ok(frame) => {
-                        let _ = self.tx.send(WriteCmd::Frame(frame));
+                        let _ = self.tx.send(Outgoing::Frame(frame));
                     }
                     Err(error) => {
                         tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node")
@@ -262,7 +246,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                             "node_connection_closed"
                         );
                     }
-                    let _ = self.tx.send(WriteCmd::Close);
+                    let _ = self.tx.send(Outgoing::Close);
                 }
             }
         }

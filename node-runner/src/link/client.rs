@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use framing::frame::{FrameDecoder, FrameEncoder};
-use framing::link::CloseReason;
+use framing::link::{CloseReason, Outgoing, coalesce};
 use framing::timer::{ClockSource, DriverClock};
 use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
@@ -65,16 +65,11 @@ pub struct Rejected {
     pub permanent: bool,
 }
 
-enum WriteCmd {
-    Frame(Bytes),
-    Close,
-}
-
 struct Link {
     session: RefCell<NodeSession>,
     encoder: RefCell<FrameEncoder>,
     clock: DriverClock,
-    tx: local_sync::mpsc::unbounded::Tx<WriteCmd>,
+    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
     end: RefCell<ConnectionEnd>,
@@ -183,21 +178,12 @@ impl Link {
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
-        mut rx: local_sync::mpsc::unbounded::Rx<WriteCmd>,
+        mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
     ) {
         let mut batch = BytesMut::new();
         while let Some(cmd) = rx.recv().await {
-            let mut close = matches!(cmd, WriteCmd::Close);
-            if let WriteCmd::Frame(frame) = cmd {
-                batch.extend_from_slice(&frame);
-            }
-            while !close {
-                match rx.try_recv() {
-                    Ok(WriteCmd::Frame(frame)) => batch.extend_from_slice(&frame),
-                    Ok(WriteCmd::Close) => close = true,
-                    Err(_) => break,
-                }
-            }
+            // Whatever else is already queued goes out in the same write.
+            let close = coalesce(&mut batch, cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
                 let (result, returned) = write_half.write_all(batch).await;
                 batch = returned;
@@ -247,7 +233,7 @@ impl Link {
             match output {
                 NodeOutput::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
                     Ok(frame) => {
-                        let _ = self.tx.send(WriteCmd::Frame(frame));
+                        let _ = self.tx.send(Outgoing::Frame(frame));
                     }
                     Err(error) => tracing::error!(%error, "could not encode a frame for the edge"),
                 },
@@ -293,7 +279,7 @@ impl Link {
                 }
                 NodeOutput::Close(reason) => {
                     self.end.borrow_mut().reason = reason;
-                    let _ = self.tx.send(WriteCmd::Close);
+                    let _ = self.tx.send(Outgoing::Close);
                 }
             }
         }
