@@ -305,12 +305,58 @@ fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str) -> String {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Starts `iop-edge` (JSON logs) on a kernel-chosen port, so parallel tests
+/// cannot race for it; returns the process, its log lines, the node socket
+/// address it reported and its `edge_started` line.
+fn start_edge_process(
+    dir: &std::path::Path,
+    driver: Option<IoDriver>,
+    workers: &str,
+) -> (Process, mpsc::Receiver<String>, String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("edge.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let mut cmd = Command::new(bin("iop-edge"));
+    cmd.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--workers",
+        workers,
+        "--log-format",
+        "json",
+    ]);
+    if let Some(driver) = driver {
+        cmd.env("IOP_IO_DRIVER", driver.as_str());
+    }
+    let (edge, log) = spawn_logged(cmd);
+    let started = wait_for_line(&log, "edge_started");
+    let fields: serde_json::Value = serde_json::from_str(&started).expect("JSON log line");
+    let addr = fields["node_socket"]
+        .as_str()
+        .expect("node_socket field")
+        .to_owned();
+    (edge, log, addr, started)
+}
+
+/// The `iop-node` command for `edge_addr` with `token`, under `driver`.
+fn node_command(
+    edge_addr: &str,
+    data_dir: &std::path::Path,
+    token: &str,
+    driver: Option<IoDriver>,
+) -> Command {
+    let mut cmd = Command::new(bin("iop-node"));
+    cmd.args([
+        "--edge",
+        edge_addr,
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
+    cmd.env("IOP_NODE_TOKEN", token);
+    if let Some(driver) = driver {
+        cmd.env("IOP_IO_DRIVER", driver.as_str());
+    }
+    cmd
 }
 
 #[test]
@@ -321,43 +367,15 @@ fn sigkill_of_the_node_process_is_seen_as_a_disconnect() {
             std::process::id(),
             driver.as_str()
         ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = free_port();
-        let config = dir.join("edge.yaml");
-        std::fs::write(
-            &config,
-            CONFIG.replace("nodes: 127.0.0.1:0", &format!("nodes: 127.0.0.1:{port}")),
-        )
-        .unwrap();
-
-        let mut edge_cmd = Command::new(bin("iop-edge"));
-        edge_cmd.args([
-            "--config",
-            config.to_str().unwrap(),
-            "--workers",
-            "2",
-            "--log-format",
-            "json",
-        ]);
-        edge_cmd.env("IOP_IO_DRIVER", driver.as_str());
-        let (_edge, edge_log) = spawn_logged(edge_cmd);
-        let started = wait_for_line(&edge_log, "edge_started");
+        let (_edge, edge_log, addr, started) = start_edge_process(&dir, Some(driver), "2");
         assert!(
             started.contains(&format!("\"driver\":\"{}\"", driver.as_str())),
             "{started}"
         );
 
-        let mut node_cmd = Command::new(bin("iop-node"));
-        node_cmd.args([
-            "--edge",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.join("node").to_str().unwrap(),
-        ]);
-        node_cmd
-            .env("IOP_NODE_TOKEN", "tok-a")
-            .env("IOP_IO_DRIVER", driver.as_str());
-        let (mut node, _node_log) = spawn_logged(node_cmd);
+        let node_dir = dir.join("node");
+        let (mut node, _node_log) =
+            spawn_logged(node_command(&addr, &node_dir, "tok-a", Some(driver)));
         let ready = wait_for_line(&edge_log, "node_ready");
         assert!(ready.contains("\"node_id\":\"node-a\""), "{ready}");
 
@@ -370,17 +388,7 @@ fn sigkill_of_the_node_process_is_seen_as_a_disconnect() {
         );
 
         // A new node process gets the next generation.
-        let mut node_cmd = Command::new(bin("iop-node"));
-        node_cmd.args([
-            "--edge",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.join("node").to_str().unwrap(),
-        ]);
-        node_cmd
-            .env("IOP_NODE_TOKEN", "tok-a")
-            .env("IOP_IO_DRIVER", driver.as_str());
-        let (_node2, _log2) = spawn_logged(node_cmd);
+        let (_node2, _log2) = spawn_logged(node_command(&addr, &node_dir, "tok-a", Some(driver)));
         let ready = wait_for_line(&edge_log, "node_ready");
         assert!(ready.contains("\"generation\":2"), "{ready}");
         let _ = std::fs::remove_dir_all(&dir);
@@ -389,28 +397,10 @@ fn sigkill_of_the_node_process_is_seen_as_a_disconnect() {
 
 #[test]
 fn a_rejected_node_process_exits_non_zero_with_a_clear_message() {
-    let port = free_port();
     let dir = std::env::temp_dir().join(format!("iop-e2e-rej-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("edge.yaml");
-    std::fs::write(
-        &config,
-        CONFIG.replace("nodes: 127.0.0.1:0", &format!("nodes: 127.0.0.1:{port}")),
-    )
-    .unwrap();
-    let mut edge_cmd = Command::new(bin("iop-edge"));
-    edge_cmd.args(["--config", config.to_str().unwrap(), "--workers", "1"]);
-    let (_edge, edge_log) = spawn_logged(edge_cmd);
-    wait_for_line(&edge_log, "edge_started");
+    let (_edge, _edge_log, addr, _) = start_edge_process(&dir, None, "1");
 
-    let output = Command::new(bin("iop-node"))
-        .args([
-            "--edge",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.join("n").to_str().unwrap(),
-        ])
-        .env("IOP_NODE_TOKEN", "not-a-token")
+    let output = node_command(&addr, &dir.join("n"), "not-a-token", None)
         .output()
         .expect("run iop-node");
     assert_eq!(output.status.code(), Some(2));
