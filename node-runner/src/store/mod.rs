@@ -129,28 +129,14 @@ impl std::error::Error for StoreError {
     }
 }
 
+/// Last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z); later
+/// readings are shown as that rather than panicking `humantime`.
+const LAST_RFC3339_MS: u64 = 253_402_300_799_999;
+
 /// Formats ms since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn format_utc_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.min(LAST_RFC3339_MS));
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 fn duration_text(r: &RunRecord) -> String {

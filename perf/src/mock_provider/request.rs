@@ -117,24 +117,8 @@ pub(crate) fn rfc3339_now() -> String {
 
 /// Formats a Unix time as `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.
 pub(crate) fn rfc3339(secs: u64, nanos: u32) -> String {
-    // Days to civil date (H. Hinnant's algorithm, proleptic Gregorian).
-    let days = (secs / 86_400) as i64;
-    let sod = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    )
+    let at = UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+    humantime::format_rfc3339_nanos(at).to_string()
 }
 
 /// Appends `s` as a JSON string literal (quoted, escaped).
