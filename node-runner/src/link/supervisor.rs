@@ -134,6 +134,8 @@ pub async fn supervise(
 fn log_end(config: &LinkClientConfig, end: &ConnectionEnd) {
     let (node_id, generation) = end.registered.clone().unwrap_or_default();
     match (&end.rejected, end.registered.is_some()) {
+        // A permanent rejection is logged once, as an error, by `supervise`.
+        (Some(rejected), _) if rejected.permanent => {}
         (Some(rejected), _) => tracing::warn!(
             event = "node_rejected",
             reason = reject_reason_name(rejected.reason),
