@@ -191,22 +191,6 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         live.ready.then_some((live.generation, live.home_core))
     }
 
-    /// Every ready node with its generation, sorted by node id.
-    pub fn ready_nodes(&self) -> Vec<(String, u64)> {
-        let mut nodes: Vec<_> = self
-            .slots()
-            .iter()
-            .filter_map(|(id, s)| {
-                s.live
-                    .as_ref()
-                    .filter(|l| l.ready)
-                    .map(|l| (id.clone(), l.generation))
-            })
-            .collect();
-        nodes.sort();
-        nodes
-    }
-
     /// Status of every live connection, sorted by node id.
     pub fn status(&self) -> Vec<ConnectionStatus> {
         let mut all: Vec<_> = self
