@@ -128,6 +128,16 @@ impl FakeNode {
         }
     }
 
+    /// A node registered and ready, its two lifecycle events consumed.
+    fn linked(edge: &mut Edge, token: &str) -> Self {
+        let mut node = Self::connect(edge);
+        assert!(node.register(token).accepted);
+        node.ready();
+        edge.next_event();
+        edge.next_event();
+        node
+    }
+
     fn send(&mut self, stream_id: u64, msg: Msg) {
         let frame = self
             .encoder
@@ -322,11 +332,7 @@ fn config_that_does_not_fit_the_nodes_frame_limit_is_rejected() {
 fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
     for driver in drivers() {
         let mut edge = start(driver);
-        let mut node = FakeNode::connect(&edge);
-        assert!(node.register("tok-a").accepted);
-        node.ready();
-        edge.next_event();
-        edge.next_event();
+        let mut node = FakeNode::linked(&mut edge, "tok-a");
 
         edge.clock.advance(30_000);
         let ping = node.recv().expect("a ping after 30 s");
@@ -354,11 +360,7 @@ fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
 fn clean_close_is_seen_at_once_and_reconnect_gets_the_next_generation() {
     for driver in drivers() {
         let mut edge = start(driver);
-        let mut node = FakeNode::connect(&edge);
-        assert!(node.register("tok-a").accepted);
-        node.ready();
-        edge.next_event();
-        edge.next_event();
+        let node = FakeNode::linked(&mut edge, "tok-a");
         drop(node); // clean close: FIN, no clock movement needed
         assert_eq!(
             edge.next_event(),
