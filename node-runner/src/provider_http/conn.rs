@@ -1,21 +1,33 @@
 //! One connection to a provider: the transport, its receive buffer, and the
 //! cancel-safety flag.
 //!
-//! The transport is an enum so HTTPS slots in as a second variant
-//! (`Tls(monoio_rustls::ClientTlsStream<TcpStream>)`) with the same
-//! `read`/`write` calls; nothing above this module knows which it is.
+//! The transport is an enum, plain TCP or a rustls client stream
+//! (`monoio_rustls`, safe-I/O mode) over TCP, with the same `read`/`write`
+//! calls; nothing above this module knows which it is. Reads append to the
+//! receive buffer's spare capacity (monoio would otherwise write at the
+//! buffer's start, over bytes not yet parsed).
+//!
+//! TLS end of stream: a `close_notify` reads as EOF, and so does a TCP close
+//! without one (rustls' `UnexpectedEof`). The body framing then decides: a
+//! `Content-Length` or chunked body cut short is
+//! [`ProviderError::BodyTruncated`]; a close-delimited body ends there, as
+//! with plain TCP.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use monoio::buf::{IoBufMut, SliceMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
+use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
 
 use super::error::ProviderError;
-use super::request::BaseUrl;
+use super::request::{BaseUrl, Scheme};
+use super::tls;
 
 /// Bytes reserved in the receive buffer before each read.
 pub(crate) const READ_RESERVE: usize = 16 * 1024;
@@ -25,6 +37,8 @@ pub(crate) const READ_RESERVE: usize = 16 * 1024;
 enum Transport {
     /// Plain TCP (`http://`).
     Plain(TcpStream),
+    /// rustls over TCP (`https://`); boxed, the session state is large.
+    Tls(Box<ClientTlsStream<TcpStream>>),
 }
 
 /// A connection and what has been read from it but not yet handed out.
@@ -46,22 +60,35 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Resolves the base's host (a literal IP needs no lookup) and connects
-    /// within `timeout`.
-    pub(crate) async fn connect(base: &BaseUrl, timeout: Duration) -> Result<Self, ProviderError> {
-        let addr = resolve(base).map_err(|e| ProviderError::connect(&e))?;
-        let stream = match monoio::time::timeout(timeout, TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => return Err(ProviderError::connect(&error)),
+    /// Resolves the base's host (a literal IP needs no lookup), connects
+    /// and, for `https`, completes the TLS handshake (SNI and certificate
+    /// check for the host, ALPN `http/1.1`), all within `timeout`.
+    pub(crate) async fn connect(
+        base: &BaseUrl,
+        timeout: Duration,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Result<Self, ProviderError> {
+        let open = async {
+            let addr = resolve(base).map_err(|e| ProviderError::connect(&e))?;
+            let stream = TcpStream::connect_addr(addr)
+                .await
+                .map_err(|e| ProviderError::connect(&e))?;
+            let _ = stream.set_nodelay(true);
+            match base.scheme() {
+                Scheme::Http => Ok(Transport::Plain(stream)),
+                Scheme::Https => handshake(base, stream, tls).await,
+            }
+        };
+        let io = match monoio::time::timeout(timeout, open).await {
+            Ok(io) => io?,
             Err(_) => {
                 return Err(ProviderError::ConnectTimeout {
                     after_ms: timeout.as_millis() as u64,
                 });
             }
         };
-        let _ = stream.set_nodelay(true);
         Ok(Self {
-            io: Transport::Plain(stream),
+            io,
             buf: BytesMut::with_capacity(READ_RESERVE),
             reused: false,
             busy: false,
@@ -78,18 +105,16 @@ impl Connection {
     /// Writes `head` then `body` (skipped when empty), each in full.
     pub(crate) async fn write(&mut self, head: Bytes, body: Bytes) -> io::Result<()> {
         self.busy = true;
-        let Transport::Plain(stream) = &mut self.io;
-        let (result, _) = stream.write_all(head).await;
-        result?;
-        if !body.is_empty() {
-            let (result, _) = stream.write_all(body).await;
-            result?;
+        match &mut self.io {
+            Transport::Plain(stream) => write_all(stream, head, body).await?,
+            Transport::Tls(stream) => write_all(stream.as_mut(), head, body).await?,
         }
         self.busy = false;
         Ok(())
     }
 
-    /// Reads once into the spare capacity of `buf`; `Ok(0)` is EOF.
+    /// Reads once into the spare capacity of `buf`, after the bytes it
+    /// holds; `Ok(0)` is EOF (for TLS also a close without `close_notify`).
     pub(crate) async fn read_more(&mut self) -> io::Result<usize> {
         if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
             self.buf.reserve(READ_RESERVE);
@@ -97,14 +122,62 @@ impl Connection {
         self.busy = true;
         let buf = std::mem::take(&mut self.buf);
         let start = buf.as_ptr() as usize + buf.len();
-        let Transport::Plain(stream) = &mut self.io;
-        let (result, buf) = stream.read(buf).await;
-        self.buf = buf;
+        let (len, capacity) = (buf.len(), buf.capacity());
+        let spare = buf.slice_mut(len..capacity);
+        let (result, spare) = match &mut self.io {
+            Transport::Plain(stream) => stream.read(spare).await,
+            Transport::Tls(stream) => {
+                let (result, spare) = stream.read(spare).await;
+                match result {
+                    Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => (Ok(0), spare),
+                    other => (other, spare),
+                }
+            }
+        };
+        self.buf = SliceMut::into_inner(spare);
         self.busy = false;
         let n = result?;
         self.last_read = start..start + n;
         Ok(n)
     }
+}
+
+/// The TLS handshake on a connected `stream`, for `base`'s host.
+async fn handshake(
+    base: &BaseUrl,
+    stream: TcpStream,
+    config: &Arc<rustls::ClientConfig>,
+) -> Result<Transport, ProviderError> {
+    let host = base.connect_host();
+    // `BaseUrl::parse` refuses an https host that is no server name.
+    let name = base.server_name().ok_or_else(|| ProviderError::Tls {
+        host: host.to_owned(),
+        failure: super::TlsFailure::Handshake,
+        message: "host is not a valid TLS server name".to_owned(),
+    })?;
+    match TlsConnector::from(Arc::clone(config))
+        .connect(name, stream)
+        .await
+    {
+        Ok(stream) => Ok(Transport::Tls(Box::new(stream))),
+        Err(TlsError::Io(error)) => Err(tls::handshake_error(host, &error)),
+        Err(TlsError::Rustls(error)) => Err(tls::rustls_error(host, &error)),
+    }
+}
+
+/// Writes `head` then `body` (skipped when empty), each in full.
+async fn write_all<S: AsyncWriteRentExt>(
+    stream: &mut S,
+    head: Bytes,
+    body: Bytes,
+) -> io::Result<()> {
+    let (result, _) = stream.write_all(head).await;
+    result?;
+    if !body.is_empty() {
+        let (result, _) = stream.write_all(body).await;
+        result?;
+    }
+    Ok(())
 }
 
 fn resolve(base: &BaseUrl) -> io::Result<SocketAddr> {

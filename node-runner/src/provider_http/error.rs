@@ -1,6 +1,7 @@
 //! Typed errors of the provider HTTP client, with the side that caused them
 //! and whether the caller may retry elsewhere.
 
+use std::fmt;
 use std::io;
 
 use framing::http::HttpError;
@@ -35,6 +36,18 @@ pub enum ProviderError {
     ConnectTimeout {
         /// The timeout that expired, in ms.
         after_ms: u64,
+    },
+    /// The TLS handshake with an `https` provider failed: its certificate
+    /// is not trusted or not valid for the host, or the handshake itself
+    /// broke. No byte of the request was sent.
+    #[error("TLS handshake with provider host {host} failed: {failure}: {message}")]
+    Tls {
+        /// The host name (or IP literal) the certificate was checked for.
+        host: String,
+        /// What went wrong.
+        failure: TlsFailure,
+        /// rustls' (or the socket's) description.
+        message: String,
     },
     /// The final response head did not arrive within the head timeout.
     #[error("provider response head timed out after {after_ms} ms")]
@@ -88,12 +101,16 @@ impl ProviderError {
 
     /// True when no byte of the request reached the provider, so the caller
     /// may send it again (to another target) whatever its method: only
-    /// connect failures. Everything after the first byte was written may have
-    /// been processed and is not retryable by this rule.
+    /// connect and TLS handshake failures. Everything after the first byte
+    /// was written may have been processed and is not retryable by this
+    /// rule.
     pub fn is_retryable_before_send(&self) -> bool {
         matches!(
             self,
-            Self::ConnectRefused | Self::ConnectFailed { .. } | Self::ConnectTimeout { .. }
+            Self::ConnectRefused
+                | Self::ConnectFailed { .. }
+                | Self::ConnectTimeout { .. }
+                | Self::Tls { .. }
         )
     }
 
@@ -129,5 +146,36 @@ impl ProviderError {
             HttpError::IncompleteBody => Self::BodyTruncated,
             other => Self::MalformedBody(other),
         }
+    }
+}
+
+/// Why a TLS handshake failed ([`ProviderError::Tls`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TlsFailure {
+    /// The certificate chain does not lead to a trusted root (neither the
+    /// built-in roots nor the extra CA file).
+    UntrustedCertificate,
+    /// The certificate is not valid for the host in the base URL.
+    WrongHost,
+    /// The certificate is unusable otherwise (expired, not yet valid,
+    /// revoked, badly encoded, wrong purpose).
+    InvalidCertificate,
+    /// The handshake broke: an alert from the provider, no common protocol
+    /// version, cipher suite or ALPN protocol, or a protocol violation.
+    Handshake,
+    /// The connection failed or closed during the handshake.
+    ConnectionLost,
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UntrustedCertificate => "certificate not trusted",
+            Self::WrongHost => "certificate not valid for this host",
+            Self::InvalidCertificate => "invalid certificate",
+            Self::Handshake => "handshake failed",
+            Self::ConnectionLost => "connection lost during the handshake",
+        })
     }
 }

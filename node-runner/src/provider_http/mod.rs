@@ -18,6 +18,26 @@
 //! - Errors are typed ([`ProviderError`]) with a [`Side`] and
 //!   [`ProviderError::is_retryable_before_send`] for failover.
 //!
+//! # HTTPS
+//! - `https://` base URLs (port 443 by default) are served over rustls
+//!   (`ring` provider) via `monoio-rustls`, on the same core. SNI and the
+//!   certificate check use the URL's host (an IP literal is checked
+//!   against the certificate's IP addresses); ALPN offers `http/1.1`.
+//! - Trust comes from [`ProviderClientConfig::tls`]: by default the
+//!   `webpki-roots` (Mozilla) roots; [`tls_client_config`] adds a PEM CA
+//!   bundle for a private provider CA. Each [`ProviderClient`] gets its
+//!   own TLS session-resumption cache, so cores share no lock.
+//! - The connect timeout covers the TCP connect and the handshake. A
+//!   failed handshake is [`ProviderError::Tls`] (host, [`TlsFailure`],
+//!   rustls' message; [`Side::Provider`], retryable before send). TLS
+//!   errors after the handshake (a bad record, an alert) are
+//!   [`ProviderError::Io`].
+//! - A `close_notify`, and a TCP close without one, read as EOF: the body
+//!   framing decides whether the body was complete, as with plain TCP.
+//! - Zero copy ends at rustls: it decrypts into its own buffer and the
+//!   plaintext is copied once into the receive buffer; from there chunks
+//!   are slices as below.
+//!
 //! # Zero copy
 //! Each read lands in the connection's receive buffer (`BytesMut`);
 //! [`BodyDecoder`] splits body data off its front and freezes it, so every
@@ -26,7 +46,7 @@
 //! A chunk is handed out the moment its bytes are read: nothing is
 //! accumulated, so an SSE token leaves as soon as it arrives.
 //!
-//! # Keep-alive pool (per core, per host and port)
+//! # Keep-alive pool (per core, per scheme, host and port)
 //! - After the body's end, the connection is parked if the response allows
 //!   keep-alive (`ResponseHead::keep_alive`: no `Connection: close`, not
 //!   HTTP/1.0 without keep-alive, not close-delimited), no byte follows the
@@ -62,8 +82,14 @@
 //! no idle timeout here: stalls belong to the run watchdog.
 //!
 //! # Not done yet
-//! - **TLS**: `https://` base URLs are refused. The transport is an enum in
-//!   `conn.rs`; rustls (monoio-rustls) becomes a second variant there.
+//! - **TLS**: no client certificates (mTLS), no certificate pinning, no
+//!   revocation checks (CRLs/OCSP); `close_notify` is not sent when a
+//!   connection is closed (the TCP close is).
+//! - **`--provider-ca-file`**: `iop-node` does not build a
+//!   [`ProviderClient`] yet. Where it does (one per core), the flag's path
+//!   goes to `tls_client_config(path)` once at start-up (a bad file is a
+//!   start-up error, [`TlsConfigError`]) and the result into
+//!   [`ProviderClientConfig::tls`] of every core.
 //! - **DNS**: a host that is not an IP literal is resolved with the blocking
 //!   system resolver on the core; an async, cached resolver comes later.
 //! - No request-body streaming, no `Expect: 100-continue`, no pipelining,
@@ -78,18 +104,23 @@ mod request;
 mod response;
 #[cfg(test)]
 mod tests;
+mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use framing::http::HeadLimits;
 use framing::timer::{ClockSource, DriverClock};
 
-pub use error::{ProviderError, Side};
+pub use error::{ProviderError, Side, TlsFailure};
 pub use pool::{PoolConfig, PoolKey};
-pub use request::{BaseUrl, BaseUrlError, INLINE_BODY_MAX, ProviderRequest};
+pub use request::{BaseUrl, BaseUrlError, INLINE_BODY_MAX, ProviderRequest, Scheme};
 pub use response::ProviderResponse;
+pub use tls::{TlsConfigError, default_tls_client_config, tls_client_config};
 
 use conn::Connection;
 use pool::Pool;
@@ -108,7 +139,8 @@ pub const DEFAULT_HEAD_TIMEOUT_MS: u64 = 300_000;
 /// Settings of one core's client.
 #[derive(Clone, Debug)]
 pub struct ProviderClientConfig {
-    /// Longest a TCP connect may take, in ms.
+    /// Longest a TCP connect (plus, for `https`, the TLS handshake) may
+    /// take, in ms.
     pub connect_timeout_ms: u64,
     /// Longest from sending the request to a parsed final head, in ms.
     pub head_timeout_ms: u64,
@@ -118,6 +150,12 @@ pub struct ProviderClientConfig {
     pub head_limits: HeadLimits,
     /// The clock the pool's idle times are read from.
     pub clock: ClockSource,
+    /// rustls settings for `https` providers: trust roots and ALPN. Build
+    /// it with [`tls_client_config`] (the default is
+    /// [`default_tls_client_config`]: `webpki-roots` only). Each client
+    /// replaces its session-resumption store with a fresh in-memory one of
+    /// its own.
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 impl Default for ProviderClientConfig {
@@ -128,14 +166,18 @@ impl Default for ProviderClientConfig {
             pool: PoolConfig::default(),
             head_limits: HeadLimits::default(),
             clock: ClockSource::default(),
+            tls: default_tls_client_config(),
         }
     }
 }
 
+/// TLS sessions remembered per client for resumption.
+const TLS_SESSIONS_PER_CLIENT: usize = 64;
+
 /// Counters of one client, for tests and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientStats {
-    /// TCP connections opened.
+    /// Connections opened (TCP, and for `https` the TLS handshake done).
     pub connects: u64,
     /// Requests sent on a pooled connection.
     pub reuses: u64,
@@ -163,7 +205,12 @@ pub struct ProviderClient {
 impl ProviderClient {
     /// A client with an empty pool. Call inside a monoio runtime with the
     /// timer enabled.
-    pub fn new(config: ProviderClientConfig) -> Self {
+    pub fn new(mut config: ProviderClientConfig) -> Self {
+        // A session cache of this core's own: the shared default one sits
+        // behind a mutex all cores would take on every handshake.
+        let mut tls = rustls::ClientConfig::clone(&config.tls);
+        tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS_PER_CLIENT);
+        config.tls = Arc::new(tls);
         let inner = Inner {
             pool: RefCell::new(Pool::new(config.pool)),
             clock: DriverClock::new(&config.clock),
@@ -227,7 +274,7 @@ impl ProviderClient {
             }
         }
         let timeout = Duration::from_millis(self.inner.config.connect_timeout_ms);
-        let conn = Connection::connect(&request.base, timeout).await?;
+        let conn = Connection::connect(&request.base, timeout, &self.inner.config.tls).await?;
         self.inner.connects.set(self.inner.connects.get() + 1);
         match self.exchange(conn, head, body, head_request).await {
             Ok((head, conn)) => Ok(ProviderResponse::new(

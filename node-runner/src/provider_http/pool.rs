@@ -2,8 +2,9 @@
 //! the connection type so its rules are tested without sockets.
 //!
 //! # Rules
-//! - Keyed by [`PoolKey`] (host, port); a core owns its pool, nothing is
-//!   shared between cores.
+//! - Keyed by [`PoolKey`] (scheme, host, port), so a TLS connection and a
+//!   plain one are never mixed; a core owns its pool, nothing is shared
+//!   between cores.
 //! - [`Pool::checkout`] hands out the most recently parked connection (LIFO:
 //!   the one least likely to have been closed by the server) and drops every
 //!   connection idle for [`PoolConfig::idle_timeout_ms`] or longer.
@@ -16,6 +17,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::request::Scheme;
+
 /// Default [`PoolConfig::max_idle_per_host`].
 pub const DEFAULT_MAX_IDLE_PER_HOST: usize = 32;
 
@@ -27,7 +30,7 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 4_000;
 /// Bounds of the idle pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
-    /// Most idle connections kept per (host, port); 0 disables reuse.
+    /// Most idle connections kept per (scheme, host, port); 0 disables reuse.
     pub max_idle_per_host: usize,
     /// A connection idle this long (ms) is closed instead of reused.
     pub idle_timeout_ms: u64,
@@ -45,6 +48,8 @@ impl Default for PoolConfig {
 /// What a pooled connection is keyed by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
+    /// Plain TCP or TLS.
+    pub scheme: Scheme,
     /// The host as written in the base URL (lower-cased).
     pub host: String,
     /// The TCP port.
@@ -141,9 +146,25 @@ mod tests {
 
     fn key(port: u16) -> PoolKey {
         PoolKey {
+            scheme: Scheme::Http,
             host: "127.0.0.1".into(),
             port,
         }
+    }
+
+    #[test]
+    fn tls_and_plain_connections_to_one_host_and_port_are_kept_apart() {
+        let mut p = pool(4, 1_000);
+        let tls = PoolKey {
+            scheme: Scheme::Https,
+            ..key(1)
+        };
+        p.checkin(key(1), 1, 0);
+        assert_eq!(p.checkout(&tls, 1), None);
+        p.checkin(tls.clone(), 2, 0);
+        assert_eq!(p.checkout(&key(1), 1), Some(1));
+        assert_eq!(p.checkout(&key(1), 1), None);
+        assert_eq!(p.checkout(&tls, 1), Some(2));
     }
 
     fn pool(max: usize, timeout: u64) -> Pool<u32> {

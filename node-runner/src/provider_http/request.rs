@@ -6,6 +6,7 @@ use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 use framing::http::write_request_head;
+use rustls::pki_types::ServerName;
 
 use super::error::ProviderError;
 use super::pool::PoolKey;
@@ -28,13 +29,49 @@ const OWN_FIELDS: &[&str] = &[
     "upgrade",
 ];
 
-/// A provider's base URL, parsed: `http://host[:port][/prefix]`.
+/// How a provider is reached: the base URL's scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// `http://`: plain TCP, port 80 by default.
+    Http,
+    /// `https://`: TLS (rustls) over TCP, port 443 by default.
+    Https,
+}
+
+impl Scheme {
+    /// `"http"` or `"https"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+
+    /// The port used when the URL names none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Http => 80,
+            Self::Https => 443,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A provider's base URL, parsed: `http[s]://host[:port][/prefix]`.
 ///
-/// `https` is refused until TLS lands. The prefix (without a trailing `/`)
-/// is prepended to every request's path, so `http://h:8000/v1` plus
-/// `/chat/completions` asks for `/v1/chat/completions`.
+/// The prefix (without a trailing `/`) is prepended to every request's
+/// path, so `http://h:8000/v1` plus `/chat/completions` asks for
+/// `/v1/chat/completions`. For `https` the host is also the TLS server
+/// name (SNI and certificate check; an IP literal is checked against the
+/// certificate's IP addresses).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BaseUrl {
+    scheme: Scheme,
     host: String,
     port: u16,
     prefix: String,
@@ -51,19 +88,20 @@ pub struct BaseUrlError {
 }
 
 impl BaseUrl {
-    /// Parses `http://host[:port][/prefix]` (port 80 by default; IPv6 hosts
-    /// in brackets). No userinfo, query or fragment.
+    /// Parses `http[s]://host[:port][/prefix]` (port 80 or 443 by default;
+    /// IPv6 hosts in brackets). No userinfo, query or fragment; for `https`
+    /// the host must be a valid TLS server name (DNS name or IP literal).
     pub fn parse(url: &str) -> Result<Self, BaseUrlError> {
         let fail = |reason| BaseUrlError {
             url: url.to_owned(),
             reason,
         };
-        let rest = if let Some(rest) = strip_prefix_ci(url, "http://") {
-            rest
-        } else if strip_prefix_ci(url, "https://").is_some() {
-            return Err(fail("https is not supported yet"));
+        let (scheme, rest) = if let Some(rest) = strip_prefix_ci(url, "http://") {
+            (Scheme::Http, rest)
+        } else if let Some(rest) = strip_prefix_ci(url, "https://") {
+            (Scheme::Https, rest)
         } else {
-            return Err(fail("scheme must be http://"));
+            return Err(fail("scheme must be http:// or https://"));
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         if authority.contains('@') || path.contains(['?', '#']) || url.contains('#') {
@@ -91,14 +129,24 @@ impl BaseUrl {
             return Err(fail("empty or invalid host"));
         }
         let port = match port {
-            None => 80,
+            None => scheme.default_port(),
             Some(p) => p.parse::<u16>().map_err(|_| fail("invalid port"))?,
         };
-        Ok(Self {
+        let base = Self {
+            scheme,
             host: host.to_ascii_lowercase(),
             port,
             prefix: path.trim_end_matches('/').to_owned(),
-        })
+        };
+        if scheme == Scheme::Https && base.server_name().is_none() {
+            return Err(fail("host is not a valid TLS server name"));
+        }
+        Ok(base)
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 
     /// The host (lower-cased; an IPv6 literal keeps its brackets).
@@ -116,17 +164,20 @@ impl BaseUrl {
         &self.prefix
     }
 
-    /// The pool key of this origin.
+    /// The pool key of this origin (scheme, host and port: a TLS and a
+    /// plain connection are never interchanged).
     pub fn pool_key(&self) -> PoolKey {
         PoolKey {
+            scheme: self.scheme,
             host: self.host.clone(),
             port: self.port,
         }
     }
 
-    /// The `Host` field value: `host` for port 80, `host:port` otherwise.
+    /// The `Host` field value: `host` for the scheme's default port,
+    /// `host:port` otherwise.
     fn host_field(&self) -> Cow<'_, str> {
-        if self.port == 80 {
+        if self.port == self.scheme.default_port() {
             Cow::Borrowed(&self.host)
         } else {
             Cow::Owned(format!("{}:{}", self.host, self.port))
@@ -140,11 +191,21 @@ impl BaseUrl {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(&self.host)
     }
+
+    /// The TLS server name of the host (`None` when it is neither a DNS
+    /// name nor an IP literal).
+    pub(crate) fn server_name(&self) -> Option<ServerName<'static>> {
+        ServerName::try_from(self.connect_host().to_owned()).ok()
+    }
 }
 
 impl fmt::Display for BaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}:{}{}", self.host, self.port, self.prefix)
+        write!(
+            f,
+            "{}://{}:{}{}",
+            self.scheme, self.host, self.port, self.prefix
+        )
     }
 }
 
@@ -255,9 +316,10 @@ mod tests {
         assert_eq!((b.host(), b.port(), b.prefix()), ("model.local", 80, "/v1"));
         let b = BaseUrl::parse("http://[::1]:9/x").unwrap();
         assert_eq!((b.host(), b.connect_host(), b.port()), ("[::1]", "::1", 9));
+        assert_eq!(b.scheme(), Scheme::Http);
         for bad in [
-            "https://h",
             "ftp://h",
+            "https://bad_name!",
             "http://",
             "http://h:99999",
             "http://u@h",
@@ -266,6 +328,27 @@ mod tests {
         ] {
             assert!(BaseUrl::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn https_base_urls_default_to_443_and_key_the_pool_apart() {
+        let tls = BaseUrl::parse("HTTPS://API.Example.com/v1").unwrap();
+        assert_eq!(
+            (tls.scheme(), tls.host(), tls.port(), tls.prefix()),
+            (Scheme::Https, "api.example.com", 443, "/v1")
+        );
+        assert_eq!(tls.to_string(), "https://api.example.com:443/v1");
+        let (head, _) = ProviderRequest::new("GET", tls.clone(), "/models")
+            .encode()
+            .unwrap();
+        assert!(head.starts_with(b"GET /v1/models HTTP/1.1\r\nHost: api.example.com\r\n"));
+        let v6 = BaseUrl::parse("https://[::1]:8443").unwrap();
+        assert_eq!((v6.scheme(), v6.port()), (Scheme::Https, 8443));
+        assert!(v6.server_name().is_some());
+        let plain = BaseUrl::parse("http://api.example.com:443").unwrap();
+        assert_ne!(plain.pool_key(), tls.pool_key());
+        let (head, _) = ProviderRequest::new("GET", plain, "/").encode().unwrap();
+        assert!(head.starts_with(b"GET / HTTP/1.1\r\nHost: api.example.com:443\r\n"));
     }
 
     #[test]
