@@ -36,6 +36,8 @@
 //! - [`adapter`]: the `openai_compat` / `vllm` (SSE) and `ollama` (NDJSON)
 //!   adapters — typed run event streams, session terminate, health probe
 //!   (F9, F10, F13, F18).
+//! - [`commands`]: the node commands — `CAPABILITIES` with the exact-target
+//!   probe, `TRANSPORT_STATUS`, and the Ollama API tunnel (F14, F25).
 //!
 //! The run manager, the tunnel handler and the watchdog come next.
 
@@ -45,6 +47,7 @@
 #![warn(missing_docs)]
 
 pub mod adapter;
+pub mod commands;
 pub mod link;
 pub mod provider_http;
 pub mod store;

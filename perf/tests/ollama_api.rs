@@ -1,4 +1,5 @@
-//! Ollama's `/api/chat` (NDJSON and one JSON), `/api/tags`, `/api/show`, `/api/ps`.
+//! Ollama's `/api/chat` (NDJSON and one JSON), `/api/tags`, `/api/show`, `/api/ps`,
+//! `/api/pull`.
 
 mod common;
 
@@ -134,5 +135,45 @@ async fn tags_show_ps() {
     let models = get(&s, "/v1/models").await.json_value().await;
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][1]["id"], "beta:7b");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn pull_streams_progress_for_configured_models_only() {
+    let s = start_default().await;
+    let resp = post(
+        &s,
+        "/api/pull?tokens=3",
+        &json!({"model": "mock-model"}),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let lines = parse_ndjson(&resp.text().await.unwrap());
+    let statuses: Vec<_> = lines
+        .iter()
+        .map(|l| l["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.len(), 7, "{statuses:?}");
+    assert_eq!(statuses[0], "pulling manifest");
+    assert_eq!(statuses[6], "success");
+    assert_eq!(lines[3]["completed"], lines[3]["total"]);
+    assert!(lines[1]["digest"].as_str().unwrap().starts_with("sha256:"));
+    let one = post(
+        &s,
+        "/api/pull",
+        &json!({"name": "mock-model:latest", "stream": false}),
+        &[],
+    )
+    .await
+    .json_value()
+    .await;
+    assert_eq!(one, json!({"status": "success"}));
+    let missing = post(&s, "/api/pull", &json!({"model": "nope"}), &[]).await;
+    assert_eq!(missing.status(), 404);
+    assert!(missing.json_value().await["error"].is_string());
+    let bad = post(&s, "/api/pull", &json!({}), &[]).await;
+    assert_eq!(bad.status(), 400);
     s.shutdown().await;
 }

@@ -230,7 +230,8 @@ impl AdapterConfig {
         }
     }
 
-    fn serves(&self, target: &str) -> bool {
+    /// Whether this instance serves `target` (no targets: any).
+    pub fn serves(&self, target: &str) -> bool {
         self.targets.is_empty() || self.targets.iter().any(|t| t == target)
     }
 
@@ -276,7 +277,9 @@ impl AdapterConfig {
         }
     }
 
-    fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
+    /// A `method path` request to this provider, with the configured
+    /// headers (e.g. the Ollama API tunnel of the node commands, F14).
+    pub fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
         let mut request = ProviderRequest::new(method, self.base.clone(), path.to_owned());
         for (name, value) in &self.headers {
             request = request.header(name.clone(), value.clone());
@@ -351,6 +354,27 @@ impl AnyAdapter {
     }
 }
 
+impl AnyAdapter {
+    /// The instance's settings.
+    pub fn config(&self) -> &AdapterConfig {
+        match self {
+            Self::OpenAi(a) => a.config(),
+            Self::Ollama(a) => a.config(),
+        }
+    }
+
+    /// Which adapter kind this instance is.
+    pub fn kind(&self) -> AdapterKind {
+        match self {
+            Self::OpenAi(a) => match a.flavor() {
+                OpenAiFlavor::OpenAiCompat => AdapterKind::OpenaiCompat,
+                OpenAiFlavor::Vllm => AdapterKind::Vllm,
+            },
+            Self::Ollama(_) => AdapterKind::Ollama,
+        }
+    }
+}
+
 impl Adapter for AnyAdapter {
     fn capabilities(&self) -> AdapterCapabilities {
         match self {
@@ -401,7 +425,7 @@ pub fn failure(
 }
 
 /// The typed failure of a provider HTTP error status.
-fn status_failure(status: u16) -> ExecutionFailure {
+pub(crate) fn status_failure(status: u16) -> ExecutionFailure {
     let side = if status < 500 {
         FailureSide::Client
     } else {
@@ -417,7 +441,7 @@ fn status_failure(status: u16) -> ExecutionFailure {
 }
 
 /// The typed failure of a client error.
-fn transport_failure(error: &ProviderError) -> ExecutionFailure {
+pub(crate) fn transport_failure(error: &ProviderError) -> ExecutionFailure {
     use crate::provider_http::Side;
     let code = match error {
         ProviderError::InvalidRequest(_) => FailureCode::InvalidRequest,

@@ -61,6 +61,11 @@ impl OllamaAdapter {
         Self { config, client }
     }
 
+    /// The instance's settings.
+    pub fn config(&self) -> &AdapterConfig {
+        &self.config
+    }
+
     /// The provider request body for `spec`.
     pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure> {
         let mut params = json_object(&spec.input.parameters_json, "parameters_json")?;

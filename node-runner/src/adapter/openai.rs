@@ -61,6 +61,11 @@ impl OpenAiAdapter {
         }
     }
 
+    /// The instance's settings.
+    pub fn config(&self) -> &AdapterConfig {
+        &self.config
+    }
+
     /// The flavor.
     pub fn flavor(&self) -> OpenAiFlavor {
         self.flavor

@@ -17,7 +17,8 @@ Every knob flag sets a default. A request overrides it with a header
 
 Routes: POST /v1/chat/completions, POST /v1/responses, GET /v1/models,
 GET /health, POST /api/chat, GET /api/tags, POST /api/show, GET /api/ps,
-GET /mock/stats, POST /mock/health?status=up|down, POST /mock/reset.
+POST /api/pull (`tokens` progress lines), GET /mock/stats,
+POST /mock/health?status=up|down, POST /mock/reset.
 
 Determinism: a content token is \"tok \", a reasoning token \"hmm \";
 prompt_tokens = ceil(bytes of message text / 4).";

@@ -1,7 +1,10 @@
 //! The response body: a whole buffer, or a scripted stream of events.
 //!
-//! A stream is a [`Script`]: fixed events ([`Step::Event`]) and runs of token
-//! events generated lazily from a template ([`Step::Tokens`]). The body walks
+//! A stream is a [`Script`]: fixed events ([`Step::Event`]), runs of token
+//! events generated lazily from a template ([`Step::Tokens`]), and fixed
+//! events that count as one token each ([`Step::Counted`], e.g. Ollama pull
+//! progress lines, so `delay-*`, `stall-after` and `abort-after` apply to
+//! them). The body walks
 //! the script when hyper polls it, so a billion-token stream costs no memory,
 //! and without a delay knob no timer is ever created.
 //!
@@ -50,6 +53,8 @@ pub(crate) struct TokenRun {
 pub(crate) enum Step {
     Event(Box<EventBuf>),
     Tokens(TokenRun),
+    /// A fixed event paced and counted like one token.
+    Counted(Box<EventBuf>),
 }
 
 /// The events of one streaming response, in order.
@@ -66,6 +71,13 @@ impl Script {
 
     pub(crate) fn bytes(&mut self, b: Bytes) -> &mut Self {
         self.event(EventBuf::from_bytes(b))
+    }
+
+    /// A fixed event that counts as one token (delay, stall, abort).
+    pub(crate) fn counted(&mut self, b: Bytes) -> &mut Self {
+        self.steps
+            .push_back(Step::Counted(Box::new(EventBuf::from_bytes(b))));
+        self
     }
 
     pub(crate) fn tokens(&mut self, run: TokenRun) -> &mut Self {
@@ -193,6 +205,23 @@ impl Stream {
         self.waiting = true;
     }
 
+    /// Starts the per-token delay of the next `k` tokens unless already
+    /// paid; true when the caller must wait for the timer first.
+    fn delay_pending(&mut self, k: u64) -> bool {
+        if self.token_delay.is_zero() || self.delay_paid {
+            return false;
+        }
+        let base = self.due.unwrap_or_else(Instant::now);
+        let at = base + self.token_delay * k as u32;
+        self.due = Some(at);
+        self.delay_paid = true;
+        if at > Instant::now() {
+            self.arm(at);
+            return true;
+        }
+        false
+    }
+
     fn seq_digits(&mut self, n: u64) -> Bytes {
         if self.digits.capacity() < 20 {
             self.digits.reserve(4096);
@@ -226,7 +255,7 @@ impl Stream {
             && self.cut.is_none_or(|(at, _)| self.sent < at)
             && match self.script.steps.front() {
                 Some(Step::Event(_)) => true,
-                Some(Step::Tokens(_)) => self.token_delay.is_zero(),
+                Some(Step::Tokens(_) | Step::Counted(_)) => self.token_delay.is_zero(),
                 None => false,
             }
     }
@@ -317,21 +346,28 @@ impl Stream {
                     Some(Step::Event(e)) => *e,
                     _ => unreachable!("front was an event"),
                 },
+                Step::Counted(_) => {
+                    if self.delay_pending(1) {
+                        continue;
+                    }
+                    self.delay_paid = false;
+                    let Some(Step::Counted(e)) = self.script.steps.pop_front() else {
+                        unreachable!("front was a counted event")
+                    };
+                    self.sent += 1;
+                    *e
+                }
                 Step::Tokens(run) => {
                     let mut k = run.count.min(u64::from(self.chunk));
                     if let Some((at, _)) = self.cut {
                         k = k.min(at - self.sent);
                     }
-                    if !self.token_delay.is_zero() && !self.delay_paid {
-                        let base = self.due.unwrap_or_else(Instant::now);
-                        let at = base + self.token_delay * k as u32;
-                        self.due = Some(at);
-                        self.delay_paid = true;
-                        if at > Instant::now() {
-                            self.arm(at);
-                            continue;
-                        }
+                    if self.delay_pending(k) {
+                        continue;
                     }
+                    let Some(Step::Tokens(run)) = self.script.steps.front_mut() else {
+                        unreachable!("front was a token run")
+                    };
                     self.delay_paid = false;
                     let mut e = EventBuf::default();
                     e.push(run.prefix.clone())
@@ -489,6 +525,26 @@ mod tests {
         drop(b);
         assert_eq!(stats.streams_aborted.load(Relaxed), 1);
         assert_eq!(stats.streams_client_gone(), 0);
+    }
+
+    #[test]
+    fn counted_events_count_as_tokens_for_the_cut() {
+        let stats = Arc::new(Stats::new(true));
+        let mut s = Script::default();
+        s.bytes(Bytes::from_static(b"head\n"));
+        for line in [&b"a\n"[..], b"b\n", b"c\n"] {
+            s.counted(Bytes::from_static(line));
+        }
+        let knobs = Knobs {
+            stall_after: Some(2),
+            ..Knobs::default()
+        };
+        let mut b = MockBody::stream(s, &knobs, stats.clone());
+        let (frames, end) = drain(&mut b);
+        assert_eq!(frames.concat(), b"head\na\nb\n");
+        assert_eq!(end, None, "stalled after two counted events");
+        drop(b);
+        assert_eq!(stats.streams_stalled.load(Relaxed), 1);
     }
 
     #[test]

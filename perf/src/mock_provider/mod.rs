@@ -3,9 +3,10 @@
 //! A real HTTP/1.1 server (hyper 1 on tokio) that speaks the shapes IOP
 //! relays: OpenAI chat completions (stream and not), the Responses API,
 //! `/v1/models`, `/health`, and Ollama's `/api/chat`, `/api/tags`,
-//! `/api/show`, `/api/ps`. Every generation is deterministic: a token is the
-//! 4-byte word [`CONTENT_TOKEN`] (or [`REASONING_TOKEN`]), `prompt_tokens` is
-//! `ceil(prompt text bytes / 4)` (see [`TextLen`]).
+//! `/api/show`, `/api/ps`, `/api/pull` (NDJSON progress; a pull line counts
+//! as a token for the pacing knobs). Every generation is deterministic: a
+//! token is the 4-byte word [`CONTENT_TOKEN`] (or [`REASONING_TOKEN`]),
+//! `prompt_tokens` is `ceil(prompt text bytes / 4)` (see [`TextLen`]).
 //!
 //! Behaviour is steered per request by [`Knobs`] (`x-mock-<knob>` headers or
 //! `?<knob>=` query parameters) over the defaults of a [`MockConfig`]; the

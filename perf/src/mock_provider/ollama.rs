@@ -1,5 +1,5 @@
 //! Ollama's native API: `POST /api/chat`, `GET /api/tags`, `POST /api/show`,
-//! `GET /api/ps`.
+//! `GET /api/ps`, `POST /api/pull`.
 //!
 //! `/api/chat` streams NDJSON unless `"stream": false`: one line per event
 //! with `message.thinking` (reasoning tokens) or `message.content`, then a
@@ -7,6 +7,15 @@
 //! `eval_count` (reasoning + content) and durations. Durations are
 //! deterministic: `load_duration` 1 ms, `prompt_eval_duration` = prefill,
 //! `eval_duration` = tokens × per-token delay, `total_duration` their sum.
+//!
+//! `/api/pull` streams Ollama's NDJSON progress unless `"stream": false`:
+//! `{"status":"pulling manifest"}`, then `tokens` lines
+//! `{"status":"pulling <digest prefix>","digest":…,"total":…,"completed":…}`
+//! (`completed` rising to `total`; each line counts as one token for
+//! `delay-*`, `stall-after` and `abort-after`), then `verifying sha256
+//! digest`, `writing manifest`, `success`. `"stream": false` answers the
+//! last line only. The configured models are the "registry": any other
+//! model is a 404 `{"error":"pull model manifest: file does not exist"}`.
 
 use std::borrow::Cow;
 
@@ -17,7 +26,7 @@ use super::body::{Script, TokenRun};
 use super::knobs::{Knobs, MAX_NON_STREAM_TOKENS};
 use super::openai::Usage;
 use super::request::{TextLen, push_json_str, push_num, rfc3339_now};
-use super::respond::{Generated, json_ok, ndjson_response};
+use super::respond::{Flavor, Generated, error_response, json_ok, ndjson_response};
 use super::server::Ctx;
 use super::text::{EventBuf, Token, pad_len};
 
@@ -206,6 +215,66 @@ pub(crate) fn show(_ctx: &Ctx, body: &[u8]) -> Result<Generated, String> {
         "modified_at": "2025-01-01T00:00:00Z",
     });
     Ok(Generated::full(json_ok(v.to_string())))
+}
+
+/// Most `tokens` (progress lines) one pull may ask for: they are built up front.
+pub(crate) const MAX_PULL_LINES: u32 = 1 << 16;
+
+#[derive(Debug, Deserialize)]
+struct PullRequest {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+/// `POST /api/pull`: progress NDJSON for a configured model, 404 otherwise.
+pub(crate) fn pull(ctx: &Ctx, knobs: &Knobs, body: &[u8]) -> Result<Generated, String> {
+    let req: PullRequest = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let Some(model) = req.model.or(req.name) else {
+        return Err("model is required".into());
+    };
+    let name = tagged(&model);
+    if !ctx.config.models.iter().any(|m| tagged(m) == name) {
+        let status = hyper::StatusCode::NOT_FOUND;
+        let msg = "pull model manifest: file does not exist";
+        return Ok(Generated::full(error_response(Flavor::Ollama, status, msg)));
+    }
+    const SUCCESS: &[u8] = b"{\"status\":\"success\"}\n";
+    if req.stream == Some(false) {
+        return Ok(Generated::full(json_ok(Bytes::from_static(
+            &SUCCESS[..SUCCESS.len() - 1],
+        ))));
+    }
+    let lines = knobs.tokens;
+    if lines > MAX_PULL_LINES {
+        return Err(format!(
+            "tokens (pull progress lines) over {MAX_PULL_LINES}"
+        ));
+    }
+    let mut s = Script::default();
+    s.bytes(Bytes::from_static(b"{\"status\":\"pulling manifest\"}\n"));
+    for i in 1..=u64::from(lines) {
+        let line = serde_json::json!({
+            "status": format!("pulling {}", &DIGEST[..12]),
+            "digest": format!("sha256:{DIGEST}"),
+            "total": SIZE,
+            "completed": SIZE * i / u64::from(lines),
+        });
+        let mut line = line.to_string().into_bytes();
+        line.push(b'\n');
+        s.counted(Bytes::from(line));
+    }
+    for last in [
+        &b"{\"status\":\"verifying sha256 digest\"}\n"[..],
+        b"{\"status\":\"writing manifest\"}\n",
+        SUCCESS,
+    ] {
+        s.bytes(Bytes::from_static(last));
+    }
+    Ok(Generated::stream(ndjson_response(ctx, s, knobs)))
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub enum Route {
     OllamaShow,
     /// `GET /api/ps`
     OllamaPs,
+    /// `POST /api/pull`
+    OllamaPull,
     /// Anything under `/mock/`.
     Mock,
     /// No such route (404) or wrong method (405).
@@ -33,7 +35,7 @@ pub enum Route {
 
 impl Route {
     /// Every route, in the order of [`Stats::to_json`].
-    pub const ALL: [Route; 10] = [
+    pub const ALL: [Route; 11] = [
         Route::ChatCompletions,
         Route::Responses,
         Route::Models,
@@ -42,6 +44,7 @@ impl Route {
         Route::OllamaTags,
         Route::OllamaShow,
         Route::OllamaPs,
+        Route::OllamaPull,
         Route::Mock,
         Route::NotFound,
     ];
@@ -57,6 +60,7 @@ impl Route {
             Route::OllamaTags => "ollama_tags",
             Route::OllamaShow => "ollama_show",
             Route::OllamaPs => "ollama_ps",
+            Route::OllamaPull => "ollama_pull",
             Route::Mock => "mock",
             Route::NotFound => "not_found",
         }

@@ -1,0 +1,333 @@
+//! The Node's commands (`node_runner::commands`, F14, F25) against the real
+//! mock provider (in-process, its own thread), under both monoio drivers:
+//! the exact-target probe, and the Ollama API tunnel's calls, errors and
+//! bounds. Lookups and validation without a provider are unit tests in
+//! `node-runner/src/commands/tests.rs`.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use node_runner::adapter::{AdapterConfig, AnyAdapter, OllamaAdapter};
+use node_runner::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
+use node_runner::provider_http::{BaseUrl, ProviderClient, ProviderClientConfig};
+use perf::mock_provider::Route;
+use proto::v1::{
+    FailureCode, FailureSide, NodeCommandKind, NodeCommandRequest, NodeCommandResponse,
+    OllamaApiCall, OllamaApiRequest, ProviderHealth, TransportStatusResult,
+};
+use serde_json::{Value, json};
+
+mod support;
+use support::{each_driver, start};
+
+fn client() -> ProviderClient {
+    ProviderClient::new(ProviderClientConfig::default())
+}
+
+/// An ollama adapter `llm` serving `m`, with `x-mock-*` knob headers.
+fn ollama_adapter(base: &BaseUrl, knobs: &[(&str, &str)]) -> NamedAdapter {
+    let mut config = AdapterConfig::new("llm", base.clone());
+    config.targets = vec!["m".into()];
+    config.headers = knobs
+        .iter()
+        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .collect();
+    NamedAdapter::new(AnyAdapter::Ollama(OllamaAdapter::new(config, client())))
+}
+
+/// Runs `request` with `limits` and checks the response contract.
+async fn run(
+    adapters: &[NamedAdapter],
+    seq: &Cell<u64>,
+    limits: CommandLimits,
+    request: NodeCommandRequest,
+) -> Vec<NodeCommandResponse> {
+    let next_seq = || {
+        seq.set(seq.get() + 1);
+        seq.get()
+    };
+    let ctx = CommandContext {
+        adapters,
+        active_runs: &|_| 0,
+        transport: TransportStatusResult::default(),
+        next_health_seq: &next_seq,
+        client: client(),
+        limits,
+    };
+    let kind = request.kind;
+    let mut out = Vec::new();
+    run_command(&ctx, request, &mut |r| out.push(r)).await;
+    let finals = out.iter().filter(|r| r.r#final).count();
+    assert_eq!(finals, 1, "{out:?}");
+    assert!(out.last().is_some_and(|r| r.r#final), "{out:?}");
+    assert!(out.iter().all(|r| r.kind == kind), "{out:?}");
+    out
+}
+
+fn probe(adapter: &str, target: &str) -> NodeCommandRequest {
+    let mut request = NodeCommandRequest {
+        adapter: adapter.into(),
+        target: target.into(),
+        ..NodeCommandRequest::default()
+    };
+    request.set_kind(NodeCommandKind::Capabilities);
+    request
+}
+
+fn ollama(call: OllamaApiCall, body: Value) -> NodeCommandRequest {
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let mut api = OllamaApiRequest {
+        body_json: body.into(),
+        ..OllamaApiRequest::default()
+    };
+    api.set_call(call);
+    let mut request = NodeCommandRequest {
+        ollama: Some(api),
+        ..NodeCommandRequest::default()
+    };
+    request.set_kind(NodeCommandKind::OllamaApi);
+    request
+}
+
+/// The single final response's provider status and JSON body.
+fn answer(out: &[NodeCommandResponse]) -> (u32, Value) {
+    let api = out
+        .last()
+        .unwrap()
+        .ollama
+        .clone()
+        .expect("an Ollama answer");
+    let body = if api.body_json.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&api.body_json).unwrap()
+    };
+    (api.http_status, body)
+}
+
+fn failure_of(out: &[NodeCommandResponse]) -> (FailureCode, FailureSide, u32) {
+    let last = out.last().unwrap();
+    assert!(!last.ok, "{last:?}");
+    let f = last.failure.as_ref().expect("a failure");
+    (f.code(), f.side(), f.http_status)
+}
+
+#[test]
+fn exact_target_probe_available_then_unavailable_with_increasing_seq() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let adapters = [ollama_adapter(&base, &[])];
+        let seq = Cell::new(0);
+        let status = |out: &[NodeCommandResponse]| {
+            let probe = out[0].capabilities.clone().unwrap().probe.unwrap();
+            assert_eq!(
+                (probe.adapter.as_str(), probe.target.as_str()),
+                ("llm", "m")
+            );
+            (probe.status(), probe.health_observation_seq)
+        };
+        let limits = CommandLimits::default();
+        let out = run(&adapters, &seq, limits, probe("llm", "m")).await;
+        assert_eq!(status(&out), (ProviderHealth::Available, 1));
+        assert_eq!(
+            mock.stats().requests(Route::OllamaTags),
+            1,
+            "probed /api/tags"
+        );
+        mock.shutdown();
+        let out = run(&adapters, &seq, limits, probe("llm", "m")).await;
+        assert_eq!(status(&out), (ProviderHealth::Unavailable, 2));
+    });
+}
+
+#[test]
+fn tags_show_ps() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let adapters = [ollama_adapter(&base, &[])];
+        let seq = Cell::new(0);
+        let limits = CommandLimits::default();
+        let out = run(
+            &adapters,
+            &seq,
+            limits,
+            ollama(OllamaApiCall::Tags, Value::Null),
+        )
+        .await;
+        assert_eq!(out.len(), 1);
+        assert!(out[0].ok);
+        let (status, tags) = answer(&out);
+        assert_eq!(status, 200);
+        assert_eq!(tags["models"][0]["name"], "mock-model:latest");
+        let out = run(
+            &adapters,
+            &seq,
+            limits,
+            ollama(OllamaApiCall::Ps, json!({})),
+        )
+        .await;
+        assert!(out[0].ok);
+        assert!(answer(&out).1["models"][0]["expires_at"].is_string());
+        let show = ollama(OllamaApiCall::Show, json!({"model": "mock-model"}));
+        let out = run(&adapters, &seq, limits, show).await;
+        assert!(out[0].ok);
+        let (_, show) = answer(&out);
+        assert!(
+            show["modelfile"]
+                .as_str()
+                .unwrap()
+                .contains("mock-model:latest")
+        );
+        // The provider refuses a show without a model: its status and error.
+        let out = run(
+            &adapters,
+            &seq,
+            limits,
+            ollama(OllamaApiCall::Show, json!({})),
+        )
+        .await;
+        assert_eq!(
+            failure_of(&out),
+            (FailureCode::ProviderHttpStatus, FailureSide::Client, 400)
+        );
+        let (status, error) = answer(&out);
+        assert_eq!(status, 400);
+        assert!(error["error"].is_string());
+        assert_eq!(seq.get(), 0, "commands other than a probe take no seq");
+        mock.shutdown();
+    });
+}
+
+#[test]
+fn provider_errors_and_bounds_are_typed() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let seq = Cell::new(0);
+        let tags = || ollama(OllamaApiCall::Tags, Value::Null);
+        let limits = CommandLimits::default();
+        let down = [ollama_adapter(&base, &[("status", "503")])];
+        let out = run(&down, &seq, limits, tags()).await;
+        assert_eq!(
+            failure_of(&out),
+            (FailureCode::ProviderHttpStatus, FailureSide::Provider, 503)
+        );
+        assert_eq!(answer(&out).0, 503);
+        let adapters = [ollama_adapter(&base, &[])];
+        let small = CommandLimits {
+            max_response_body: 16,
+            ..limits
+        };
+        let out = run(&adapters, &seq, small, tags()).await;
+        assert_eq!(failure_of(&out).0, FailureCode::ProviderMalformed);
+        let slow = [ollama_adapter(&base, &[("headers-delay-ms", "2000")])];
+        let quick = CommandLimits {
+            call_timeout: Duration::from_millis(100),
+            ..limits
+        };
+        let out = run(&slow, &seq, quick, tags()).await;
+        assert_eq!(failure_of(&out).0, FailureCode::HardTimeout);
+        mock.shutdown();
+    });
+}
+
+/// The progress lines of a pull (every response but the final one).
+fn progress(out: &[NodeCommandResponse]) -> Vec<Value> {
+    out[..out.len() - 1]
+        .iter()
+        .map(|r| {
+            assert!(r.ok && !r.r#final, "{r:?}");
+            let api = r.ollama.as_ref().unwrap();
+            assert_eq!(api.http_status, 200);
+            serde_json::from_slice(&api.body_json).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn pull_streams_progress_then_a_final_response() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let adapters = [ollama_adapter(&base, &[("tokens", "4"), ("delay-ms", "2")])];
+        let pull = ollama(
+            OllamaApiCall::Pull,
+            json!({"model": "mock-model", "stream": false}),
+        );
+        let out = run(&adapters, &Cell::new(0), CommandLimits::default(), pull).await;
+        let lines = progress(&out);
+        let statuses: Vec<&str> = lines
+            .iter()
+            .map(|l| l["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses.len(), 8, "{statuses:?}");
+        assert_eq!(statuses[0], "pulling manifest");
+        assert!(statuses[1..5].iter().all(|s| s.starts_with("pulling ")));
+        assert_eq!(
+            statuses[5..],
+            ["verifying sha256 digest", "writing manifest", "success"]
+        );
+        let completed: Vec<u64> = lines[1..5]
+            .iter()
+            .map(|l| l["completed"].as_u64().unwrap())
+            .collect();
+        assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
+        assert_eq!(Some(completed[3]), lines[4]["total"].as_u64());
+        let last = out.last().unwrap();
+        assert!(last.ok);
+        assert_eq!(answer(&out), (200, Value::Null));
+        assert_eq!(mock.stats().requests(Route::OllamaPull), 1);
+        mock.shutdown();
+    });
+}
+
+#[test]
+fn pull_failures_are_typed() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let seq = Cell::new(0);
+        let limits = CommandLimits::default();
+        let pull = |model: &str| ollama(OllamaApiCall::Pull, json!({"model": model}));
+        // Not in the registry: the provider's 404 and its error.
+        let adapters = [ollama_adapter(&base, &[])];
+        let out = run(&adapters, &seq, limits, pull("unknown-model")).await;
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            failure_of(&out),
+            (FailureCode::ProviderHttpStatus, FailureSide::Client, 404)
+        );
+        let (status, error) = answer(&out);
+        assert_eq!(status, 404);
+        assert!(error["error"].as_str().unwrap().contains("does not exist"));
+        // No progress within the idle bound: a stall after what did arrive.
+        let stalls = [ollama_adapter(
+            &base,
+            &[("tokens", "4"), ("stall-after", "2")],
+        )];
+        let idle = CommandLimits {
+            pull_idle_timeout: Duration::from_millis(200),
+            ..limits
+        };
+        let out = run(&stalls, &seq, idle, pull("mock-model")).await;
+        assert_eq!(progress(&out).len(), 3, "manifest + 2 lines");
+        let (code, side, _) = failure_of(&out);
+        assert_eq!(
+            (code, side),
+            (FailureCode::ResponseStalled, FailureSide::Provider)
+        );
+        let f = out.last().unwrap().failure.clone().unwrap();
+        assert_eq!(f.stall_timeout_ms, 200);
+        assert_eq!(f.health_observation_seq, None);
+        // A body cut before success.
+        let aborts = [ollama_adapter(
+            &base,
+            &[("tokens", "4"), ("abort-after", "1")],
+        )];
+        let out = run(&aborts, &seq, limits, pull("mock-model")).await;
+        assert_eq!(progress(&out).len(), 2, "manifest + 1 line");
+        assert_eq!(failure_of(&out).0, FailureCode::ProviderUnreachable);
+        mock.shutdown();
+    });
+}
