@@ -396,7 +396,8 @@ fn any_adapter_from_provider_config() {
                 ProviderHealth::Available
             );
         }
-        provider.base_url = "https://example.com".into();
+        // A base URL the client refuses (a query string) is a typed error.
+        provider.base_url = "http://example.com/?q=1".into();
         assert!(matches!(
             AnyAdapter::from_provider(&provider, client()),
             Err(AdapterConfigError::BaseUrl(..))
