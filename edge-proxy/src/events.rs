@@ -1,13 +1,15 @@
-//! The in-process event bus (F7): node lifecycle events fanned out to
-//! subscribers.
+//! The in-process event bus (F7): node lifecycle events and run events
+//! fanned out to subscribers.
 //!
 //! Publishing never blocks and never fails the publisher: each subscriber has
 //! a bounded buffer ([`EVENT_BUFFER`]); a subscriber that falls behind loses
 //! the oldest events and learns how many it lost (`Lagged`), so a slow
 //! subscriber can never stall a connection or the data path.
 
+use std::sync::Arc;
+
 use framing::link::CloseReason;
-use proto::v1::RegisterRejectReason;
+use proto::v1::{RegisterRejectReason, RunEvent};
 use tokio::sync::broadcast;
 
 /// Events buffered per subscriber before the oldest are dropped for it.
@@ -61,11 +63,25 @@ impl LifecycleEvent {
     }
 }
 
-/// Fans lifecycle events out to subscribers. Cheap to clone; shared by all
-/// cores.
+/// One event of a run, as the Edge received it from the node (F7, F10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunBusEvent {
+    /// The Edge-assigned run id.
+    pub run_id: Arc<str>,
+    /// The node that runs it.
+    pub node_id: String,
+    /// The node connection's generation.
+    pub generation: u64,
+    /// The event.
+    pub event: RunEvent,
+}
+
+/// Fans lifecycle and run events out to subscribers. Cheap to clone; shared
+/// by all cores.
 #[derive(Debug, Clone)]
 pub struct EventBus {
     sender: broadcast::Sender<LifecycleEvent>,
+    runs: broadcast::Sender<RunBusEvent>,
 }
 
 impl Default for EventBus {
@@ -78,7 +94,8 @@ impl EventBus {
     /// A bus with [`EVENT_BUFFER`] events of buffer per subscriber.
     pub fn new() -> Self {
         let (sender, _) = broadcast::channel(EVENT_BUFFER);
-        Self { sender }
+        let (runs, _) = broadcast::channel(EVENT_BUFFER);
+        Self { sender, runs }
     }
 
     /// Publishes `event` to every current subscriber; never blocks.
@@ -90,6 +107,22 @@ impl EventBus {
     /// A new subscriber, seeing events published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<LifecycleEvent> {
         self.sender.subscribe()
+    }
+
+    /// Whether anyone listens to run events: the data path builds a
+    /// [`RunBusEvent`] (a copy of the event) only then.
+    pub fn wants_run_events(&self) -> bool {
+        self.runs.receiver_count() > 0
+    }
+
+    /// Publishes a run event to every current run subscriber; never blocks.
+    pub fn publish_run(&self, event: RunBusEvent) {
+        let _ = self.runs.send(event);
+    }
+
+    /// A new run-event subscriber, seeing events published from now on.
+    pub fn subscribe_runs(&self) -> broadcast::Receiver<RunBusEvent> {
+        self.runs.subscribe()
     }
 }
 

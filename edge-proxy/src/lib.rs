@@ -28,6 +28,9 @@
 //!   registration, readiness, heartbeat, generation fencing, lifecycle events.
 //! - [`runtime`], [`server`]: thread-per-core monoio runtimes on io_uring or
 //!   epoll, one `SO_REUSEPORT` listener per core.
+//! - [`dispatch`]: `SubmitRun` (F8), session terminate (F13) and node
+//!   commands (F14) as ordered streams over the node's link, one terminal
+//!   each; [`events`] also carries run events (F7).
 //!
 //! Ingress, pools, leases, the overlay and StreamGate come next.
 
@@ -35,6 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod dispatch;
 pub mod events;
 pub mod link;
 pub mod registry;

@@ -35,6 +35,22 @@ pub trait NodeDirectory: Send + Sync {
     ) -> Result<NodeConfigPayload, String>;
 }
 
+/// Where a node stands, for dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    /// No live connection.
+    Offline,
+    /// Connected and registered, readiness not completed (F4).
+    Registered,
+    /// Ready: work goes to this generation on this home core.
+    Ready {
+        /// The live generation.
+        generation: u64,
+        /// The core that owns the connection.
+        core: usize,
+    },
+}
+
 /// A live connection's status, for `TRANSPORT_STATUS` and operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionStatus {
@@ -189,6 +205,33 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         let slots = self.slots();
         let live = slots.get(node_id)?.live.as_ref()?;
         live.ready.then_some((live.generation, live.home_core))
+    }
+
+    /// Where `node_id` stands.
+    pub fn node_state(&self, node_id: &str) -> NodeState {
+        let slots = self.slots();
+        match slots.get(node_id).and_then(|s| s.live.as_ref()) {
+            None => NodeState::Offline,
+            Some(live) if !live.ready => NodeState::Registered,
+            Some(live) => NodeState::Ready {
+                generation: live.generation,
+                core: live.home_core,
+            },
+        }
+    }
+
+    /// Every ready node: `(node_id, generation, home_core)`, sorted by id.
+    pub fn ready_nodes(&self) -> Vec<(String, u64, usize)> {
+        let mut ready: Vec<_> = self
+            .slots()
+            .iter()
+            .filter_map(|(id, s)| {
+                let live = s.live.as_ref().filter(|l| l.ready)?;
+                Some((id.clone(), live.generation, live.home_core))
+            })
+            .collect();
+        ready.sort();
+        ready
     }
 
     /// Status of every live connection, sorted by node id.

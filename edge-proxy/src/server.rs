@@ -12,6 +12,7 @@ use framing::timer::ClockSource;
 use proto::v1::NodeConfigPayload;
 
 use crate::config::EdgeConfig;
+use crate::dispatch::Dispatcher;
 use crate::events::EventBus;
 use crate::link::session::SessionConfig;
 use crate::link::{LinkServerConfig, LinkShared, bind, serve_core};
@@ -57,8 +58,10 @@ pub struct EdgeServer {
     pub node_addr: SocketAddr,
     /// Live nodes.
     pub registry: Arc<NodeRegistry<EdgeConfig>>,
-    /// Lifecycle events.
+    /// Lifecycle and run events.
     pub bus: EventBus,
+    /// Sends runs, cancels and commands to nodes.
+    pub dispatcher: Dispatcher<EdgeConfig>,
     /// Worker count.
     pub workers: usize,
     threads: Vec<JoinHandle<()>>,
@@ -90,9 +93,14 @@ impl EdgeServer {
         });
         let mut addr = shared.registry.directory().listen().nodes;
         let mut threads = Vec::with_capacity(workers);
+        let (inboxes, mut inbox_rxs): (Vec<_>, Vec<_>) = (0..workers)
+            .map(|_| tokio::sync::mpsc::unbounded_channel())
+            .unzip();
+        let dispatcher = Dispatcher::new(Arc::clone(&shared.registry), inboxes);
         for core in 0..workers {
             let (bound_tx, bound_rx) = mpsc::channel();
             let shared = Arc::clone(&shared);
+            let inbox = inbox_rxs.remove(0);
             let driver = options.driver;
             let thread = std::thread::Builder::new()
                 .name(format!("iop-edge-{core}"))
@@ -106,7 +114,7 @@ impl EdgeServer {
                             }
                         };
                         let _ = bound_tx.send(listener.local_addr());
-                        serve_core(core, listener, shared).await;
+                        serve_core(core, listener, shared, inbox).await;
                     });
                     if let Err(e) = run {
                         tracing::error!(core, error = %e, "edge runtime failed to start");
@@ -127,6 +135,7 @@ impl EdgeServer {
             node_addr: addr,
             registry: Arc::clone(&shared.registry),
             bus: shared.bus.clone(),
+            dispatcher,
             workers,
             threads,
         })

@@ -50,4 +50,5 @@ pub mod adapter;
 pub mod commands;
 pub mod link;
 pub mod provider_http;
+pub mod runs;
 pub mod store;

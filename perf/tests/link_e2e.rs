@@ -2,10 +2,9 @@
 //! link client (in-process, on a shared manual clock), and the real
 //! `iop-edge` / `iop-node` binaries as processes for SIGKILL.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,8 @@ use proto::Envelope;
 use proto::v1::{HeartbeatPong, NodeReadyRequest, RegisterRequest, envelope::Msg};
 use tokio::sync::broadcast;
 
-const PATIENCE: Duration = Duration::from_secs(15);
+mod support;
+use support::process::{PATIENCE, Process, bin, spawn_logged, wait_for_line};
 
 const CONFIG: &str = r#"
 listen:
@@ -103,6 +103,7 @@ fn start_node(
         },
         tick_ms: 5,
         clock: ClockSource::Manual(clock.clone()),
+        runner: Default::default(),
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -248,62 +249,6 @@ fn an_unknown_token_stops_the_node_instead_of_retrying() {
 // ---------------------------------------------------------------------------
 // Real processes
 // ---------------------------------------------------------------------------
-
-/// The workspace's target dir holding the binaries (`target/debug`).
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first",
-        path.display()
-    );
-    path
-}
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Spawns `cmd` and returns it with a channel of its stderr lines.
-fn spawn_logged(mut cmd: Command) -> (Process, mpsc::Receiver<String>) {
-    let mut child = cmd
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (Process(child), rx)
-}
-
-fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("no log line containing {needle:?}: {e}"),
-        }
-    }
-}
 
 /// Starts `iop-edge` (JSON logs) on a kernel-chosen port, so parallel tests
 /// cannot race for it; returns the process, its log lines, the node socket

@@ -22,10 +22,13 @@ use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
 };
 use monoio::net::TcpStream;
+use proto::Envelope;
+use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 
 use super::core::Core;
 use super::session::{EdgeSession, Output};
-use crate::events::LifecycleEvent;
+use super::streams::{Delivered, StreamKind, StreamSink, StreamTable};
+use crate::events::{LifecycleEvent, RunBusEvent};
 use crate::registry::{ConnRegistrar, NodeDirectory};
 
 /// Free space guaranteed in the receive buffer before each read. Small, so
@@ -50,6 +53,7 @@ pub(crate) struct Conn<D> {
     closing: Cell<bool>,
     registered: Cell<bool>,
     last_rtt_ms: Cell<Option<u64>>,
+    streams: RefCell<StreamTable>,
 }
 
 impl<D: NodeDirectory + 'static> Conn<D> {
@@ -69,6 +73,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             closing: Cell::new(false),
             registered: Cell::new(false),
             last_rtt_ms: Cell::new(None),
+            streams: RefCell::new(StreamTable::new()),
             core,
         });
         conn.rearm();
@@ -79,6 +84,107 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         // Drop the timer entry (it holds an Rc of this connection).
         let key = conn.timer.take();
         conn.core.arm(&conn, key, None);
+    }
+
+    /// The registered generation, if any.
+    pub(crate) fn generation(&self) -> Option<u64> {
+        self.session
+            .borrow()
+            .node()
+            .map(|(_, generation)| generation)
+    }
+
+    /// Opens a stream whose first frame is `msg`; `None` unless the session
+    /// is ready and not closing.
+    pub(crate) fn open_stream(
+        &self,
+        kind: StreamKind,
+        run_id: Option<std::sync::Arc<str>>,
+        msg: Msg,
+        sink: StreamSink,
+    ) -> Option<u64> {
+        if self.closing.get() || !self.session.borrow().is_ready() {
+            return None;
+        }
+        let stream_id = self.streams.borrow_mut().open(kind, sink, run_id);
+        self.send_envelope(&Envelope {
+            stream_id,
+            msg: Some(msg),
+        });
+        Some(stream_id)
+    }
+
+    /// Sends `msg` on an open stream (a stream that ended is skipped).
+    pub(crate) fn send_on(&self, stream_id: u64, msg: Msg) {
+        if self.streams.borrow().is_open(stream_id) && self.session.borrow().is_ready() {
+            self.send_envelope(&Envelope {
+                stream_id,
+                msg: Some(msg),
+            });
+        }
+    }
+
+    /// The receiver of a stream is gone: forget the stream, and cancel its
+    /// run on the node if the run had not ended (F12).
+    pub(crate) fn close_stream(&self, stream_id: u64) {
+        let closed = self.streams.borrow_mut().close(stream_id);
+        if let Some((StreamKind::Run, run_id)) = closed {
+            let mut cancel = CancelRequest {
+                run_id: run_id.as_deref().unwrap_or_default().to_owned(),
+                ..CancelRequest::default()
+            };
+            cancel.set_kind(CancelKind::CancelRun);
+            if self.session.borrow().is_ready() {
+                self.send_envelope(&Envelope {
+                    stream_id,
+                    msg: Some(Msg::CancelRequest(cancel)),
+                });
+            }
+        }
+    }
+
+    fn send_envelope(&self, envelope: &Envelope) {
+        match self.core.encoder.borrow_mut().encode(envelope) {
+            Ok(frame) => {
+                let _ = self.tx.send(Outgoing::Frame(frame));
+            }
+            Err(error) => {
+                tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node")
+            }
+        }
+    }
+
+    /// Hands a work frame to its stream (and a run event to the bus).
+    fn deliver(&self, envelope: Envelope) {
+        let stream_id = envelope.stream_id;
+        let bus = &self.core.shared.bus;
+        let copy = match &envelope.msg {
+            Some(Msg::RunEvent(event)) if bus.wants_run_events() => Some(event.clone()),
+            _ => None,
+        };
+        let delivered = self.streams.borrow_mut().deliver(envelope);
+        match delivered {
+            Delivered::Open { run_id } | Delivered::Terminal { run_id } => {
+                if let (Some(run_id), Some(event), Some((node_id, generation))) =
+                    (run_id, copy, self.session.borrow().node())
+                {
+                    bus.publish_run(RunBusEvent {
+                        run_id,
+                        node_id: node_id.to_owned(),
+                        generation,
+                        event,
+                    });
+                }
+            }
+            // A stream that ended (or was cancelled) may still see frames
+            // the node sent before it learned: dropped, by design.
+            Delivered::UnknownStream => {
+                tracing::debug!(peer = %self.peer, stream_id, "frame for a closed stream dropped")
+            }
+            Delivered::WrongType => {
+                tracing::warn!(peer = %self.peer, stream_id, "frame of the wrong type for its stream dropped")
+            }
+        }
     }
 
     fn registrar(&self) -> ConnRegistrar<'_, D> {
@@ -209,33 +315,31 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     }
 
     /// Carries out the session's outputs.
-    fn pump(&self) {
+    fn pump(self: &Rc<Self>) {
         loop {
             let Some(output) = self.session.borrow_mut().poll_output() else {
                 break;
             };
             match output {
-                Output::Send(envelope) => match self.core.encoder.borrow_mut().encode(&envelope) {
-                    Ok(frame) => {
-                        let _ = self.tx.send(Outgoing::Frame(frame));
-                    }
-                    Err(error) => {
-                        tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node")
-                    }
-                },
+                Output::Send(envelope) => self.send_envelope(&envelope),
                 Output::Event(event) => {
-                    if matches!(event, LifecycleEvent::Registered { .. }) {
-                        self.registered.set(true);
+                    match &event {
+                        LifecycleEvent::Registered { .. } => self.registered.set(true),
+                        LifecycleEvent::Ready { node_id, .. } => self.core.add_ready(node_id, self),
+                        LifecycleEvent::Disconnected {
+                            node_id,
+                            generation,
+                            ..
+                        } => self.core.remove_ready(node_id, *generation),
+                        LifecycleEvent::Rejected { .. } => {}
                     }
                     self.log_event(&event);
                     self.core.shared.bus.publish(event);
                 }
-                Output::Deliver(envelope) => {
-                    // Runs and tunnels are dispatched in a later milestone; until
-                    // then a ready node has no streams to deliver to.
-                    tracing::debug!(peer = %self.peer, stream_id = envelope.stream_id, "frame for an unknown stream dropped");
-                }
+                Output::Deliver(envelope) => self.deliver(envelope),
                 Output::Close(reason) => {
+                    // Every stream still open ends now, exactly once.
+                    self.streams.borrow_mut().fail_all(reason);
                     // Registered connections already logged `node_disconnected`
                     // and rejected ones `node_rejected`; say why the rest end.
                     if !self.registered.get() && reason != CloseReason::Rejected {

@@ -1,7 +1,9 @@
 //! One core's share of the node socket: its connections, its timer wheel and
-//! the ticker that drives both.
+//! the ticker that drives both, and the inbox through which other cores open
+//! streams on its connections.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use framing::timer::{DriverClock, TimerKey, TimerWheel};
 
 use super::LinkShared;
 use super::conn::Conn;
+use super::inbox::{CoreMsg, OpenError};
 use crate::registry::NodeDirectory;
 
 /// Per-core state shared by the core's connection tasks (never across cores).
@@ -22,6 +25,8 @@ pub(crate) struct Core<D> {
     /// core, not per connection.
     pub(crate) encoder: RefCell<FrameEncoder>,
     wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
+    /// The ready connection of each node homed here, by node id.
+    ready: RefCell<HashMap<String, Rc<Conn<D>>>>,
 }
 
 impl<D: NodeDirectory + 'static> Core<D> {
@@ -34,7 +39,84 @@ impl<D: NodeDirectory + 'static> Core<D> {
             clock,
             encoder,
             wheel: RefCell::new(TimerWheel::new()),
+            ready: RefCell::new(HashMap::new()),
         })
+    }
+
+    /// `conn` completed readiness as `node_id`: streams may open on it.
+    pub(crate) fn add_ready(&self, node_id: &str, conn: &Rc<Conn<D>>) {
+        self.ready
+            .borrow_mut()
+            .insert(node_id.to_owned(), Rc::clone(conn));
+    }
+
+    /// `node_id`'s connection of `generation` ended.
+    pub(crate) fn remove_ready(&self, node_id: &str, generation: u64) {
+        let mut ready = self.ready.borrow_mut();
+        if ready
+            .get(node_id)
+            .is_some_and(|conn| conn.generation() == Some(generation))
+        {
+            ready.remove(node_id);
+        }
+    }
+
+    /// The ready connection of exactly `(node_id, generation)`.
+    fn current(&self, node_id: &str, generation: u64) -> Option<Rc<Conn<D>>> {
+        self.ready
+            .borrow()
+            .get(node_id)
+            .filter(|conn| conn.generation() == Some(generation))
+            .cloned()
+    }
+
+    /// Serves this core's inbox forever.
+    pub(crate) async fn run_inbox(
+        self: Rc<Self>,
+        mut inbox: tokio::sync::mpsc::UnboundedReceiver<CoreMsg>,
+    ) {
+        while let Some(msg) = inbox.recv().await {
+            self.handle(msg);
+        }
+    }
+
+    fn handle(&self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Open {
+                node_id,
+                generation,
+                kind,
+                run_id,
+                msg,
+                sink,
+                reply,
+            } => {
+                let opened = self
+                    .current(&node_id, generation)
+                    .and_then(|conn| conn.open_stream(kind, run_id, msg, sink))
+                    .ok_or(OpenError::NotCurrent);
+                let _ = reply.send(opened);
+            }
+            CoreMsg::Send {
+                node_id,
+                generation,
+                stream_id,
+                msg,
+            } => {
+                if let Some(conn) = self.current(&node_id, generation) {
+                    conn.send_on(stream_id, msg);
+                }
+            }
+            CoreMsg::Close {
+                node_id,
+                generation,
+                stream_id,
+            } => {
+                if let Some(conn) = self.current(&node_id, generation) {
+                    conn.close_stream(stream_id);
+                }
+            }
+        }
     }
 
     /// Arms, moves or disarms a connection's single timer entry.

@@ -3,7 +3,9 @@
 //! - [`session`]: the sans-IO state of one connection (registration,
 //!   readiness, heartbeat, close), tested without sockets or clocks.
 //! - `conn`: the driver of one connection (reader + writer tasks).
-//! - `core`: one core's connections, timer wheel and ticker.
+//! - `core`: one core's connections, timer wheel and ticker, and its inbox.
+//! - [`streams`]: the streams (runs, commands) open on one connection.
+//! - [`inbox`]: messages from any thread to the core that owns a node.
 //!
 //! Every core runs [`serve_core`] on its own `SO_REUSEPORT` listener, so the
 //! kernel spreads node connections across cores; a connection then lives on
@@ -11,7 +13,9 @@
 
 mod conn;
 mod core;
+pub mod inbox;
 pub mod session;
+pub mod streams;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -61,9 +65,11 @@ pub async fn serve_core<D: NodeDirectory + 'static>(
     core_id: usize,
     listener: TcpListener,
     shared: Arc<LinkShared<D>>,
+    inbox: tokio::sync::mpsc::UnboundedReceiver<inbox::CoreMsg>,
 ) {
     let core = Core::new(core_id, shared);
     monoio::spawn(Rc::clone(&core).run_ticker());
+    monoio::spawn(Rc::clone(&core).run_inbox(inbox));
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

@@ -84,12 +84,18 @@ pub enum RuntimeEvent {
     },
     /// Terminal: the run failed.
     Error(ExecutionFailure),
+    /// Terminal: the run was cancelled (F12). Adapters never yield it; the
+    /// run manager does.
+    Cancelled,
 }
 
 impl RuntimeEvent {
     /// Whether this event ends the run.
     pub fn is_terminal(&self) -> bool {
-        matches!(self, Self::Complete { .. } | Self::Error(_))
+        matches!(
+            self,
+            Self::Complete { .. } | Self::Error(_) | Self::Cancelled
+        )
     }
 
     /// The wire event with sequence number `seq` (1 for `Start`).
@@ -124,6 +130,7 @@ impl RuntimeEvent {
                 event.set_kind(RunEventKind::Error);
                 event.failure = Some(failure);
             }
+            Self::Cancelled => event.set_kind(RunEventKind::Cancelled),
         }
         event
     }

@@ -20,7 +20,10 @@ use framing::timer::ClockSource;
 use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise};
-use node_runner::store::{RunStore, StoreConfig, format_json_lines, format_table};
+use node_runner::runs::RunnerConfig;
+use node_runner::store::{
+    RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
+};
 
 /// The IOP Node: runs next to model servers and serves them to the Edge.
 ///
@@ -89,6 +92,12 @@ fn main() -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
     let edge = resolve(&args.edge)?;
+    // The run store (F15): opened before dialing, so a bad data dir fails
+    // at start; written by its own thread, off the event path.
+    let store = RunStore::open(&args.data_dir, StoreConfig::default())
+        .with_context(|| format!("opening the run store in {}", args.data_dir.display()))?;
+    let writer = StoreWriter::spawn(store, WriterConfig::default())
+        .context("starting the run store writer")?;
     let requested = std::env::var(IO_DRIVER_ENV).ok();
     let driver = IoDriver::resolve(requested.as_deref(), monoio::utils::detect_uring())?;
     let config = LinkClientConfig {
@@ -102,6 +111,10 @@ fn main() -> anyhow::Result<ExitCode> {
         },
         tick_ms: 100,
         clock: ClockSource::Coarse,
+        runner: RunnerConfig {
+            store: Some(writer.handle()),
+            ..RunnerConfig::default()
+        },
     };
     tracing::info!(event = "node_starting", driver = driver.as_str(), edge = %edge, "node_starting");
     let exit = match driver {

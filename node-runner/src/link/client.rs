@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use framing::frame::{FrameDecoder, FrameEncoder};
+use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing, coalesce};
 use framing::timer::{ClockSource, DriverClock};
 use monoio::io::{
@@ -22,6 +22,8 @@ use monoio::net::TcpStream;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
+use crate::provider_http::ProviderClient;
+use crate::runs::{Outbox, RunManager, RunnerConfig};
 
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
@@ -37,6 +39,8 @@ pub struct LinkClientConfig {
     pub tick_ms: u64,
     /// The clock to read.
     pub clock: ClockSource,
+    /// Run store and provider client settings for the runs.
+    pub runner: RunnerConfig,
 }
 
 /// How a connection ended.
@@ -67,9 +71,11 @@ pub struct Rejected {
 
 struct Link {
     session: RefCell<NodeSession>,
-    encoder: RefCell<FrameEncoder>,
+    outbox: Outbox,
     clock: DriverClock,
-    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    runner: RunnerConfig,
+    client: ProviderClient,
+    runs: RefCell<Option<Rc<RunManager>>>,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
     end: RefCell<ConnectionEnd>,
@@ -108,9 +114,11 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
     let max_frame_len = config.session.max_frame_len as usize;
     let link = Rc::new(Link {
         session: RefCell::new(NodeSession::new(config.session.clone(), now)),
-        encoder: RefCell::new(FrameEncoder::new(max_frame_len)),
+        outbox: Outbox::new(tx, max_frame_len),
         clock,
-        tx,
+        client: ProviderClient::new(config.runner.provider.clone()),
+        runner: config.runner.clone(),
+        runs: RefCell::new(None),
         canceller: RefCell::new(Canceller::new()),
         closing: Cell::new(false),
         end: RefCell::new(end),
@@ -122,6 +130,10 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
     Rc::clone(&link).read_loop(read_half, max_frame_len).await;
     writer.await;
     timer.await;
+    // Runs of this connection cannot reach the Edge any more: stop them.
+    if let Some(runs) = link.runs.borrow_mut().take() {
+        runs.shutdown();
+    }
     link.end.borrow().clone()
 }
 
@@ -231,12 +243,9 @@ impl Link {
                 break;
             };
             match output {
-                NodeOutput::Send(envelope) => match self.encoder.borrow_mut().encode(&envelope) {
-                    Ok(frame) => {
-                        let _ = self.tx.send(Outgoing::Frame(frame));
-                    }
-                    Err(error) => tracing::error!(%error, "could not encode a frame for the edge"),
-                },
+                NodeOutput::Send(envelope) => {
+                    self.outbox.send(&envelope);
+                }
                 NodeOutput::Registered {
                     node_id,
                     generation,
@@ -249,6 +258,12 @@ impl Link {
                         providers = config.providers.len(),
                         "node_registered"
                     );
+                    *self.runs.borrow_mut() = Some(RunManager::new(
+                        &config,
+                        &self.client,
+                        self.runner.store.clone(),
+                        self.outbox.clone(),
+                    ));
                     let mut end = self.end.borrow_mut();
                     end.registered = Some((node_id, generation));
                     end.config = Some(config);
@@ -271,15 +286,21 @@ impl Link {
                     });
                 }
                 NodeOutput::Deliver(envelope) => {
-                    // Runs, tunnels and commands arrive in a later milestone.
-                    tracing::debug!(
-                        stream_id = envelope.stream_id,
-                        "work frame dropped: no handler yet"
-                    );
+                    let runs = self.runs.borrow().clone();
+                    match runs {
+                        Some(runs) => runs.handle(envelope),
+                        None => tracing::warn!(
+                            stream_id = envelope.stream_id,
+                            "work frame before registration dropped"
+                        ),
+                    }
                 }
                 NodeOutput::Close(reason) => {
                     self.end.borrow_mut().reason = reason;
-                    let _ = self.tx.send(Outgoing::Close);
+                    if let Some(runs) = self.runs.borrow().as_ref() {
+                        runs.shutdown();
+                    }
+                    self.outbox.close();
                 }
             }
         }

@@ -5,6 +5,8 @@
 
 use std::future::Future;
 
+pub(crate) mod process;
+
 use node_runner::provider_http::BaseUrl;
 use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 

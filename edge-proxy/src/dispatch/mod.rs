@@ -1,0 +1,310 @@
+//! Sending work to nodes: the surface-neutral `SubmitRun` (F8), session
+//! terminate (F13) and node commands (F14).
+//!
+//! [`Dispatcher`] is cheap to clone and usable from any thread (an ingress
+//! core, a test on a plain thread). It picks the node — the named one, or
+//! with none named the single ready node (F8 single-node fallback) — and
+//! sends an open request to the core that owns that node's connection; the
+//! core allocates the stream id and writes the request. The stream's frames
+//! come back over a channel in the node's order.
+//!
+//! # Invariants
+//! - Work goes only to a node's current, ready generation: the owning core
+//!   checks `(node_id, generation)` again when it opens the stream, so a
+//!   connection that closed or was replaced in between yields
+//!   [`SubmitError::ConnectionGone`], never a send to a fenced generation.
+//! - A [`RunStream`] yields exactly one terminal, whatever happens: the
+//!   node's, or a `NODE_DISCONNECTED` error the Edge makes when the link
+//!   ends first. Frames after a terminal are never delivered.
+//! - Dropping a [`RunStream`] before its terminal cancels the run on the
+//!   node.
+
+mod stream;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proto::v1::{
+    CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest, RunInput,
+    RunRequest, envelope::Msg,
+};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
+
+pub use self::stream::{CommandStream, RunStream, is_terminal};
+use self::stream::{StreamHandle, cancel_answer};
+use crate::link::inbox::CoreMsg;
+use crate::link::streams::StreamKind;
+use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
+
+/// A run to submit (F8). `node: None` uses the single ready node.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitRun {
+    /// Adapter instance name on the node (`ProviderConfig.adapter`).
+    pub adapter: String,
+    /// Target (model) on that adapter.
+    pub target: String,
+    /// Messages and parameters.
+    pub input: RunInput,
+    /// The node to run on; `None` = the only ready node.
+    pub node: Option<String>,
+    /// Opaque correlation value (never links runs).
+    pub session_id: String,
+    /// The caller will not wait on the stream (recorded by the node).
+    pub background: bool,
+    /// F20 stall timeout for the node's watchdog; 0 = the default.
+    pub response_stall_timeout_ms: u64,
+    /// Hard deadline of the whole run; 0 = the provider's configured one.
+    pub hard_timeout_ms: u64,
+}
+
+/// Why work could not be sent to a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// No node was named and no node is ready.
+    #[error("no ready node is connected")]
+    NoReadyNode,
+    /// No node was named and several are ready: the single-node fallback
+    /// does not guess.
+    #[error("{0} nodes are ready; name the node to use")]
+    AmbiguousNode(usize),
+    /// The named node has no live connection.
+    #[error("node {0} is not connected")]
+    NodeNotConnected(String),
+    /// The named node is connected but has not completed readiness (F4).
+    #[error("node {0} is connected but not ready")]
+    NodeNotReady(String),
+    /// The node's connection closed or was replaced while the request was
+    /// on its way; nothing was sent.
+    #[error("the node's connection closed before the request was sent")]
+    ConnectionGone,
+    /// The request itself is invalid.
+    #[error("invalid request: {0}")]
+    Invalid(&'static str),
+}
+
+/// Run ids: unique per Edge process and across its restarts (the node's run
+/// store is keyed by them).
+#[derive(Debug)]
+struct RunIds {
+    prefix: u64,
+    next: AtomicU64,
+}
+
+impl RunIds {
+    fn new() -> Self {
+        let prefix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self {
+            prefix,
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn next(&self) -> Arc<str> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("run-{:x}-{n}", self.prefix).into()
+    }
+}
+
+/// Sends runs, cancels and commands to nodes (see the module docs).
+#[derive(Debug)]
+pub struct Dispatcher<D> {
+    registry: Arc<NodeRegistry<D>>,
+    inboxes: Arc<[UnboundedSender<CoreMsg>]>,
+    run_ids: Arc<RunIds>,
+}
+
+impl<D> Clone for Dispatcher<D> {
+    fn clone(&self) -> Self {
+        Self {
+            registry: Arc::clone(&self.registry),
+            inboxes: Arc::clone(&self.inboxes),
+            run_ids: Arc::clone(&self.run_ids),
+        }
+    }
+}
+
+/// A node picked for work: its id, ready generation and home core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    node_id: String,
+    generation: u64,
+    core: usize,
+}
+
+impl<D: NodeDirectory> Dispatcher<D> {
+    /// A dispatcher over `registry`, reaching core `i` through `inboxes[i]`.
+    pub(crate) fn new(
+        registry: Arc<NodeRegistry<D>>,
+        inboxes: Vec<UnboundedSender<CoreMsg>>,
+    ) -> Self {
+        Self {
+            registry,
+            inboxes: inboxes.into(),
+            run_ids: Arc::new(RunIds::new()),
+        }
+    }
+
+    /// Submits a run (F8) and returns its event stream.
+    pub async fn submit_run(&self, run: SubmitRun) -> Result<RunStream, SubmitError> {
+        if run.adapter.is_empty() {
+            return Err(SubmitError::Invalid("adapter must not be empty"));
+        }
+        if run.target.is_empty() {
+            return Err(SubmitError::Invalid("target must not be empty"));
+        }
+        let target = self.select(run.node.as_deref())?;
+        let run_id = self.run_ids.next();
+        let request = RunRequest {
+            run_id: run_id.to_string(),
+            adapter: run.adapter,
+            target: run.target,
+            session_id: run.session_id,
+            background: run.background,
+            input: Some(run.input),
+            response_stall_timeout_ms: run.response_stall_timeout_ms,
+            hard_timeout_ms: run.hard_timeout_ms,
+            ..RunRequest::default()
+        };
+        let handle = self
+            .open(
+                target,
+                StreamKind::Run,
+                Some(Arc::clone(&run_id)),
+                Msg::RunRequest(request),
+            )
+            .await?;
+        Ok(RunStream {
+            handle,
+            run_id,
+            last_seq: 0,
+        })
+    }
+
+    /// Sends a node command (F14) and returns its responses.
+    pub async fn node_command(
+        &self,
+        node: Option<&str>,
+        request: NodeCommandRequest,
+    ) -> Result<CommandStream, SubmitError> {
+        let kind = request.kind();
+        if kind == NodeCommandKind::Unspecified {
+            return Err(SubmitError::Invalid("command kind must be set"));
+        }
+        let target = self.select(node)?;
+        let handle = self
+            .open(
+                target,
+                StreamKind::Command,
+                None,
+                Msg::NodeCommandRequest(request),
+            )
+            .await?;
+        Ok(CommandStream { handle, kind })
+    }
+
+    /// Asks the node to end `session_id` on `adapter`/`target` (F13) and
+    /// returns its answer (`DONE`, `UNSUPPORTED` or `FAILED`).
+    pub async fn terminate_session(
+        &self,
+        node: Option<&str>,
+        adapter: &str,
+        target: &str,
+        session_id: &str,
+    ) -> Result<CancelResponse, SubmitError> {
+        if adapter.is_empty() || session_id.is_empty() {
+            return Err(SubmitError::Invalid(
+                "adapter and session id must not be empty",
+            ));
+        }
+        let target_node = self.select(node)?;
+        let mut request = CancelRequest {
+            adapter: adapter.to_owned(),
+            target: target.to_owned(),
+            session_id: session_id.to_owned(),
+            ..CancelRequest::default()
+        };
+        request.set_kind(CancelKind::TerminateSession);
+        let handle = self
+            .open(
+                target_node,
+                StreamKind::Cancel,
+                None,
+                Msg::CancelRequest(request),
+            )
+            .await?;
+        Ok(cancel_answer(handle).await)
+    }
+
+    /// Picks the node for work (F4, F8).
+    fn select(&self, node: Option<&str>) -> Result<Target, SubmitError> {
+        match node {
+            Some(node_id) => match self.registry.node_state(node_id) {
+                NodeState::Ready { generation, core } => Ok(Target {
+                    node_id: node_id.to_owned(),
+                    generation,
+                    core,
+                }),
+                NodeState::Registered => Err(SubmitError::NodeNotReady(node_id.to_owned())),
+                NodeState::Offline => Err(SubmitError::NodeNotConnected(node_id.to_owned())),
+            },
+            None => {
+                let mut ready = self.registry.ready_nodes();
+                match ready.len() {
+                    0 => Err(SubmitError::NoReadyNode),
+                    1 => {
+                        let (node_id, generation, core) = ready.remove(0);
+                        Ok(Target {
+                            node_id,
+                            generation,
+                            core,
+                        })
+                    }
+                    n => Err(SubmitError::AmbiguousNode(n)),
+                }
+            }
+        }
+    }
+
+    /// Opens a stream on `target`'s home core.
+    async fn open(
+        &self,
+        target: Target,
+        kind: StreamKind,
+        run_id: Option<Arc<str>>,
+        msg: Msg,
+    ) -> Result<StreamHandle, SubmitError> {
+        let inbox = self
+            .inboxes
+            .get(target.core)
+            .ok_or(SubmitError::ConnectionGone)?
+            .clone();
+        let (sink, rx) = unbounded_channel();
+        let (reply, answer) = oneshot::channel();
+        inbox
+            .send(CoreMsg::Open {
+                node_id: target.node_id.clone(),
+                generation: target.generation,
+                kind,
+                run_id,
+                msg,
+                sink,
+                reply,
+            })
+            .map_err(|_| SubmitError::ConnectionGone)?;
+        let stream_id = answer
+            .await
+            .map_err(|_| SubmitError::ConnectionGone)?
+            .map_err(|_| SubmitError::ConnectionGone)?;
+        Ok(StreamHandle {
+            node_id: target.node_id,
+            generation: target.generation,
+            stream_id,
+            rx,
+            inbox,
+            ended: false,
+        })
+    }
+}

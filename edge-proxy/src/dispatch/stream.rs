@@ -1,0 +1,213 @@
+//! The caller's end of a stream opened on a node: ordered items, exactly
+//! one end, and cleanup when dropped.
+
+use std::sync::Arc;
+
+use framing::link::CloseReason;
+use proto::v1::{
+    CancelKind, CancelRequest, CancelResponse, CancelStatus, ExecutionFailure, FailureCode,
+    FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, envelope::Msg,
+};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::link::inbox::CoreMsg;
+use crate::link::streams::StreamItem;
+
+/// One open stream on one node connection, from the caller's side. Dropping
+/// it before its end tells the owning core to forget the stream (and to
+/// cancel a run).
+#[derive(Debug)]
+pub(crate) struct StreamHandle {
+    pub(crate) node_id: String,
+    pub(crate) generation: u64,
+    pub(crate) stream_id: u64,
+    pub(crate) rx: UnboundedReceiver<StreamItem>,
+    pub(crate) inbox: UnboundedSender<CoreMsg>,
+    pub(crate) ended: bool,
+}
+
+impl StreamHandle {
+    fn send(&self, msg: Msg) {
+        let _ = self.inbox.send(CoreMsg::Send {
+            node_id: self.node_id.clone(),
+            generation: self.generation,
+            stream_id: self.stream_id,
+            msg,
+        });
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.inbox.send(CoreMsg::Close {
+                node_id: std::mem::take(&mut self.node_id),
+                generation: self.generation,
+                stream_id: self.stream_id,
+            });
+        }
+    }
+}
+
+/// The failure the Edge reports when the link ended mid-stream.
+fn link_lost(reason: Option<CloseReason>) -> ExecutionFailure {
+    let mut failure = ExecutionFailure {
+        message: match reason {
+            Some(reason) => format!("the node's link closed ({})", reason.as_str()),
+            None => "the node's link closed".into(),
+        },
+        ..ExecutionFailure::default()
+    };
+    failure.set_code(FailureCode::NodeDisconnected);
+    failure.set_side(FailureSide::Edge);
+    failure
+}
+
+/// The events of one run (F8, F10), in the node's order, ending with exactly
+/// one terminal (`complete`, `error` or `cancelled`); then `None`.
+///
+/// If the node's link ends first, the terminal is an `error` with code
+/// `NODE_DISCONNECTED`, made by the Edge. Dropping the stream before its
+/// terminal cancels the run on the node (F12).
+#[derive(Debug)]
+pub struct RunStream {
+    pub(crate) handle: StreamHandle,
+    pub(crate) run_id: Arc<str>,
+    pub(crate) last_seq: u64,
+}
+
+impl RunStream {
+    /// The Edge-assigned run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The node running it, and that connection's generation.
+    pub fn node(&self) -> (&str, u64) {
+        (&self.handle.node_id, self.handle.generation)
+    }
+
+    /// The next event; `None` after the terminal.
+    pub async fn next(&mut self) -> Option<RunEvent> {
+        while !self.handle.ended {
+            let item = self.handle.rx.recv().await;
+            let event = match item {
+                Some(StreamItem::Frame(Msg::RunEvent(event))) => event,
+                // The node's answer to our cancel: the terminal follows.
+                Some(StreamItem::Frame(_)) => continue,
+                Some(StreamItem::Lost(reason)) => self.synthesized(Some(reason)),
+                None => self.synthesized(None),
+            };
+            self.last_seq = event.seq;
+            if is_terminal(&event) {
+                self.handle.ended = true;
+            }
+            return Some(event);
+        }
+        None
+    }
+
+    /// Asks the node to cancel the run (F12). The stream then ends with the
+    /// node's terminal — `cancelled`, or whatever ended the run first.
+    pub fn cancel(&self) {
+        if self.handle.ended {
+            return;
+        }
+        let mut request = CancelRequest {
+            run_id: self.run_id.to_string(),
+            ..CancelRequest::default()
+        };
+        request.set_kind(CancelKind::CancelRun);
+        self.handle.send(Msg::CancelRequest(request));
+    }
+
+    fn synthesized(&self, reason: Option<CloseReason>) -> RunEvent {
+        let mut event = RunEvent {
+            seq: self.last_seq + 1,
+            failure: Some(link_lost(reason)),
+            ..RunEvent::default()
+        };
+        event.set_kind(RunEventKind::Error);
+        event
+    }
+}
+
+/// Whether `event` ends its run.
+pub fn is_terminal(event: &RunEvent) -> bool {
+    matches!(
+        event.kind(),
+        RunEventKind::Complete | RunEventKind::Error | RunEventKind::Cancelled
+    )
+}
+
+/// The responses of one node command (F14): one or more, the last with
+/// `final = true`; then `None`. A link that ends first yields a final
+/// `ok = false` response with code `NODE_DISCONNECTED`.
+#[derive(Debug)]
+pub struct CommandStream {
+    pub(crate) handle: StreamHandle,
+    pub(crate) kind: NodeCommandKind,
+}
+
+impl CommandStream {
+    /// The next response; `None` after the final one.
+    pub async fn next(&mut self) -> Option<NodeCommandResponse> {
+        while !self.handle.ended {
+            let response = match self.handle.rx.recv().await {
+                Some(StreamItem::Frame(Msg::NodeCommandResponse(response))) => response,
+                Some(StreamItem::Frame(_)) => continue,
+                Some(StreamItem::Lost(reason)) => self.lost(Some(reason)),
+                None => self.lost(None),
+            };
+            if response.r#final {
+                self.handle.ended = true;
+            }
+            return Some(response);
+        }
+        None
+    }
+
+    /// Every response up to and including the final one.
+    pub async fn collect(mut self) -> Vec<NodeCommandResponse> {
+        let mut all = Vec::new();
+        while let Some(response) = self.next().await {
+            all.push(response);
+        }
+        all
+    }
+
+    fn lost(&self, reason: Option<CloseReason>) -> NodeCommandResponse {
+        let mut response = NodeCommandResponse {
+            ok: false,
+            failure: Some(link_lost(reason)),
+            r#final: true,
+            ..NodeCommandResponse::default()
+        };
+        response.set_kind(self.kind);
+        response
+    }
+}
+
+/// Waits for the one `CancelResponse` of a session-terminate stream.
+pub(crate) async fn cancel_answer(mut handle: StreamHandle) -> CancelResponse {
+    let answer = loop {
+        match handle.rx.recv().await {
+            Some(StreamItem::Frame(Msg::CancelResponse(response))) => break response,
+            Some(StreamItem::Frame(_)) => continue,
+            Some(StreamItem::Lost(reason)) => break failed_cancel(Some(reason)),
+            None => break failed_cancel(None),
+        }
+    };
+    handle.ended = true;
+    answer
+}
+
+fn failed_cancel(reason: Option<CloseReason>) -> CancelResponse {
+    let mut response = CancelResponse {
+        message: link_lost(reason).message,
+        ..CancelResponse::default()
+    };
+    response.set_kind(CancelKind::TerminateSession);
+    response.set_status(CancelStatus::Failed);
+    response
+}

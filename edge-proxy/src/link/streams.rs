@@ -1,0 +1,271 @@
+//! The streams open on one node connection: who receives each stream's
+//! frames, and when a stream ends.
+//!
+//! A stream is opened by the Edge (a run, a node command, a session
+//! terminate) with a fresh id — strictly increasing per connection, never
+//! reused. Every frame the node sends on that id goes to the stream's
+//! [`StreamSink`] in arrival order, which is the node's send order (one TCP
+//! connection). The stream's entry is removed at its terminal frame, so
+//! nothing after a terminal is ever delivered; when the connection ends,
+//! every open stream gets exactly one [`StreamItem::Lost`] instead.
+//!
+//! Sans-IO: no sockets, no clock. The connection driver owns one table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use framing::link::CloseReason;
+use proto::Envelope;
+use proto::v1::{RunEventKind, envelope::Msg};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What a stream is, which decides its terminal frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    /// A normalized run: ends at a `complete`, `error` or `cancelled` event.
+    Run,
+    /// A node command: ends at the response with `final = true`.
+    Command,
+    /// A session terminate: ends at its `CancelResponse`.
+    Cancel,
+}
+
+impl StreamKind {
+    /// Whether `msg` is a frame this kind of stream may carry, and if so
+    /// whether it is the terminal one. `None`: not this stream's frame.
+    fn accepts(self, msg: &Msg) -> Option<bool> {
+        match (self, msg) {
+            (Self::Run, Msg::RunEvent(event)) => Some(matches!(
+                event.kind(),
+                RunEventKind::Complete | RunEventKind::Error | RunEventKind::Cancelled
+            )),
+            // The answer to a CANCEL_RUN sent on the run's own stream.
+            (Self::Run, Msg::CancelResponse(_)) => Some(false),
+            (Self::Command, Msg::NodeCommandResponse(response)) => Some(response.r#final),
+            (Self::Cancel, Msg::CancelResponse(_)) => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// One item a stream's receiver gets.
+// Frames move by value through the channel; boxing the large variant would
+// cost one allocation per frame to save slot space in the channel's blocks.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// A frame the node sent on the stream.
+    Frame(Msg),
+    /// The connection ended before the stream's terminal: no more frames.
+    Lost(CloseReason),
+}
+
+/// Where a stream's items go (any thread).
+pub type StreamSink = UnboundedSender<StreamItem>;
+
+#[derive(Debug)]
+struct Entry {
+    kind: StreamKind,
+    sink: StreamSink,
+    run_id: Option<Arc<str>>,
+}
+
+/// What [`StreamTable::deliver`] did with a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    /// Passed on; the stream stays open.
+    Open {
+        /// The run this stream carries, for the event bus.
+        run_id: Option<Arc<str>>,
+    },
+    /// Passed on, and it was the terminal: the stream is closed.
+    Terminal {
+        /// The run this stream carried, for the event bus.
+        run_id: Option<Arc<str>>,
+    },
+    /// No open stream has this id (it ended, or was never opened): dropped.
+    UnknownStream,
+    /// The frame's type does not belong on this stream: dropped.
+    WrongType,
+}
+
+/// The open streams of one connection (see the module docs).
+#[derive(Debug, Default)]
+pub struct StreamTable {
+    last_id: u64,
+    open: HashMap<u64, Entry>,
+}
+
+impl StreamTable {
+    /// An empty table; the first stream id is 1.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens a stream; returns its id.
+    pub fn open(&mut self, kind: StreamKind, sink: StreamSink, run_id: Option<Arc<str>>) -> u64 {
+        self.last_id += 1;
+        self.open.insert(self.last_id, Entry { kind, sink, run_id });
+        self.last_id
+    }
+
+    /// Passes a frame from the node to its stream.
+    pub fn deliver(&mut self, envelope: Envelope) -> Delivered {
+        let Some(msg) = envelope.msg else {
+            return Delivered::WrongType;
+        };
+        let Some(entry) = self.open.get(&envelope.stream_id) else {
+            return Delivered::UnknownStream;
+        };
+        let Some(terminal) = entry.kind.accepts(&msg) else {
+            return Delivered::WrongType;
+        };
+        let run_id = entry.run_id.clone();
+        // A receiver that went away only means nobody listens any more; the
+        // entry still ends at the terminal.
+        let _ = entry.sink.send(StreamItem::Frame(msg));
+        if terminal {
+            self.open.remove(&envelope.stream_id);
+            Delivered::Terminal { run_id }
+        } else {
+            Delivered::Open { run_id }
+        }
+    }
+
+    /// Forgets a stream whose receiver is gone; returns its kind and run
+    /// id if it was open (the caller may then cancel the run on the node).
+    pub fn close(&mut self, stream_id: u64) -> Option<(StreamKind, Option<Arc<str>>)> {
+        self.open
+            .remove(&stream_id)
+            .map(|entry| (entry.kind, entry.run_id))
+    }
+
+    /// The connection ended: every open stream gets `Lost(reason)` once.
+    pub fn fail_all(&mut self, reason: CloseReason) -> usize {
+        let count = self.open.len();
+        for (_, entry) in self.open.drain() {
+            let _ = entry.sink.send(StreamItem::Lost(reason));
+        }
+        count
+    }
+
+    /// Whether `stream_id` is open.
+    pub fn is_open(&self, stream_id: u64) -> bool {
+        self.open.contains_key(&stream_id)
+    }
+
+    /// Number of open streams.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether no stream is open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::v1::{CancelResponse, NodeCommandResponse, RunEvent};
+    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+    use super::*;
+
+    fn event(stream_id: u64, kind: RunEventKind) -> Envelope {
+        let mut event = RunEvent::default();
+        event.set_kind(kind);
+        Envelope {
+            stream_id,
+            msg: Some(Msg::RunEvent(event)),
+        }
+    }
+
+    fn drain(rx: &mut UnboundedReceiver<StreamItem>) -> Vec<StreamItem> {
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
+    }
+
+    #[test]
+    fn ids_increase_and_frames_reach_their_stream_until_the_terminal() {
+        let mut table = StreamTable::new();
+        let (tx_a, mut rx_a) = unbounded_channel();
+        let (tx_b, mut rx_b) = unbounded_channel();
+        let a = table.open(StreamKind::Run, tx_a, Some("run-a".into()));
+        let b = table.open(StreamKind::Run, tx_b, None);
+        assert_eq!((a, b), (1, 2));
+
+        assert!(matches!(
+            table.deliver(event(a, RunEventKind::Start)),
+            Delivered::Open { .. }
+        ));
+        assert!(matches!(
+            table.deliver(event(a, RunEventKind::Complete)),
+            Delivered::Terminal { run_id: Some(id) } if &*id == "run-a"
+        ));
+        // Nothing after the terminal reaches the receiver.
+        assert_eq!(
+            table.deliver(event(a, RunEventKind::Delta)),
+            Delivered::UnknownStream
+        );
+        assert_eq!(drain(&mut rx_a).len(), 2);
+        assert!(drain(&mut rx_b).is_empty());
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn each_kind_ends_at_its_own_terminal_and_refuses_foreign_frames() {
+        let mut table = StreamTable::new();
+        let (tx, _rx) = unbounded_channel();
+        let cmd = table.open(StreamKind::Command, tx.clone(), None);
+        let not_final = Envelope {
+            stream_id: cmd,
+            msg: Some(Msg::NodeCommandResponse(NodeCommandResponse::default())),
+        };
+        assert!(matches!(table.deliver(not_final), Delivered::Open { .. }));
+        assert_eq!(
+            table.deliver(event(cmd, RunEventKind::Complete)),
+            Delivered::WrongType
+        );
+        let last = Envelope {
+            stream_id: cmd,
+            msg: Some(Msg::NodeCommandResponse(NodeCommandResponse {
+                r#final: true,
+                ..Default::default()
+            })),
+        };
+        assert!(matches!(table.deliver(last), Delivered::Terminal { .. }));
+
+        let run = table.open(StreamKind::Run, tx.clone(), None);
+        let cancel_answer = Envelope {
+            stream_id: run,
+            msg: Some(Msg::CancelResponse(CancelResponse::default())),
+        };
+        assert!(matches!(
+            table.deliver(cancel_answer.clone()),
+            Delivered::Open { .. }
+        ));
+
+        let cancel = table.open(StreamKind::Cancel, tx, None);
+        let answer = Envelope {
+            stream_id: cancel,
+            ..cancel_answer
+        };
+        assert!(matches!(table.deliver(answer), Delivered::Terminal { .. }));
+    }
+
+    #[test]
+    fn a_closed_connection_loses_every_open_stream_exactly_once() {
+        let mut table = StreamTable::new();
+        let (tx, mut rx) = unbounded_channel();
+        let a = table.open(StreamKind::Run, tx.clone(), None);
+        table.open(StreamKind::Command, tx, None);
+        assert_eq!(table.close(a).map(|(kind, _)| kind), Some(StreamKind::Run));
+        assert_eq!(table.fail_all(CloseReason::HeartbeatTimeout), 1);
+        assert_eq!(table.fail_all(CloseReason::HeartbeatTimeout), 0);
+        assert_eq!(
+            drain(&mut rx),
+            vec![StreamItem::Lost(CloseReason::HeartbeatTimeout)]
+        );
+        assert!(table.is_empty());
+    }
+}

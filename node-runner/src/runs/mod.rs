@@ -1,0 +1,522 @@
+//! The run manager: the Node's side of runs, cancels and session
+//! terminates on one link connection (F9–F13, F15).
+//!
+//! One [`RunManager`] per registered connection, built from the
+//! `NodeConfigPayload` the Edge sent: one adapter instance per provider,
+//! over the core's [`ProviderClient`]. The link hands it every work frame
+//! ([`RunManager::handle`]); it answers through the connection's
+//! [`Outbox`].
+//!
+//! # Invariants
+//! - **Admission (F9).** A run is admitted only while its adapter has fewer
+//!   than `max_concurrency` runs active; otherwise it is refused at once
+//!   with an `OVER_CAPACITY` error terminal. Capacity is returned when the
+//!   run's terminal has been sent, on every path.
+//! - **Exactly one terminal (F10, F11).** Every `RunRequest` gets exactly
+//!   one terminal `RunEvent` on its stream, and nothing after it: refused
+//!   runs get a lone `error`; admitted ones get what [`relay`] emits.
+//! - **Validation before any provider call (F20).** Unknown adapter,
+//!   unknown target, an invalid raw stall timeout or input the adapter
+//!   cannot send end the run before a byte goes to the provider.
+//! - **Cancel (F12)** stops only the named run: its task stops, its
+//!   provider response is dropped (closing that provider connection), and
+//!   its terminal is `cancelled`. A link that closes cancels every run of
+//!   the connection; their frames are not sent (the Edge fences them).
+//! - **Run store (F15).** Every run is recorded — admitted, started, ended
+//!   or refused — through the store thread's queue, never on the event
+//!   path.
+
+mod relay;
+#[cfg(test)]
+mod tests;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use framing::frame::FrameEncoder;
+use framing::link::Outgoing;
+use proto::Envelope;
+use proto::v1::{
+    AdapterKind, CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
+    NodeCommandResponse, NodeConfigPayload, ProviderTunnelFrame, RunRequest, envelope::Msg,
+    provider_tunnel_frame::Frame,
+};
+
+pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay};
+use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
+use crate::provider_http::{ProviderClient, ProviderClientConfig};
+use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
+
+/// F20: the stall timeout a wire value of 0 means, in ms.
+pub const DEFAULT_STALL_TIMEOUT_MS: u64 = proto::DEFAULT_RESPONSE_STALL_TIMEOUT_MS;
+/// F20: the largest raw stall timeout accepted (24 h); larger is refused as
+/// invalid before any provider call.
+pub const MAX_STALL_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What the Node's runs need besides the Edge's config payload.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerConfig {
+    /// Where runs are recorded (F15); `None` records nothing.
+    pub store: Option<StoreHandle>,
+    /// Settings of the provider HTTP client.
+    pub provider: ProviderClientConfig,
+}
+
+/// Frames to the Edge on one connection: encodes on the core and queues for
+/// the connection's writer. Cheap to clone.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    encoder: Rc<RefCell<FrameEncoder>>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+impl Outbox {
+    /// An outbox onto `tx`, encoding frames of at most `max_frame_len`.
+    pub fn new(tx: local_sync::mpsc::unbounded::Tx<Outgoing>, max_frame_len: usize) -> Self {
+        Self {
+            tx,
+            encoder: Rc::new(RefCell::new(FrameEncoder::new(max_frame_len))),
+        }
+    }
+
+    /// Queues `envelope`; false if it could not be encoded or the writer is
+    /// gone.
+    pub fn send(&self, envelope: &Envelope) -> bool {
+        match self.encoder.borrow_mut().encode(envelope) {
+            Ok(frame) => self.send_frame(frame),
+            Err(error) => {
+                tracing::error!(%error, stream_id = envelope.stream_id, "could not encode a frame for the edge");
+                false
+            }
+        }
+    }
+
+    /// Queues an encoded frame.
+    pub fn send_frame(&self, frame: Bytes) -> bool {
+        self.tx.send(Outgoing::Frame(frame)).is_ok()
+    }
+
+    /// Asks the writer to flush and close the connection.
+    pub fn close(&self) {
+        let _ = self.tx.send(Outgoing::Close);
+    }
+
+    fn send_msg(&self, stream_id: u64, msg: Msg) -> bool {
+        self.send(&Envelope {
+            stream_id,
+            msg: Some(msg),
+        })
+    }
+}
+
+/// One provider's adapter on this connection, with its admission counter.
+#[derive(Debug)]
+struct Slot {
+    adapter: Result<AnyAdapter, String>,
+    kind: AdapterKind,
+    max_concurrency: u32,
+    request_timeout_ms: u64,
+    active: Cell<u32>,
+}
+
+#[derive(Debug)]
+struct ActiveRun {
+    run_id: String,
+    cancel: Option<local_sync::oneshot::Sender<()>>,
+}
+
+/// The run manager of one connection (see the module docs).
+#[derive(Debug)]
+pub struct RunManager {
+    slots: HashMap<String, Slot>,
+    runs: RefCell<HashMap<u64, ActiveRun>>,
+    outbox: Outbox,
+    store: Option<StoreHandle>,
+    closed: Cell<bool>,
+}
+
+impl RunManager {
+    /// The manager for a connection configured by `payload`. A provider
+    /// whose adapter cannot be built is kept, refusing its runs with the
+    /// reason, so the Edge learns why.
+    pub fn new(
+        payload: &NodeConfigPayload,
+        client: &ProviderClient,
+        store: Option<StoreHandle>,
+        outbox: Outbox,
+    ) -> Rc<Self> {
+        let slots = payload
+            .providers
+            .iter()
+            .map(|provider| {
+                let adapter =
+                    AnyAdapter::from_provider(provider, client.clone()).map_err(|e| e.to_string());
+                if let Err(why) = &adapter {
+                    tracing::warn!(adapter = %provider.adapter, %why, "adapter not usable");
+                }
+                let slot = Slot {
+                    adapter,
+                    kind: provider.kind(),
+                    max_concurrency: provider.max_concurrency,
+                    request_timeout_ms: provider.request_timeout_ms,
+                    active: Cell::new(0),
+                };
+                (provider.adapter.clone(), slot)
+            })
+            .collect();
+        Rc::new(Self {
+            slots,
+            runs: RefCell::new(HashMap::new()),
+            outbox,
+            store,
+            closed: Cell::new(false),
+        })
+    }
+
+    /// Runs active now (admitted, terminal not yet sent).
+    pub fn active_runs(&self) -> usize {
+        self.runs.borrow().len()
+    }
+
+    /// Runs active now on `adapter`.
+    pub fn active_on(&self, adapter: &str) -> u32 {
+        self.slots.get(adapter).map_or(0, |slot| slot.active.get())
+    }
+
+    /// The adapters of this connection: name, kind and the adapter (those
+    /// that could be built).
+    pub fn adapters(&self) -> impl Iterator<Item = (&str, AdapterKind, &AnyAdapter)> {
+        self.slots.iter().filter_map(|(name, slot)| {
+            let adapter = slot.adapter.as_ref().ok()?;
+            Some((name.as_str(), slot.kind, adapter))
+        })
+    }
+
+    /// Handles one work frame from the Edge.
+    pub fn handle(self: &Rc<Self>, envelope: Envelope) {
+        if self.closed.get() {
+            return;
+        }
+        let stream_id = envelope.stream_id;
+        match envelope.msg {
+            Some(Msg::RunRequest(request)) => self.start_run(stream_id, request),
+            Some(Msg::CancelRequest(request)) => match request.kind() {
+                CancelKind::CancelRun => self.cancel_run(stream_id, &request),
+                CancelKind::TerminateSession => self.terminate(stream_id, request),
+                CancelKind::Unspecified => self.answer_cancel(
+                    stream_id,
+                    CancelKind::Unspecified,
+                    CancelStatus::Failed,
+                    "cancel kind not set".into(),
+                ),
+            },
+            Some(Msg::NodeCommandRequest(request)) => {
+                let mut response = NodeCommandResponse {
+                    ok: false,
+                    failure: Some(failure(
+                        FailureCode::Unsupported,
+                        FailureSide::Node,
+                        "node commands are not served on this connection yet",
+                    )),
+                    r#final: true,
+                    ..NodeCommandResponse::default()
+                };
+                response.set_kind(request.kind());
+                self.outbox
+                    .send_msg(stream_id, Msg::NodeCommandResponse(response));
+            }
+            Some(Msg::ProviderTunnelRequest(_)) => {
+                let error = failure(
+                    FailureCode::Unsupported,
+                    FailureSide::Node,
+                    "the raw provider tunnel is not served by this node yet",
+                );
+                let frame = ProviderTunnelFrame {
+                    frame: Some(Frame::Error(error)),
+                };
+                self.outbox
+                    .send_msg(stream_id, Msg::ProviderTunnelFrame(frame));
+            }
+            // Credit flow control arrives with the tunnel; runs are small.
+            Some(Msg::WindowUpdate(_)) => {}
+            _ => tracing::debug!(stream_id, "unexpected work frame ignored"),
+        }
+    }
+
+    /// The connection ended: cancel every run; send nothing more.
+    pub fn shutdown(&self) {
+        self.closed.set(true);
+        for run in self.runs.borrow_mut().values_mut() {
+            if let Some(cancel) = run.cancel.take() {
+                let _ = cancel.send(());
+            }
+        }
+    }
+
+    fn start_run(self: &Rc<Self>, stream_id: u64, request: RunRequest) {
+        let info = Arc::new(RunInfo {
+            run_id: request.run_id.clone(),
+            adapter: request.adapter.clone(),
+            target: request.target.clone(),
+            session_id: (!request.session_id.is_empty()).then(|| request.session_id.clone()),
+            background: request.background,
+            created_at_ms: unix_ms(),
+        });
+        let admitted = self.admit(stream_id, &request);
+        let (adapter, hard_timeout_ms, stall_timeout_ms) = match admitted {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                self.record(
+                    &info,
+                    Transition::Rejected {
+                        at_ms: unix_ms(),
+                        error: refusal.message.clone(),
+                    },
+                );
+                let event = RuntimeEvent::Error(refusal).into_run_event(1);
+                self.outbox.send_msg(stream_id, Msg::RunEvent(event));
+                return;
+            }
+        };
+        let (cancel_tx, cancel_rx) = local_sync::oneshot::channel();
+        self.runs.borrow_mut().insert(
+            stream_id,
+            ActiveRun {
+                run_id: request.run_id.clone(),
+                cancel: Some(cancel_tx),
+            },
+        );
+        self.record(&info, Transition::Started { at_ms: unix_ms() });
+        let spec = ExecuteSpec {
+            target: request.target,
+            input: request.input.unwrap_or_default(),
+            session_id: request.session_id,
+            stall_timeout_ms,
+        };
+        let manager = Rc::clone(self);
+        monoio::spawn(async move {
+            let stop = async move {
+                let cancelled = async {
+                    let _ = cancel_rx.await;
+                    Stop::Cancelled
+                };
+                match hard_timeout_ms {
+                    0 => cancelled.await,
+                    ms => monoio::select! {
+                        stop = cancelled => stop,
+                        _ = monoio::time::sleep(Duration::from_millis(ms)) => Stop::HardTimeout(ms),
+                    },
+                }
+            };
+            let outbox = manager.outbox.clone();
+            let closed = &manager.closed;
+            let (outcome, rest) = relay(adapter.execute(spec), stop, |event| {
+                if !closed.get() {
+                    outbox.send_msg(stream_id, Msg::RunEvent(event));
+                }
+            })
+            .await;
+            manager.finish(stream_id, &info, &outcome);
+            if let Some(mut rest) = rest {
+                // Read the provider body's end so the connection is pooled.
+                let _ = EventSource::next(&mut rest).await;
+            }
+        });
+    }
+
+    /// Checks a run against the adapter table and its capacity (F9, F20);
+    /// on success the run holds one unit of its adapter's capacity.
+    fn admit(
+        &self,
+        stream_id: u64,
+        request: &RunRequest,
+    ) -> Result<(AnyAdapter, u64, u64), proto::v1::ExecutionFailure> {
+        let refuse = |code, message: String| Err(failure(code, FailureSide::Client, message));
+        if self.runs.borrow().contains_key(&stream_id) {
+            return refuse(
+                FailureCode::InvalidRequest,
+                format!("stream {stream_id} already carries a run"),
+            );
+        }
+        let Some(slot) = self.slots.get(&request.adapter) else {
+            return refuse(
+                FailureCode::UnknownAdapter,
+                format!("no adapter named {:?} on this node", request.adapter),
+            );
+        };
+        let adapter = match &slot.adapter {
+            Ok(adapter) => adapter,
+            Err(why) => {
+                return Err(failure(
+                    FailureCode::Internal,
+                    FailureSide::Node,
+                    format!("adapter {:?} is misconfigured: {why}", request.adapter),
+                ));
+            }
+        };
+        let caps = adapter.capabilities();
+        if !caps.targets.is_empty() && !caps.targets.iter().any(|t| t == &request.target) {
+            return refuse(
+                FailureCode::UnknownTarget,
+                format!(
+                    "adapter {:?} does not serve target {:?}",
+                    request.adapter, request.target
+                ),
+            );
+        }
+        let stall_timeout_ms = match request.response_stall_timeout_ms {
+            0 => DEFAULT_STALL_TIMEOUT_MS,
+            ms if ms > MAX_STALL_TIMEOUT_MS => {
+                return refuse(
+                    FailureCode::InvalidRequest,
+                    format!(
+                        "response_stall_timeout_ms {ms} is over the maximum {MAX_STALL_TIMEOUT_MS}"
+                    ),
+                );
+            }
+            ms => ms,
+        };
+        if slot.active.get() >= slot.max_concurrency {
+            return Err(failure(
+                FailureCode::OverCapacity,
+                FailureSide::Node,
+                format!(
+                    "adapter {:?} is at its max_concurrency of {}",
+                    request.adapter, slot.max_concurrency
+                ),
+            ));
+        }
+        slot.active.set(slot.active.get() + 1);
+        let hard_timeout_ms = match request.hard_timeout_ms {
+            0 => slot.request_timeout_ms,
+            ms => ms,
+        };
+        Ok((adapter.clone(), hard_timeout_ms, stall_timeout_ms))
+    }
+
+    /// Returns the run's capacity and records its end.
+    fn finish(&self, stream_id: u64, info: &Arc<RunInfo>, outcome: &Outcome) {
+        self.runs.borrow_mut().remove(&stream_id);
+        if let Some(slot) = self.slots.get(&info.adapter) {
+            slot.active.set(slot.active.get().saturating_sub(1));
+        }
+        let at_ms = unix_ms();
+        let transition = match outcome {
+            Outcome::Completed => Transition::Completed { at_ms },
+            Outcome::Failed(error) => Transition::Failed {
+                at_ms,
+                error: error.clone(),
+            },
+            Outcome::Cancelled if self.closed.get() => Transition::Failed {
+                at_ms,
+                error: "the edge link closed during the run".into(),
+            },
+            Outcome::Cancelled => Transition::Cancelled { at_ms },
+        };
+        self.record(info, transition);
+    }
+
+    fn cancel_run(&self, stream_id: u64, request: &CancelRequest) {
+        let mut runs = self.runs.borrow_mut();
+        // The Edge sends CANCEL_RUN on the run's own stream; a cancel on
+        // another stream names the run by id.
+        let run = match runs.get_mut(&stream_id) {
+            Some(run) => Some(run),
+            None => runs
+                .values_mut()
+                .find(|run| !request.run_id.is_empty() && run.run_id == request.run_id),
+        };
+        let status = match run.and_then(|run| run.cancel.take()) {
+            Some(cancel) => {
+                let _ = cancel.send(());
+                CancelStatus::Done
+            }
+            None => CancelStatus::NotFound,
+        };
+        drop(runs);
+        self.answer_cancel(stream_id, CancelKind::CancelRun, status, String::new());
+    }
+
+    fn terminate(self: &Rc<Self>, stream_id: u64, request: CancelRequest) {
+        let Some(slot) = self.slots.get(&request.adapter) else {
+            return self.answer_cancel(
+                stream_id,
+                CancelKind::TerminateSession,
+                CancelStatus::Failed,
+                format!("no adapter named {:?} on this node", request.adapter),
+            );
+        };
+        let adapter = match &slot.adapter {
+            Ok(adapter) => adapter.clone(),
+            Err(why) => {
+                return self.answer_cancel(
+                    stream_id,
+                    CancelKind::TerminateSession,
+                    CancelStatus::Failed,
+                    why.clone(),
+                );
+            }
+        };
+        let manager = Rc::clone(self);
+        monoio::spawn(async move {
+            let result = adapter
+                .terminate_session(&request.target, &request.session_id)
+                .await;
+            let (status, message) = match result {
+                Ok(()) => (CancelStatus::Done, String::new()),
+                Err(TerminateError::Unsupported) => (
+                    CancelStatus::Unsupported,
+                    "adapter does not support session terminate".into(),
+                ),
+                Err(TerminateError::Failed(failure)) => (CancelStatus::Failed, failure.message),
+            };
+            manager.answer_cancel(stream_id, CancelKind::TerminateSession, status, message);
+        });
+    }
+
+    fn answer_cancel(
+        &self,
+        stream_id: u64,
+        kind: CancelKind,
+        status: CancelStatus,
+        message: String,
+    ) {
+        if self.closed.get() {
+            return;
+        }
+        let mut response = CancelResponse {
+            message,
+            ..CancelResponse::default()
+        };
+        response.set_kind(kind);
+        response.set_status(status);
+        self.outbox
+            .send_msg(stream_id, Msg::CancelResponse(response));
+    }
+
+    fn record(&self, info: &Arc<RunInfo>, transition: Transition) {
+        if let Some(store) = &self.store {
+            store.record(StoreUpdate {
+                run: Arc::clone(info),
+                transition,
+            });
+        }
+    }
+}
+
+/// Now, in ms since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
