@@ -1,311 +1,14 @@
 //! Normalized runs end to end (F8–F15): the Edge in-process (its
 //! `Dispatcher` is the `SubmitRun` surface), the real `iop-node` binary as a
-//! process, and the mock provider on loopback — real sockets everywhere.
-//!
-//! The node's providers all point at one mock provider; each provider's
-//! configured `headers` carry the mock's `x-mock-*` knobs, so one node
-//! offers a well-behaved provider of each kind plus one per failure.
+//! process, and the mock provider on loopback — real sockets everywhere
+//! (set-up in `support/stack.rs`).
 
-use std::future::Future;
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-use edge_proxy::config::EdgeConfig;
-use edge_proxy::dispatch::{RunStream, SubmitError, SubmitRun, is_terminal};
-use edge_proxy::server::{EdgeServer, StartOptions};
-use framing::io_driver::IoDriver;
-use perf::mock_provider::{MockConfig, MockThreads, Route, serve_threads};
-use proto::v1::{CancelStatus, ChatMessage, FailureCode, RunEvent, RunEventKind, RunInput};
-use serde_json::Value;
+use edge_proxy::dispatch::{SubmitError, SubmitRun, is_terminal};
+use perf::mock_provider::Route;
+use proto::v1::{CancelStatus, FailureCode, RunEvent, RunEventKind};
 
 mod support;
-use support::process::{PATIENCE, Process, bin, spawn_logged, wait_for_line};
-
-fn drivers() -> Vec<IoDriver> {
-    let mut all = vec![IoDriver::Epoll];
-    if monoio::utils::detect_uring() {
-        all.push(IoDriver::Uring);
-    }
-    all
-}
-
-/// A provider that answers every request with an unparsable SSE body.
-fn start_garbage_provider() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                let _ = stream.read(&mut buf);
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
-                      data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {not json\n\n",
-                );
-            });
-        }
-    });
-    addr
-}
-
-fn config(mock: std::net::SocketAddr, garbage: std::net::SocketAddr) -> String {
-    format!(
-        r#"
-listen:
-  ingress: 127.0.0.1:0
-  nodes: 127.0.0.1:0
-nodes:
-  - id: node-a
-    token: tok-a
-    providers:
-      - id: oa
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "5"}}
-      - id: vl
-        kind: vllm
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "4", x-mock-reasoning-tokens: "3", x-mock-cached-tokens: "2"}}
-      - id: ol
-        kind: ollama
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "4", x-mock-reasoning-tokens: "2"}}
-      - id: slow
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        max_concurrency: 1
-        headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
-      - id: broken
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-status: "503"}}
-      - id: aborts
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "10", x-mock-abort-after: "2"}}
-      - id: hangs
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        request_timeout_ms: 300
-        headers: {{x-mock-headers-delay-ms: "600000"}}
-      - id: down
-        kind: openai_compat
-        base_url: http://127.0.0.1:1
-        targets: [m]
-      - id: garbage
-        kind: openai_compat
-        base_url: http://{garbage}
-        targets: [m]
-  - id: node-b
-    token: tok-b
-    providers:
-      - id: b-oa
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-model_groups:
-  - name: m
-    providers: [oa]
-"#
-    )
-}
-
-/// The Edge (in-process), the mock provider and one `iop-node` process.
-struct Stack {
-    edge: EdgeServer,
-    mock: MockThreads,
-    data_dir: PathBuf,
-    driver: IoDriver,
-    node: Option<Process>,
-}
-
-impl Stack {
-    fn start(driver: IoDriver, name: &str) -> Self {
-        let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
-            .expect("mock provider starts");
-        let yaml = config(mock.local_addr(), start_garbage_provider());
-        let config = EdgeConfig::from_yaml_str(&yaml, "runs-e2e.yaml").expect("valid config");
-        let mut options = StartOptions::new(driver);
-        options.workers = 2;
-        let edge = EdgeServer::start(config, options).expect("edge starts");
-        let data_dir = std::env::temp_dir().join(format!(
-            "iop-runs-{name}-{}-{}",
-            std::process::id(),
-            driver.as_str()
-        ));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let mut stack = Self {
-            edge,
-            mock,
-            data_dir,
-            driver,
-            node: None,
-        };
-        stack.start_node();
-        stack
-    }
-
-    /// Starts `iop-node` and waits until it is ready on the Edge.
-    fn start_node(&mut self) {
-        let before = self.generation();
-        let mut cmd = Command::new(bin("iop-node"));
-        cmd.args([
-            "--edge",
-            &self.edge.node_addr.to_string(),
-            "--data-dir",
-            self.data_dir.to_str().unwrap(),
-            "--log-format",
-            "json",
-        ])
-        .env("IOP_NODE_TOKEN", "tok-a")
-        .env("IOP_IO_DRIVER", self.driver.as_str());
-        let (node, log) = spawn_logged(cmd);
-        wait_for_line(&log, "node_ready");
-        // Keep draining the log so the node never blocks on a full pipe.
-        std::thread::spawn(move || for _ in log {});
-        self.node = Some(node);
-        wait_until("the node to be ready on the edge", || {
-            self.generation() > before
-        });
-    }
-
-    fn generation(&self) -> u64 {
-        self.edge
-            .registry
-            .ready_nodes()
-            .iter()
-            .find(|(id, _, _)| id == "node-a")
-            .map_or(0, |(_, generation, _)| *generation)
-    }
-
-    fn kill_node(&mut self) {
-        drop(self.node.take());
-        wait_until("the edge to see the node gone", || self.generation() == 0);
-    }
-
-    async fn submit(&self, adapter: &str) -> RunStream {
-        self.try_submit(adapter, "m").await.expect("submitted")
-    }
-
-    async fn try_submit(&self, adapter: &str, target: &str) -> Result<RunStream, SubmitError> {
-        let run = SubmitRun {
-            adapter: adapter.into(),
-            target: target.into(),
-            input: RunInput {
-                messages: vec![ChatMessage {
-                    role: "user".into(),
-                    content: "hello".into(),
-                    ..ChatMessage::default()
-                }],
-                ..RunInput::default()
-            },
-            node: Some("node-a".into()),
-            session_id: "s-1".into(),
-            ..SubmitRun::default()
-        };
-        within(self.edge.dispatcher.submit_run(run)).await
-    }
-
-    /// `iop-node runs --json` for this node's data dir.
-    fn stored_runs(&self) -> Vec<Value> {
-        stored_runs(&self.data_dir)
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        drop(self.node.take());
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-fn stored_runs(data_dir: &Path) -> Vec<Value> {
-    let out = Command::new(bin("iop-node"))
-        .args(["runs", "--json", "--limit", "100", "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .expect("iop-node runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON line"))
-        .collect()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .expect("no answer within the test's patience")
-}
-
-fn block_on<T>(future: impl Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-/// Every event of `stream` up to its end, checking the stream contract:
-/// numbered from 1 without gaps, exactly one terminal, and it is last.
-async fn events(mut stream: RunStream) -> Vec<RunEvent> {
-    let mut all = Vec::new();
-    while let Some(event) = within(stream.next()).await {
-        all.push(event);
-    }
-    check_contract(&all);
-    all
-}
-
-fn check_contract(events: &[RunEvent]) {
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    let expected: Vec<u64> = (1..=events.len() as u64).collect();
-    assert_eq!(seqs, expected, "events are numbered 1.. in order");
-    assert_eq!(events.iter().filter(|e| is_terminal(e)).count(), 1);
-    assert!(is_terminal(events.last().expect("at least one event")));
-}
-
-fn kinds(events: &[RunEvent]) -> Vec<RunEventKind> {
-    events.iter().map(RunEvent::kind).collect()
-}
-
-fn error_code(events: &[RunEvent]) -> FailureCode {
-    let last = events.last().expect("events");
-    assert_eq!(last.kind(), RunEventKind::Error, "{events:?}");
-    last.failure.as_ref().expect("failure").code()
-}
-
-fn text(events: &[RunEvent], kind: RunEventKind) -> String {
-    events
-        .iter()
-        .filter(|e| e.kind() == kind)
-        .map(|e| e.text.as_str())
-        .collect()
-}
+use support::stack::*;
 
 #[test]
 fn each_adapter_streams_ordered_events_ending_in_one_terminal() {
@@ -594,4 +297,103 @@ fn the_run_store_keeps_runs_across_a_node_restart() {
     assert_eq!(record["target"], "m");
     assert_eq!(record["session_id"], "s-1");
     assert_eq!(record["background"], false);
+}
+
+#[test]
+fn node_commands_answer_through_the_edge() {
+    use proto::v1::{
+        NodeCommandKind, NodeCommandRequest, OllamaApiCall, OllamaApiRequest, ProviderHealth,
+    };
+    let driver = *drivers().last().unwrap();
+    let stack = Stack::start(driver, "commands");
+    let generation = stack.generation();
+    block_on(async {
+        let dispatcher = &stack.edge.dispatcher;
+        let command = |kind: NodeCommandKind, adapter: &str, target: &str| {
+            let mut request = NodeCommandRequest {
+                adapter: adapter.into(),
+                target: target.into(),
+                ..NodeCommandRequest::default()
+            };
+            request.set_kind(kind);
+            request
+        };
+        let single = |mut all: Vec<proto::v1::NodeCommandResponse>| {
+            assert_eq!(all.len(), 1, "{all:?}");
+            let only = all.remove(0);
+            assert!(only.r#final);
+            only
+        };
+
+        // CAPABILITIES: every adapter, and an exact-target probe whose
+        // health observation sequence increases per connection (F23).
+        let caps = command(NodeCommandKind::Capabilities, "oa", "m");
+        let stream = within(dispatcher.node_command(None, caps)).await.unwrap();
+        let answer = single(within(stream.collect()).await);
+        assert!(answer.ok, "{answer:?}");
+        let result = answer.capabilities.expect("capabilities");
+        assert_eq!(result.adapters.len(), 9);
+        let ol = result.adapters.iter().find(|a| a.adapter == "ol").unwrap();
+        assert!(ol.supports_terminate_session);
+        let probe = result.probe.expect("probe");
+        assert_eq!(probe.status(), ProviderHealth::Available);
+        assert_eq!(probe.health_observation_seq, 1);
+        let caps = command(NodeCommandKind::Capabilities, "down", "m");
+        let stream = within(dispatcher.node_command(None, caps)).await.unwrap();
+        let probe = single(within(stream.collect()).await)
+            .capabilities
+            .and_then(|c| c.probe)
+            .expect("probe");
+        assert_eq!(probe.status(), ProviderHealth::Unavailable);
+        assert_eq!(probe.health_observation_seq, 2);
+
+        // TRANSPORT_STATUS: the node's own view of this connection.
+        let status = command(NodeCommandKind::TransportStatus, "", "");
+        let stream = within(dispatcher.node_command(Some("node-a"), status))
+            .await
+            .unwrap();
+        let status = single(within(stream.collect()).await)
+            .transport_status
+            .expect("transport status");
+        assert_eq!(status.node_id, "node-a");
+        assert_eq!(status.generation, generation);
+        assert_eq!(status.state, "ready");
+        assert!(status.connected_since_unix_ms > 0);
+
+        // OLLAMA_API: tags in one answer; pull streams progress, final last.
+        let mut tags = command(NodeCommandKind::OllamaApi, "ol", "");
+        tags.ollama = Some(OllamaApiRequest {
+            call: OllamaApiCall::Tags as i32,
+            body_json: Default::default(),
+        });
+        let stream = within(dispatcher.node_command(None, tags)).await.unwrap();
+        let answer = single(within(stream.collect()).await);
+        assert!(answer.ok, "{answer:?}");
+        let body: serde_json::Value =
+            serde_json::from_slice(&answer.ollama.expect("ollama").body_json).unwrap();
+        let model = body["models"][0]["name"]
+            .as_str()
+            .expect("a model")
+            .to_owned();
+
+        let mut pull = command(NodeCommandKind::OllamaApi, "ol", "");
+        pull.ollama = Some(OllamaApiRequest {
+            call: OllamaApiCall::Pull as i32,
+            body_json: serde_json::json!({ "model": model }).to_string().into(),
+        });
+        let stream = within(dispatcher.node_command(None, pull)).await.unwrap();
+        let all = within(stream.collect()).await;
+        assert!(all.len() > 2, "progress then final: {all:?}");
+        assert!(all.iter().all(|r| r.ok));
+        assert_eq!(all.iter().filter(|r| r.r#final).count(), 1);
+        assert!(all.last().unwrap().r#final);
+
+        // Only the three kinds exist: anything else is refused before it
+        // leaves the Edge.
+        let none = command(NodeCommandKind::Unspecified, "", "");
+        assert!(matches!(
+            within(dispatcher.node_command(None, none)).await,
+            Err(SubmitError::Invalid(_))
+        ));
+    });
 }

@@ -20,6 +20,7 @@ use framing::timer::ClockSource;
 use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise};
+use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
 use node_runner::runs::RunnerConfig;
 use node_runner::store::{
     RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
@@ -45,6 +46,10 @@ struct Args {
     /// Directory for the Node's local state (run store).
     #[arg(long, default_value = "./iop-node-data")]
     data_dir: PathBuf,
+    /// Extra CA certificates (PEM) trusted for `https://` providers, on top
+    /// of the built-in web roots (for a private provider CA).
+    #[arg(long)]
+    provider_ca_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -98,6 +103,7 @@ fn main() -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening the run store in {}", args.data_dir.display()))?;
     let writer = StoreWriter::spawn(store, WriterConfig::default())
         .context("starting the run store writer")?;
+    let tls = tls_client_config(args.provider_ca_file.as_deref())?;
     let requested = std::env::var(IO_DRIVER_ENV).ok();
     let driver = IoDriver::resolve(requested.as_deref(), monoio::utils::detect_uring())?;
     let config = LinkClientConfig {
@@ -113,7 +119,10 @@ fn main() -> anyhow::Result<ExitCode> {
         clock: ClockSource::Coarse,
         runner: RunnerConfig {
             store: Some(writer.handle()),
-            ..RunnerConfig::default()
+            provider: ProviderClientConfig {
+                tls,
+                ..ProviderClientConfig::default()
+            },
         },
     };
     tracing::info!(event = "node_starting", driver = driver.as_str(), edge = %edge, "node_starting");

@@ -23,7 +23,7 @@ use proto::v1::{NodeConfigPayload, RegisterRejectReason};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
 use crate::provider_http::ProviderClient;
-use crate::runs::{Outbox, RunManager, RunnerConfig};
+use crate::runs::{LinkIdentity, Outbox, RunManager, RunnerConfig};
 
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
@@ -76,6 +76,7 @@ struct Link {
     runner: RunnerConfig,
     client: ProviderClient,
     runs: RefCell<Option<Rc<RunManager>>>,
+    connected_since_unix_ms: u64,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
     end: RefCell<ConnectionEnd>,
@@ -119,6 +120,9 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
         client: ProviderClient::new(config.runner.provider.clone()),
         runner: config.runner.clone(),
         runs: RefCell::new(None),
+        connected_since_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         canceller: RefCell::new(Canceller::new()),
         closing: Cell::new(false),
         end: RefCell::new(end),
@@ -184,6 +188,7 @@ impl Link {
                 },
             }
             self.pump();
+            self.publish_rtt();
         }
     }
 
@@ -237,6 +242,15 @@ impl Link {
         }
     }
 
+    /// Hands the last heartbeat round trip to the run manager, for
+    /// `TRANSPORT_STATUS`.
+    fn publish_rtt(&self) {
+        let rtt_ms = self.session.borrow().last_rtt_ms();
+        if let (Some(rtt_ms), Some(runs)) = (rtt_ms, self.runs.borrow().as_ref()) {
+            runs.set_heartbeat_rtt_us(rtt_ms.saturating_mul(1000));
+        }
+    }
+
     fn pump(&self) {
         loop {
             let Some(output) = self.session.borrow_mut().poll_output() else {
@@ -258,8 +272,14 @@ impl Link {
                         providers = config.providers.len(),
                         "node_registered"
                     );
+                    let identity = LinkIdentity {
+                        node_id: node_id.clone(),
+                        generation,
+                        connected_since_unix_ms: self.connected_since_unix_ms,
+                    };
                     *self.runs.borrow_mut() = Some(RunManager::new(
                         &config,
+                        identity,
                         &self.client,
                         self.runner.store.clone(),
                         self.outbox.clone(),
@@ -269,6 +289,9 @@ impl Link {
                     end.config = Some(config);
                 }
                 NodeOutput::Ready => {
+                    if let Some(runs) = self.runs.borrow().as_ref() {
+                        runs.set_ready();
+                    }
                     let mut end = self.end.borrow_mut();
                     end.was_ready = true;
                     let (node_id, generation) = end.registered.clone().unwrap_or_default();

@@ -26,6 +26,7 @@
 //!   or refused — through the store thread's queue, never on the event
 //!   path.
 
+mod outbox;
 mod relay;
 #[cfg(test)]
 mod tests;
@@ -36,18 +37,17 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use framing::frame::FrameEncoder;
-use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::{
     AdapterKind, CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
-    NodeCommandResponse, NodeConfigPayload, ProviderTunnelFrame, RunRequest, envelope::Msg,
-    provider_tunnel_frame::Frame,
+    NodeCommandRequest, NodeConfigPayload, ProviderTunnelFrame, RunRequest, TransportStatusResult,
+    envelope::Msg, provider_tunnel_frame::Frame,
 };
 
+pub use self::outbox::Outbox;
 pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
+use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
 use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
 
@@ -66,59 +66,6 @@ pub struct RunnerConfig {
     pub provider: ProviderClientConfig,
 }
 
-/// Frames to the Edge on one connection: encodes on the core and queues for
-/// the connection's writer. Cheap to clone.
-#[derive(Clone)]
-pub struct Outbox {
-    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
-    encoder: Rc<RefCell<FrameEncoder>>,
-}
-
-impl std::fmt::Debug for Outbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Outbox").finish_non_exhaustive()
-    }
-}
-
-impl Outbox {
-    /// An outbox onto `tx`, encoding frames of at most `max_frame_len`.
-    pub fn new(tx: local_sync::mpsc::unbounded::Tx<Outgoing>, max_frame_len: usize) -> Self {
-        Self {
-            tx,
-            encoder: Rc::new(RefCell::new(FrameEncoder::new(max_frame_len))),
-        }
-    }
-
-    /// Queues `envelope`; false if it could not be encoded or the writer is
-    /// gone.
-    pub fn send(&self, envelope: &Envelope) -> bool {
-        match self.encoder.borrow_mut().encode(envelope) {
-            Ok(frame) => self.send_frame(frame),
-            Err(error) => {
-                tracing::error!(%error, stream_id = envelope.stream_id, "could not encode a frame for the edge");
-                false
-            }
-        }
-    }
-
-    /// Queues an encoded frame.
-    pub fn send_frame(&self, frame: Bytes) -> bool {
-        self.tx.send(Outgoing::Frame(frame)).is_ok()
-    }
-
-    /// Asks the writer to flush and close the connection.
-    pub fn close(&self) {
-        let _ = self.tx.send(Outgoing::Close);
-    }
-
-    fn send_msg(&self, stream_id: u64, msg: Msg) -> bool {
-        self.send(&Envelope {
-            stream_id,
-            msg: Some(msg),
-        })
-    }
-}
-
 /// One provider's adapter on this connection, with its admission counter.
 #[derive(Debug)]
 struct Slot {
@@ -135,14 +82,32 @@ struct ActiveRun {
     cancel: Option<local_sync::oneshot::Sender<()>>,
 }
 
+/// Who this connection is, for `TRANSPORT_STATUS` (F14).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkIdentity {
+    /// The node id the Edge assigned.
+    pub node_id: String,
+    /// This connection's generation.
+    pub generation: u64,
+    /// When the connection was established, ms since the Unix epoch.
+    pub connected_since_unix_ms: u64,
+}
+
 /// The run manager of one connection (see the module docs).
 #[derive(Debug)]
 pub struct RunManager {
     slots: HashMap<String, Slot>,
+    /// The adapters that could be built, as node commands see them.
+    named: Vec<NamedAdapter>,
     runs: RefCell<HashMap<u64, ActiveRun>>,
     outbox: Outbox,
     store: Option<StoreHandle>,
+    client: ProviderClient,
     closed: Cell<bool>,
+    transport: RefCell<TransportStatusResult>,
+    /// F23: the connection's health observation sequence; the last one
+    /// handed out (0 = none yet).
+    health_seq: Cell<u64>,
 }
 
 impl RunManager {
@@ -151,11 +116,12 @@ impl RunManager {
     /// reason, so the Edge learns why.
     pub fn new(
         payload: &NodeConfigPayload,
+        identity: LinkIdentity,
         client: &ProviderClient,
         store: Option<StoreHandle>,
         outbox: Outbox,
     ) -> Rc<Self> {
-        let slots = payload
+        let slots: HashMap<String, Slot> = payload
             .providers
             .iter()
             .map(|provider| {
@@ -174,13 +140,39 @@ impl RunManager {
                 (provider.adapter.clone(), slot)
             })
             .collect();
+        let mut named: Vec<NamedAdapter> = slots
+            .values()
+            .filter_map(|slot| slot.adapter.clone().ok().map(NamedAdapter::new))
+            .collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        let transport = TransportStatusResult {
+            node_id: identity.node_id,
+            generation: identity.generation,
+            state: "registered".into(),
+            connected_since_unix_ms: identity.connected_since_unix_ms,
+            ..TransportStatusResult::default()
+        };
         Rc::new(Self {
             slots,
+            named,
             runs: RefCell::new(HashMap::new()),
             outbox,
             store,
+            client: client.clone(),
             closed: Cell::new(false),
+            transport: RefCell::new(transport),
+            health_seq: Cell::new(0),
         })
+    }
+
+    /// Readiness completed on the connection.
+    pub fn set_ready(&self) {
+        self.transport.borrow_mut().state = "ready".into();
+    }
+
+    /// The last heartbeat round trip, in µs.
+    pub fn set_heartbeat_rtt_us(&self, rtt_us: u64) {
+        self.transport.borrow_mut().last_heartbeat_rtt_us = rtt_us;
     }
 
     /// Runs active now (admitted, terminal not yet sent).
@@ -220,21 +212,7 @@ impl RunManager {
                     "cancel kind not set".into(),
                 ),
             },
-            Some(Msg::NodeCommandRequest(request)) => {
-                let mut response = NodeCommandResponse {
-                    ok: false,
-                    failure: Some(failure(
-                        FailureCode::Unsupported,
-                        FailureSide::Node,
-                        "node commands are not served on this connection yet",
-                    )),
-                    r#final: true,
-                    ..NodeCommandResponse::default()
-                };
-                response.set_kind(request.kind());
-                self.outbox
-                    .send_msg(stream_id, Msg::NodeCommandResponse(response));
-            }
+            Some(Msg::NodeCommandRequest(request)) => self.command(stream_id, request),
             Some(Msg::ProviderTunnelRequest(_)) => {
                 let error = failure(
                     FailureCode::Unsupported,
@@ -256,6 +234,7 @@ impl RunManager {
     /// The connection ended: cancel every run; send nothing more.
     pub fn shutdown(&self) {
         self.closed.set(true);
+        self.transport.borrow_mut().state = "closing".into();
         for run in self.runs.borrow_mut().values_mut() {
             if let Some(cancel) = run.cancel.take() {
                 let _ = cancel.send(());
@@ -481,6 +460,38 @@ impl RunManager {
                 Err(TerminateError::Failed(failure)) => (CancelStatus::Failed, failure.message),
             };
             manager.answer_cancel(stream_id, CancelKind::TerminateSession, status, message);
+        });
+    }
+
+    /// Runs a node command (F14) on its own task; its responses go out as
+    /// they come (an Ollama pull streams progress).
+    fn command(self: &Rc<Self>, stream_id: u64, request: NodeCommandRequest) {
+        let manager = Rc::clone(self);
+        monoio::spawn(async move {
+            let active_runs = |name: &str| manager.active_on(name);
+            let next_health_seq = || {
+                let seq = manager.health_seq.get() + 1;
+                manager.health_seq.set(seq);
+                seq
+            };
+            let mut transport = manager.transport.borrow().clone();
+            transport.active_runs = u32::try_from(manager.active_runs()).unwrap_or(u32::MAX);
+            let ctx = CommandContext {
+                adapters: &manager.named,
+                active_runs: &active_runs,
+                transport,
+                next_health_seq: &next_health_seq,
+                client: manager.client.clone(),
+                limits: CommandLimits::default(),
+            };
+            let mut emit = |response| {
+                if !manager.closed.get() {
+                    manager
+                        .outbox
+                        .send_msg(stream_id, Msg::NodeCommandResponse(response));
+                }
+            };
+            run_command(&ctx, request, &mut emit).await;
         });
     }
 

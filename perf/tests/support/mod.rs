@@ -6,6 +6,7 @@
 use std::future::Future;
 
 pub(crate) mod process;
+pub(crate) mod stack;
 
 use node_runner::provider_http::BaseUrl;
 use perf::mock_provider::{MockConfig, MockThreads, serve_threads};

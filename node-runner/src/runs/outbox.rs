@@ -1,0 +1,63 @@
+//! The connection's outgoing frames, shared by the link and its runs.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use framing::frame::FrameEncoder;
+use framing::link::Outgoing;
+use proto::Envelope;
+use proto::v1::envelope::Msg;
+
+/// Frames to the Edge on one connection: encodes on the core and queues for
+/// the connection's writer. Cheap to clone.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    encoder: Rc<RefCell<FrameEncoder>>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+impl Outbox {
+    /// An outbox onto `tx`, encoding frames of at most `max_frame_len`.
+    pub fn new(tx: local_sync::mpsc::unbounded::Tx<Outgoing>, max_frame_len: usize) -> Self {
+        Self {
+            tx,
+            encoder: Rc::new(RefCell::new(FrameEncoder::new(max_frame_len))),
+        }
+    }
+
+    /// Queues `envelope`; false if it could not be encoded or the writer is
+    /// gone.
+    pub fn send(&self, envelope: &Envelope) -> bool {
+        match self.encoder.borrow_mut().encode(envelope) {
+            Ok(frame) => self.send_frame(frame),
+            Err(error) => {
+                tracing::error!(%error, stream_id = envelope.stream_id, "could not encode a frame for the edge");
+                false
+            }
+        }
+    }
+
+    /// Queues an encoded frame.
+    pub fn send_frame(&self, frame: Bytes) -> bool {
+        self.tx.send(Outgoing::Frame(frame)).is_ok()
+    }
+
+    /// Asks the writer to flush and close the connection.
+    pub fn close(&self) {
+        let _ = self.tx.send(Outgoing::Close);
+    }
+
+    pub(crate) fn send_msg(&self, stream_id: u64, msg: Msg) -> bool {
+        self.send(&Envelope {
+            stream_id,
+            msg: Some(msg),
+        })
+    }
+}

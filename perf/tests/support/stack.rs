@@ -1,0 +1,310 @@
+//! One Edge (in-process, its `Dispatcher` is the `SubmitRun` surface), the
+//! real `iop-node` binary as a process, and the mock provider on loopback.
+//!
+//! The node's providers all point at one mock provider; each provider's
+//! configured `headers` carry the mock's `x-mock-*` knobs, so one node
+//! offers a well-behaved provider of each kind plus one per failure.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edge_proxy::config::EdgeConfig;
+use edge_proxy::dispatch::{RunStream, SubmitError, SubmitRun, is_terminal};
+use edge_proxy::server::{EdgeServer, StartOptions};
+use framing::io_driver::IoDriver;
+use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
+use proto::v1::{ChatMessage, FailureCode, RunEvent, RunEventKind, RunInput};
+use serde_json::Value;
+
+use super::process::{PATIENCE, Process, bin, spawn_logged, wait_for_line};
+
+pub(crate) fn drivers() -> Vec<IoDriver> {
+    let mut all = vec![IoDriver::Epoll];
+    if monoio::utils::detect_uring() {
+        all.push(IoDriver::Uring);
+    }
+    all
+}
+
+/// A provider that answers every request with an unparsable SSE body.
+pub(crate) fn start_garbage_provider() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+                      data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {not json\n\n",
+                );
+            });
+        }
+    });
+    addr
+}
+
+pub(crate) fn config(mock: std::net::SocketAddr, garbage: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+listen:
+  ingress: 127.0.0.1:0
+  nodes: 127.0.0.1:0
+nodes:
+  - id: node-a
+    token: tok-a
+    providers:
+      - id: oa
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "5"}}
+      - id: vl
+        kind: vllm
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "4", x-mock-reasoning-tokens: "3", x-mock-cached-tokens: "2"}}
+      - id: ol
+        kind: ollama
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "4", x-mock-reasoning-tokens: "2"}}
+      - id: slow
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        max_concurrency: 1
+        headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
+      - id: broken
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-status: "503"}}
+      - id: aborts
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "10", x-mock-abort-after: "2"}}
+      - id: hangs
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        request_timeout_ms: 300
+        headers: {{x-mock-headers-delay-ms: "600000"}}
+      - id: down
+        kind: openai_compat
+        base_url: http://127.0.0.1:1
+        targets: [m]
+      - id: garbage
+        kind: openai_compat
+        base_url: http://{garbage}
+        targets: [m]
+  - id: node-b
+    token: tok-b
+    providers:
+      - id: b-oa
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+model_groups:
+  - name: m
+    providers: [oa]
+"#
+    )
+}
+
+/// The Edge (in-process), the mock provider and one `iop-node` process.
+pub(crate) struct Stack {
+    pub(crate) edge: EdgeServer,
+    pub(crate) mock: MockThreads,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) driver: IoDriver,
+    pub(crate) node: Option<Process>,
+}
+
+impl Stack {
+    pub(crate) fn start(driver: IoDriver, name: &str) -> Self {
+        let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
+            .expect("mock provider starts");
+        let yaml = config(mock.local_addr(), start_garbage_provider());
+        let config = EdgeConfig::from_yaml_str(&yaml, "runs-e2e.yaml").expect("valid config");
+        let mut options = StartOptions::new(driver);
+        options.workers = 2;
+        let edge = EdgeServer::start(config, options).expect("edge starts");
+        let data_dir = std::env::temp_dir().join(format!(
+            "iop-runs-{name}-{}-{}",
+            std::process::id(),
+            driver.as_str()
+        ));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let mut stack = Self {
+            edge,
+            mock,
+            data_dir,
+            driver,
+            node: None,
+        };
+        stack.start_node();
+        stack
+    }
+
+    /// Starts `iop-node` and waits until it is ready on the Edge.
+    pub(crate) fn start_node(&mut self) {
+        let before = self.generation();
+        let mut cmd = Command::new(bin("iop-node"));
+        cmd.args([
+            "--edge",
+            &self.edge.node_addr.to_string(),
+            "--data-dir",
+            self.data_dir.to_str().unwrap(),
+            "--log-format",
+            "json",
+        ])
+        .env("IOP_NODE_TOKEN", "tok-a")
+        .env("IOP_IO_DRIVER", self.driver.as_str());
+        let (node, log) = spawn_logged(cmd);
+        wait_for_line(&log, "node_ready");
+        // Keep draining the log so the node never blocks on a full pipe.
+        std::thread::spawn(move || for _ in log {});
+        self.node = Some(node);
+        wait_until("the node to be ready on the edge", || {
+            self.generation() > before
+        });
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.edge
+            .registry
+            .ready_nodes()
+            .iter()
+            .find(|(id, _, _)| id == "node-a")
+            .map_or(0, |(_, generation, _)| *generation)
+    }
+
+    pub(crate) fn kill_node(&mut self) {
+        drop(self.node.take());
+        wait_until("the edge to see the node gone", || self.generation() == 0);
+    }
+
+    pub(crate) async fn submit(&self, adapter: &str) -> RunStream {
+        self.try_submit(adapter, "m").await.expect("submitted")
+    }
+
+    pub(crate) async fn try_submit(
+        &self,
+        adapter: &str,
+        target: &str,
+    ) -> Result<RunStream, SubmitError> {
+        let run = SubmitRun {
+            adapter: adapter.into(),
+            target: target.into(),
+            input: RunInput {
+                messages: vec![ChatMessage {
+                    role: "user".into(),
+                    content: "hello".into(),
+                    ..ChatMessage::default()
+                }],
+                ..RunInput::default()
+            },
+            node: Some("node-a".into()),
+            session_id: "s-1".into(),
+            ..SubmitRun::default()
+        };
+        within(self.edge.dispatcher.submit_run(run)).await
+    }
+
+    /// `iop-node runs --json` for this node's data dir.
+    pub(crate) fn stored_runs(&self) -> Vec<Value> {
+        stored_runs(&self.data_dir)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        drop(self.node.take());
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+pub(crate) fn stored_runs(data_dir: &Path) -> Vec<Value> {
+    let out = Command::new(bin("iop-node"))
+        .args(["runs", "--json", "--limit", "100", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("iop-node runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
+        .collect()
+}
+
+pub(crate) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub(crate) async fn within<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .expect("no answer within the test's patience")
+}
+
+pub(crate) fn block_on<T>(future: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Every event of `stream` up to its end, checking the stream contract:
+/// numbered from 1 without gaps, exactly one terminal, and it is last.
+pub(crate) async fn events(mut stream: RunStream) -> Vec<RunEvent> {
+    let mut all = Vec::new();
+    while let Some(event) = within(stream.next()).await {
+        all.push(event);
+    }
+    check_contract(&all);
+    all
+}
+
+pub(crate) fn check_contract(events: &[RunEvent]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (1..=events.len() as u64).collect();
+    assert_eq!(seqs, expected, "events are numbered 1.. in order");
+    assert_eq!(events.iter().filter(|e| is_terminal(e)).count(), 1);
+    assert!(is_terminal(events.last().expect("at least one event")));
+}
+
+pub(crate) fn kinds(events: &[RunEvent]) -> Vec<RunEventKind> {
+    events.iter().map(RunEvent::kind).collect()
+}
+
+pub(crate) fn error_code(events: &[RunEvent]) -> FailureCode {
+    let last = events.last().expect("events");
+    assert_eq!(last.kind(), RunEventKind::Error, "{events:?}");
+    last.failure.as_ref().expect("failure").code()
+}
+
+pub(crate) fn text(events: &[RunEvent], kind: RunEventKind) -> String {
+    events
+        .iter()
+        .filter(|e| e.kind() == kind)
+        .map(|e| e.text.as_str())
+        .collect()
+}
