@@ -144,6 +144,7 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
             ("hangs", "m", FailureCode::HardTimeout),
             ("down", "m", FailureCode::ProviderUnreachable),
             ("garbage", "m", FailureCode::ProviderMalformed),
+            ("garbage-ol", "m", FailureCode::ProviderMalformed),
         ];
         for (adapter, target, code) in cases {
             let stream = stack.try_submit(adapter, target).await.expect("submitted");
@@ -162,7 +163,7 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
     wait_until("every failure recorded", || {
         let runs = stack.stored_runs();
         let count = |s: &str| runs.iter().filter(|r| r["status"] == s).count();
-        count("rejected") == 2 && count("failed") == 5 && count("completed") == 1
+        count("rejected") == 2 && count("failed") == 6 && count("completed") == 1
     });
     let runs = stack.stored_runs();
     let failed = runs.iter().find(|r| r["status"] == "failed").unwrap();
@@ -332,7 +333,7 @@ fn node_commands_answer_through_the_edge() {
         let answer = single(within(stream.collect()).await);
         assert!(answer.ok, "{answer:?}");
         let result = answer.capabilities.expect("capabilities");
-        assert_eq!(result.adapters.len(), 9);
+        assert_eq!(result.adapters.len(), 10);
         let ol = result.adapters.iter().find(|a| a.adapter == "ol").unwrap();
         assert!(ol.supports_terminate_session);
         let probe = result.probe.expect("probe");

@@ -105,6 +105,10 @@ nodes:
         kind: openai_compat
         base_url: http://{garbage}
         targets: [m]
+      - id: garbage-ol
+        kind: ollama
+        base_url: http://{garbage}
+        targets: [m]
   - id: node-b
     token: tok-b
     providers:
