@@ -30,16 +30,19 @@
 //!   dir, written off the event path by a store thread, with a retention
 //!   bound (F15).
 //! - [`provider_http`]: the HTTP/1.1 client to model servers on monoio, with
-//!   a keep-alive pool per core and zero-copy body chunks (plain HTTP; TLS
-//!   comes later).
-//!
+//!   a keep-alive pool per core, zero-copy body chunks and rustls for
+//!   `https://` providers.
+//! - [`runs`]: the run manager — admission by `max_concurrency`, validation
+//!   before any provider call, ordered numbered events with exactly one
+//!   terminal (synthesized if the adapter ends without one), cancel, hard
+//!   timeout, session terminate, and a record of every run (F9–F13, F15).
 //! - [`adapter`]: the `openai_compat` / `vllm` (SSE) and `ollama` (NDJSON)
 //!   adapters — typed run event streams, session terminate, health probe
 //!   (F9, F10, F13, F18).
 //! - [`commands`]: the node commands — `CAPABILITIES` with the exact-target
 //!   probe, `TRANSPORT_STATUS`, and the Ollama API tunnel (F14, F25).
 //!
-//! The run manager, the tunnel handler and the watchdog come next.
+//! The tunnel handler and the stall watchdog come next.
 
 // `deny`, not `forbid`: the one exception is opening the LMDB environment,
 // which heed marks `unsafe` (see `store::lmdb::open_env` and its SAFETY note).
