@@ -12,6 +12,7 @@
 //! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
+//! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //!
 //! # What it does not do
 //! No sockets, no runtime, no threads, and no clock reads in logic: time is
@@ -44,5 +45,6 @@ pub mod link;
 pub mod ndjson;
 pub mod sse;
 pub mod timer;
+pub mod write_batch;
 
 pub use error::Error;

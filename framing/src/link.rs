@@ -29,6 +29,8 @@ use std::fmt;
 use bytes::{Bytes, BytesMut};
 use proto::v1::RegisterRejectReason;
 
+use crate::frame::BodyFrame;
+
 pub use crate::timer::{HEARTBEAT_INTERVAL_MS, HEARTBEAT_WAIT_MS};
 
 /// Heartbeat timings. Production uses [`HeartbeatConfig::default`]; only
@@ -189,10 +191,16 @@ impl fmt::Display for CloseReason {
 }
 
 /// What a link driver's writer is asked to do, in order.
+///
+/// Writers batch these with [`WriteBatch`](crate::write_batch::WriteBatch)
+/// (zero copy for bodies) or [`coalesce`] (copies everything).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outgoing {
     /// Write this encoded frame.
     Frame(Bytes),
+    /// Write this tunnel body frame: its head, then its body as its own
+    /// slice (see [`FrameEncoder::encode_tunnel_body`](crate::frame::FrameEncoder::encode_tunnel_body)).
+    Body(BodyFrame),
     /// Flush what came before, then shut the connection down.
     Close,
 }
@@ -201,8 +209,11 @@ pub enum Outgoing {
 /// `batch`, so what is already queued goes out in one write. Stops at the
 /// first [`Outgoing::Close`] and returns whether it saw one.
 ///
-/// Only small control frames take this path, so copying them into one batch
-/// costs less than a syscall each; bulk tunnel bodies use vectored writes.
+/// Only small control frames should take this path, so copying them into
+/// one batch costs less than a syscall each. An [`Outgoing::Body`] is copied
+/// too (head, then body) so this stays correct for any command; writers that
+/// carry tunnel bodies use [`WriteBatch`](crate::write_batch::WriteBatch),
+/// which passes bodies as their own slices.
 pub fn coalesce(
     batch: &mut BytesMut,
     first: Outgoing,
@@ -212,6 +223,10 @@ pub fn coalesce(
     loop {
         match command {
             Outgoing::Frame(frame) => batch.extend_from_slice(&frame),
+            Outgoing::Body(frame) => {
+                batch.extend_from_slice(&frame.head);
+                batch.extend_from_slice(&frame.body);
+            }
             Outgoing::Close => return true,
         }
         match next() {
@@ -323,6 +338,13 @@ mod tests {
             || None
         ));
         assert_eq!(&batch[..], b"x");
+
+        let body = crate::frame::FrameEncoder::default()
+            .encode_tunnel_body(2, Bytes::from_static(b"body"))
+            .unwrap();
+        let mut batch = BytesMut::new();
+        assert!(!coalesce(&mut batch, Outgoing::Body(body.clone()), || None));
+        assert_eq!(&batch[..], [&body.head[..], b"body"].concat());
     }
 
     #[test]

@@ -1,0 +1,419 @@
+//! [`WriteBatch`]: turns a queue of [`Outgoing`] link commands into the
+//! ordered slices of one vectored write, without copying bodies.
+//!
+//! # What is copied and what is not
+//! - Small frames ([`Outgoing::Frame`] up to [`COPY_MAX`] bytes: control
+//!   messages, run events, tunnel status/headers/usage/terminals) are copied
+//!   into one buffer, so a burst of them costs one iovec, not one each.
+//! - A tunnel body frame ([`Outgoing::Body`]) puts its head (length prefix and
+//!   protobuf head, a few bytes) into that buffer and its body `Bytes` becomes
+//!   an iovec of its own: the provider's bytes are **never copied** on the
+//!   send side (`tests::body_slices_are_the_callers_bytes` checks pointers).
+//! - A frame longer than [`COPY_MAX`] is also passed as its own slice: copying
+//!   it would cost more than the iovec.
+//!
+//! The slices come out in exactly the order the commands went in; their
+//! concatenation is the bytes the commands describe (property-tested).
+//!
+//! # Bounds
+//! One batch holds at most [`MAX_IOVECS`] slices (far below Linux's
+//! `IOV_MAX` of 1024) and stops taking commands once it holds
+//! [`MAX_BATCH_BYTES`]; what is not taken stays queued for the next batch.
+//!
+//! # Driving it (sans-IO)
+//! ```
+//! use bytes::Bytes;
+//! use framing::frame::FrameEncoder;
+//! use framing::link::Outgoing;
+//! use framing::write_batch::WriteBatch;
+//!
+//! let mut enc = FrameEncoder::default();
+//! let body = Bytes::from_static(b"data: {}\n\n");
+//! let mut queue = vec![Outgoing::Body(enc.encode_tunnel_body(7, body.clone()).unwrap())]
+//!     .into_iter();
+//! let mut batch = WriteBatch::new();
+//! let close = batch.fill(Outgoing::Frame(Bytes::from_static(b"ping")), || queue.next());
+//! assert!(!close);
+//! let slices = batch.take();
+//! // `ping` + the body's head in one slice, the body as the second.
+//! assert_eq!(slices.slices().len(), 2);
+//! assert_eq!(slices.slices()[1].as_ptr(), body.as_ptr());
+//! ```
+//!
+//! The writer task loops: wait for one command, [`WriteBatch::fill`] with
+//! what is queued without waiting, [`WriteBatch::take`], write the slices with
+//! one vectored write (all of them, handling partial writes), and shut the
+//! socket down once [`WriteBatch::is_closed`].
+//!
+//! # The monoio write
+//! This crate has no runtime. monoio 0.2.4 writes vectored with
+//! `AsyncWriteRentExt::write_vectored_all(buf)` where `buf: IoVecBuf`; it
+//! implements `IoVecBuf` only for `VecBuf` (built from `Vec<Vec<u8>>`, which
+//! would copy) and `Vec<libc::iovec>` (which does not own the memory). The
+//! drivers therefore need one small owning wrapper of their own:
+//! `struct IoSlices { iovecs: Vec<libc::iovec>, bufs: Vec<Bytes> }` with an
+//! `unsafe impl IoVecBuf` whose SAFETY note says: every iovec points into the
+//! heap storage of a `Bytes` in `bufs`; that storage never moves while the
+//! `Bytes` lives, and the runtime owns the wrapper until the operation
+//! completes (also when the future is dropped under io_uring), so the kernel
+//! never reads freed memory. `write_vectored_all` then handles partial writes
+//! itself. Where no unsafe code is allowed, writing each slice with
+//! `write_all(bytes)` (monoio implements `IoBuf` for `Bytes`) keeps the zero
+//! copy at the cost of one syscall per slice; [`WriteSlices::advance`] serves
+//! drivers that call `writev` directly.
+
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::link::Outgoing;
+
+/// Frames up to this many bytes are copied into the batch buffer; longer ones
+/// are passed as their own slice.
+pub const COPY_MAX: usize = 4 * 1024;
+
+/// Most slices one batch hands out (Linux's `IOV_MAX` is 1024).
+pub const MAX_IOVECS: usize = 256;
+
+/// A batch stops taking commands once it holds this many bytes.
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+
+/// Collects [`Outgoing`] commands into the slices of one vectored write; see
+/// the module docs.
+#[derive(Debug, Default)]
+pub struct WriteBatch {
+    /// The copy segment being built (small frames, body heads).
+    buf: BytesMut,
+    /// Finished slices, in wire order.
+    slices: Vec<Bytes>,
+    /// Bytes in `slices` and `buf`.
+    len: usize,
+    closed: bool,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one command. [`Outgoing::Close`] marks the batch closed: what
+    /// came before it is still to be written, then the connection is shut
+    /// down. Commands after a close are dropped (returns false for them).
+    pub fn push(&mut self, command: Outgoing) -> bool {
+        if self.closed {
+            return false;
+        }
+        match command {
+            Outgoing::Frame(frame) if frame.len() > COPY_MAX => {
+                self.len += frame.len();
+                self.seal();
+                self.slices.push(frame);
+            }
+            Outgoing::Frame(frame) => {
+                self.len += frame.len();
+                self.buf.extend_from_slice(&frame);
+            }
+            Outgoing::Body(frame) => {
+                self.len += frame.len();
+                self.buf.extend_from_slice(&frame.head);
+                if !frame.body.is_empty() {
+                    self.seal();
+                    self.slices.push(frame.body);
+                }
+            }
+            Outgoing::Close => self.closed = true,
+        }
+        true
+    }
+
+    /// Adds `first`, then every command `next` yields without waiting, until
+    /// `next` has none, a [`Outgoing::Close`] was added, or the batch is
+    /// [full](Self::is_full) (then `next` is not called again, so what it
+    /// holds stays queued). Returns whether the batch is closed.
+    pub fn fill(&mut self, first: Outgoing, mut next: impl FnMut() -> Option<Outgoing>) -> bool {
+        self.push(first);
+        while !self.closed && !self.is_full() {
+            match next() {
+                Some(command) => {
+                    self.push(command);
+                }
+                None => break,
+            }
+        }
+        self.closed
+    }
+
+    /// Whether the batch takes no more commands until [`take`](Self::take):
+    /// another body could exceed [`MAX_IOVECS`], or it holds
+    /// [`MAX_BATCH_BYTES`].
+    pub fn is_full(&self) -> bool {
+        // A command adds at most two slices (sealed buffer + body), and the
+        // open buffer becomes one more at `take`.
+        self.slices.len() + 3 > MAX_IOVECS || self.len >= MAX_BATCH_BYTES
+    }
+
+    /// Bytes to write in this batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a [`Outgoing::Close`] was added: after writing what was taken,
+    /// shut the connection down.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The slices to write, in order; the batch is empty afterwards (a close
+    /// stays recorded).
+    pub fn take(&mut self) -> WriteSlices {
+        self.seal();
+        let slices = std::mem::take(&mut self.slices);
+        let remaining = std::mem::take(&mut self.len);
+        WriteSlices {
+            slices,
+            first: 0,
+            remaining,
+        }
+    }
+
+    /// Ends the current copy segment as a slice of its own.
+    fn seal(&mut self) {
+        if !self.buf.is_empty() {
+            self.slices.push(self.buf.split().freeze());
+        }
+    }
+}
+
+/// The ordered slices of one vectored write, with the position reached so
+/// far (for drivers that handle partial `writev` results themselves).
+#[derive(Debug, Default, Clone)]
+pub struct WriteSlices {
+    slices: Vec<Bytes>,
+    first: usize,
+    remaining: usize,
+}
+
+impl WriteSlices {
+    /// The slices still to write, in order; none is empty.
+    pub fn slices(&self) -> &[Bytes] {
+        &self.slices[self.first..]
+    }
+
+    /// Bytes still to write.
+    pub fn len(&self) -> usize {
+        self.remaining
+    }
+
+    /// Whether everything was written.
+    pub fn is_empty(&self) -> bool {
+        self.remaining == 0
+    }
+
+    /// Records that the next `n` bytes were written: fully written slices are
+    /// dropped and a partly written one is sliced (no copy).
+    ///
+    /// # Panics
+    /// When `n` is more than [`len`](Self::len).
+    pub fn advance(&mut self, mut n: usize) {
+        assert!(n <= self.remaining, "advanced past the end of the batch");
+        self.remaining -= n;
+        while n > 0 {
+            let slice = &mut self.slices[self.first];
+            if n >= slice.len() {
+                n -= slice.len();
+                self.slices[self.first] = Bytes::new();
+                self.first += 1;
+            } else {
+                slice.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// The remaining slices as `std::io::IoSlice`s, for
+    /// `std::io::Write::write_vectored` (tests and blocking tools).
+    pub fn io_slices(&self) -> Vec<IoSlice<'_>> {
+        self.slices().iter().map(|s| IoSlice::new(s)).collect()
+    }
+
+    /// The remaining slices, owned (e.g. for an owning iovec wrapper).
+    pub fn into_vec(mut self) -> Vec<Bytes> {
+        self.slices.drain(..self.first);
+        self.slices
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{BodyFrame, FrameEncoder};
+    use proptest::prelude::*;
+
+    fn concat(slices: &[Bytes]) -> Vec<u8> {
+        slices.iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    fn wire(command: &Outgoing) -> Vec<u8> {
+        match command {
+            Outgoing::Frame(f) => f.to_vec(),
+            Outgoing::Body(b) => [&b.head[..], &b.body[..]].concat(),
+            Outgoing::Close => Vec::new(),
+        }
+    }
+
+    fn body_frame(stream: u64, body: &[u8]) -> BodyFrame {
+        FrameEncoder::default()
+            .encode_tunnel_body(stream, Bytes::copy_from_slice(body))
+            .unwrap()
+    }
+
+    #[test]
+    fn body_slices_are_the_callers_bytes() {
+        let bodies: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 100])).collect();
+        let mut enc = FrameEncoder::default();
+        let mut batch = WriteBatch::new();
+        for body in &bodies {
+            batch.push(Outgoing::Frame(Bytes::from_static(b"ctl")));
+            batch.push(Outgoing::Body(
+                enc.encode_tunnel_body(1, body.clone()).unwrap(),
+            ));
+        }
+        let slices = batch.take();
+        // [ctl+head] [body] three times.
+        assert_eq!(slices.slices().len(), 6);
+        for (i, body) in bodies.iter().enumerate() {
+            let slice = &slices.slices()[2 * i + 1];
+            assert_eq!(slice.as_ptr_range(), body.as_ptr_range(), "body {i} copied");
+        }
+    }
+
+    #[test]
+    fn large_frames_are_their_own_slice_and_close_stops() {
+        let big = Bytes::from(vec![7u8; COPY_MAX + 1]);
+        let mut queue = vec![
+            Outgoing::Frame(big.clone()),
+            Outgoing::Frame(Bytes::from_static(b"b")),
+            Outgoing::Close,
+            Outgoing::Frame(Bytes::from_static(b"never")),
+        ]
+        .into_iter();
+        let mut batch = WriteBatch::new();
+        assert!(batch.fill(Outgoing::Frame(Bytes::from_static(b"a")), || queue.next()));
+        assert!(batch.is_closed());
+        assert_eq!(
+            queue.next(),
+            Some(Outgoing::Frame(Bytes::from_static(b"never")))
+        );
+        assert!(!batch.push(Outgoing::Frame(Bytes::from_static(b"late"))));
+        let slices = batch.take();
+        assert_eq!(slices.slices().len(), 3);
+        assert_eq!(slices.slices()[1].as_ptr(), big.as_ptr());
+        assert_eq!(slices.len(), COPY_MAX + 3);
+        assert!(batch.is_empty() && batch.is_closed());
+    }
+
+    #[test]
+    fn a_full_batch_leaves_the_rest_queued() {
+        let body = Bytes::from(vec![1u8; 10]);
+        let mut enc = FrameEncoder::default();
+        let mut pulled = 0;
+        let mut batch = WriteBatch::new();
+        let first = Outgoing::Body(enc.encode_tunnel_body(1, body.clone()).unwrap());
+        let closed = batch.fill(first, || {
+            pulled += 1;
+            Some(Outgoing::Body(
+                enc.encode_tunnel_body(1, body.clone()).unwrap(),
+            ))
+        });
+        assert!(!closed);
+        assert!(batch.is_full());
+        let slices = batch.take();
+        assert!(slices.slices().len() <= MAX_IOVECS);
+        let head = slices.slices()[0].len();
+        assert_eq!(slices.len(), (pulled + 1) * (head + body.len()));
+    }
+
+    #[test]
+    fn advance_slices_without_copying() {
+        let mut batch = WriteBatch::new();
+        let body = Bytes::from(vec![9u8; 50]);
+        batch.push(Outgoing::Body(
+            FrameEncoder::default()
+                .encode_tunnel_body(3, body.clone())
+                .unwrap(),
+        ));
+        let mut slices = batch.take();
+        let total = slices.len();
+        let head = slices.slices()[0].len();
+        slices.advance(head + 10);
+        assert_eq!(slices.slices().len(), 1);
+        assert_eq!(slices.slices()[0].as_ptr(), body[10..].as_ptr());
+        assert_eq!(slices.len(), total - head - 10);
+        assert_eq!(slices.io_slices().len(), 1);
+        slices.advance(40);
+        assert!(slices.is_empty() && slices.slices().is_empty());
+        assert!(slices.into_vec().is_empty());
+    }
+
+    fn command() -> impl Strategy<Value = Outgoing> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|v| Outgoing::Frame(Bytes::from(v))),
+            (COPY_MAX - 2..COPY_MAX + 2).prop_map(|n| Outgoing::Frame(Bytes::from(vec![5u8; n]))),
+            (
+                1u64..1 << 40,
+                proptest::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(s, b)| Outgoing::Body(body_frame(s, &b))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn concatenation_is_the_frames_in_order(
+            commands in proptest::collection::vec(command(), 0..300),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let expected: Vec<u8> = commands.iter().flat_map(wire).collect();
+            let bodies: Vec<Bytes> = commands
+                .iter()
+                .filter_map(|c| match c {
+                    Outgoing::Body(b) if !b.body.is_empty() => Some(b.body.clone()),
+                    _ => None,
+                })
+                .collect();
+            let mut queue = commands.into_iter();
+            let mut out = Vec::new();
+            let mut all_slices = Vec::new();
+            let mut batch = WriteBatch::new();
+            while let Some(first) = queue.next() {
+                batch.fill(first, || queue.next());
+                let mut slices = batch.take();
+                prop_assert!(slices.slices().len() <= MAX_IOVECS);
+                prop_assert!(slices.slices().iter().all(|s| !s.is_empty()));
+                let bytes = concat(slices.slices());
+                prop_assert_eq!(bytes.len(), slices.len());
+                all_slices.extend(slices.slices().iter().cloned());
+                // A partial write at an arbitrary point, then the rest.
+                let n = if bytes.is_empty() { 0 } else { cut.index(bytes.len()) };
+                out.extend_from_slice(&bytes[..n]);
+                slices.advance(n);
+                out.extend_from_slice(&concat(slices.slices()));
+            }
+            prop_assert_eq!(out, expected);
+            // Every non-empty body went out as one of the slices, uncopied.
+            for body in &bodies {
+                prop_assert!(
+                    all_slices.iter().any(|s| s.as_ptr_range() == body.as_ptr_range()),
+                    "a body was copied"
+                );
+            }
+        }
+    }
+}
