@@ -1,10 +1,11 @@
 //! The driver of one link connection: dial, run the session over the socket,
 //! report how it ended.
 //!
-//! Three tasks on the Node's link core: the reader (decode → session), the
-//! writer (session outputs → socket, coalescing what is queued) and the timer
-//! (handshake deadline and heartbeat). The session is a `RefCell` borrowed
-//! only between awaits.
+//! Two tasks on the Node's link core: the reader (decode → session) and the
+//! writer (session outputs → socket, coalescing what is queued). The
+//! handshake deadline and the heartbeat are one entry on the core's timer
+//! wheel ([`CoreTimers`]), re-armed at the session's `poll_timeout()` after
+//! every input. The session is a `RefCell` borrowed only between awaits.
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing, coalesce};
-use framing::timer::{ClockSource, DriverClock};
+use framing::timer::{ClockSource, TimerKey};
 use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
 };
@@ -22,6 +23,7 @@ use monoio::net::TcpStream;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
+use super::timers::{CoreTimers, OnTimer};
 use crate::provider_http::ProviderClient;
 use crate::runs::{LinkIdentity, Outbox, RunManager, RunnerConfig};
 
@@ -35,7 +37,7 @@ pub struct LinkClientConfig {
     pub edge: SocketAddr,
     /// Identity, limits and timings.
     pub session: NodeSessionConfig,
-    /// Longest the timer task sleeps between clock reads, in ms.
+    /// Longest the core's timer ticker sleeps between clock reads, in ms.
     pub tick_ms: u64,
     /// The clock to read.
     pub clock: ClockSource,
@@ -72,7 +74,8 @@ pub struct Rejected {
 struct Link {
     session: RefCell<NodeSession>,
     outbox: Outbox,
-    clock: DriverClock,
+    timers: Rc<CoreTimers>,
+    timer: Cell<Option<TimerKey>>,
     runner: RunnerConfig,
     client: ProviderClient,
     runs: RefCell<Option<Rc<RunManager>>>,
@@ -82,9 +85,10 @@ struct Link {
     end: RefCell<ConnectionEnd>,
 }
 
-/// Dials the Edge and runs one connection to its end. Call inside a monoio
-/// runtime. A failed dial is reported as an `io_error` end.
-pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
+/// Dials the Edge and runs one connection to its end, its timers on
+/// `timers` (whose ticker the caller runs). Call inside a monoio runtime. A
+/// failed dial is reported as an `io_error` end.
+pub async fn run_connection(config: &LinkClientConfig, timers: &Rc<CoreTimers>) -> ConnectionEnd {
     let mut end = ConnectionEnd {
         reason: CloseReason::IoError,
         registered: None,
@@ -109,14 +113,14 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
         }
     };
     let _ = stream.set_nodelay(true);
-    let clock = DriverClock::new(&config.clock);
-    let now = clock.refresh();
+    let now = timers.now();
     let (tx, rx) = local_sync::mpsc::unbounded::channel();
     let max_frame_len = config.session.max_frame_len as usize;
     let link = Rc::new(Link {
         session: RefCell::new(NodeSession::new(config.session.clone(), now)),
         outbox: Outbox::new(tx, max_frame_len),
-        clock,
+        timers: Rc::clone(timers),
+        timer: Cell::new(None),
         client: ProviderClient::new(config.runner.provider.clone()),
         runner: config.runner.clone(),
         runs: RefCell::new(None),
@@ -128,12 +132,15 @@ pub async fn run_connection(config: &LinkClientConfig) -> ConnectionEnd {
         end: RefCell::new(end),
     });
     link.pump();
+    link.rearm();
     let (read_half, write_half) = stream.into_split();
     let writer = monoio::spawn(Rc::clone(&link).write_loop(write_half, rx));
-    let timer = monoio::spawn(Rc::clone(&link).timer_loop(config.tick_ms));
     Rc::clone(&link).read_loop(read_half, max_frame_len).await;
     writer.await;
-    timer.await;
+    // Drop the timer entry (it holds an Rc of this link).
+    let key = link.timer.take();
+    link.timers
+        .arm(key, None, || Rc::clone(&link) as Rc<dyn OnTimer>);
     // Runs of this connection cannot reach the Edge any more: stop them.
     if let Some(runs) = link.runs.borrow_mut().take() {
         runs.shutdown();
@@ -157,9 +164,14 @@ impl Link {
                 buf.reserve(READ_RESERVE);
             }
             let handle = self.canceller.borrow().handle();
-            let (result, returned) = read_half.cancelable_read(buf, handle).await;
-            buf = returned;
-            let now = self.clock.refresh();
+            // Read into the spare capacity: monoio reads into a `BytesMut`
+            // at its start, which would overwrite a partial frame.
+            let (len, capacity) = (buf.len(), buf.capacity());
+            let (result, returned) = read_half
+                .cancelable_read(monoio::buf::IoBufMut::slice_mut(buf, len..capacity), handle)
+                .await;
+            buf = returned.into_inner();
+            let now = self.timers.now();
             match result {
                 Ok(0) => self
                     .session
@@ -188,6 +200,7 @@ impl Link {
                 },
             }
             self.pump();
+            self.rearm();
             self.publish_rtt();
         }
     }
@@ -210,6 +223,7 @@ impl Link {
                         .borrow_mut()
                         .handle_closed(CloseReason::IoError);
                     self.pump();
+                    self.rearm();
                     break;
                 }
             }
@@ -223,23 +237,13 @@ impl Link {
         drop(canceller.cancel());
     }
 
-    async fn timer_loop(self: Rc<Self>, tick_ms: u64) {
-        let tick = Duration::from_millis(tick_ms.max(1));
-        while !self.closing.get() {
-            let now = self.clock.refresh();
-            let due = self.session.borrow().poll_timeout();
-            match due {
-                None => return,
-                Some(at) if now >= at => {
-                    self.session.borrow_mut().handle_timeout(now);
-                    self.pump();
-                }
-                Some(at) => {
-                    let sleep = Duration::from_millis(at - now).min(tick);
-                    monoio::time::sleep(sleep).await;
-                }
-            }
-        }
+    /// Moves this link's wheel entry to the session's next deadline.
+    fn rearm(self: &Rc<Self>) {
+        let deadline = self.session.borrow().poll_timeout();
+        let key = self.timers.arm(self.timer.take(), deadline, || {
+            Rc::clone(self) as Rc<dyn OnTimer>
+        });
+        self.timer.set(key);
     }
 
     /// Hands the last heartbeat round trip to the run manager, for
@@ -327,5 +331,14 @@ impl Link {
                 }
             }
         }
+    }
+}
+
+impl OnTimer for Link {
+    fn on_timer(self: Rc<Self>, now: u64) {
+        self.timer.set(None);
+        self.session.borrow_mut().handle_timeout(now);
+        self.pump();
+        self.rearm();
     }
 }

@@ -1,8 +1,10 @@
 //! The Node's link to the Edge: the sans-IO [`session`], the connection
-//! driver (`client`) and the reconnecting [`supervisor`].
+//! driver (`client`), the reconnecting [`supervisor`] and the link core's
+//! timer wheel ([`timers`]).
 
 mod client;
 pub mod session;
 pub mod supervisor;
+pub mod timers;
 
 pub use client::{ConnectionEnd, LinkClientConfig, run_connection};

@@ -14,6 +14,7 @@ use framing::link::{CloseReason, reject_reason_name};
 use proto::v1::RegisterRejectReason;
 
 use super::client::{ConnectionEnd, LinkClientConfig, run_connection};
+use super::timers::CoreTimers;
 
 /// First reconnect delay, in ms.
 pub const BACKOFF_BASE_MS: u64 = 200;
@@ -95,9 +96,14 @@ pub async fn supervise(
         });
     let mut backoff = Backoff::new(BACKOFF_BASE_MS, BACKOFF_CAP_MS, seed);
     let mut made = 0u64;
+    // The link core's timer wheel, kept across connections; its ticker runs
+    // until the supervisor returns.
+    let timers = CoreTimers::new(&config.clock, config.tick_ms);
+    monoio::spawn(std::rc::Rc::clone(&timers).run());
+    let _stop = StopOnDrop(&timers);
     loop {
         let started = std::time::Instant::now();
-        let end = run_connection(config).await;
+        let end = run_connection(config, &timers).await;
         made += 1;
         log_end(config, &end);
         on_end(&end);
@@ -128,6 +134,15 @@ pub async fn supervise(
             "node_reconnecting"
         );
         monoio::time::sleep(delay).await;
+    }
+}
+
+/// Stops the ticker when the supervisor returns (or its future is dropped).
+struct StopOnDrop<'a>(&'a CoreTimers);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
