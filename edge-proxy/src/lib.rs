@@ -40,6 +40,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod events;
+pub mod pool;
 pub mod link;
 pub mod registry;
 pub mod runtime;

@@ -398,3 +398,37 @@ fn node_commands_answer_through_the_edge() {
         ));
     });
 }
+
+#[test]
+fn a_large_request_crosses_the_link_intact() {
+    // A prompt far larger than one socket read: the frame arrives in many
+    // reads on the node and must be reassembled, not overwritten.
+    use edge_proxy::dispatch::SubmitRun;
+    use proto::v1::{ChatMessage, RunInput};
+    for driver in drivers() {
+        let stack = Stack::start(driver, "large");
+        block_on(async {
+            let prompt: String = (0..400_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let run = SubmitRun {
+                adapter: "oa".into(),
+                target: "m".into(),
+                input: RunInput {
+                    messages: vec![ChatMessage {
+                        role: "user".into(),
+                        content: prompt,
+                        ..ChatMessage::default()
+                    }],
+                    ..RunInput::default()
+                },
+                node: Some("node-a".into()),
+                ..SubmitRun::default()
+            };
+            let stream = within(stack.edge.dispatcher.submit_run(run)).await.unwrap();
+            let all = events(stream).await;
+            assert_eq!(all.last().unwrap().kind(), RunEventKind::Complete, "{all:?}");
+            // The mock counts prompt tokens from what it received.
+            let usage = all.last().unwrap().usage.expect("usage");
+            assert!(usage.input_tokens > 1000, "{usage:?}");
+        });
+    }
+}

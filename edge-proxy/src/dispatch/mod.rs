@@ -20,21 +20,24 @@
 //!   node.
 
 mod stream;
+mod tunnel;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proto::v1::{
-    CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest, RunInput,
-    RunRequest, envelope::Msg,
+    CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest,
+    ProviderTunnelRequest, RunInput, RunRequest, envelope::Msg,
 };
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::sync::oneshot;
 
 pub use self::stream::{CommandStream, RunStream, is_terminal};
+pub use self::tunnel::TunnelStream;
 use self::stream::{StreamHandle, cancel_answer};
 use crate::link::inbox::CoreMsg;
 use crate::link::streams::StreamKind;
+use crate::pool::Lease;
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
 
 /// A run to submit (F8). `node: None` uses the single ready node.
@@ -156,6 +159,65 @@ impl<D: NodeDirectory> Dispatcher<D> {
             return Err(SubmitError::Invalid("target must not be empty"));
         }
         let target = self.select(run.node.as_deref())?;
+        self.submit_to(target, run).await
+    }
+
+    /// Submits a run to the provider `lease` holds (F17, F19): its node, at
+    /// the generation leased. A node that reconnected since is
+    /// [`SubmitError::ConnectionGone`]: the lease was for the old one.
+    pub async fn submit_leased(
+        &self,
+        lease: &Lease,
+        mut run: SubmitRun,
+    ) -> Result<RunStream, SubmitError> {
+        let target = self.leased(lease)?;
+        run.adapter = lease.provider().adapter.clone();
+        run.target = lease.target().to_owned();
+        self.submit_to(target, run).await
+    }
+
+    /// Opens a raw provider tunnel (F16) on the provider `lease` holds.
+    /// `request.tunnel_id` is filled in.
+    pub async fn open_tunnel(
+        &self,
+        lease: &Lease,
+        mut request: ProviderTunnelRequest,
+    ) -> Result<TunnelStream, SubmitError> {
+        let target = self.leased(lease)?;
+        let tunnel_id = self.run_ids.next();
+        request.tunnel_id = tunnel_id.to_string();
+        request.adapter = lease.provider().adapter.clone();
+        request.target = lease.target().to_owned();
+        let handle = self
+            .open(
+                target,
+                StreamKind::Tunnel,
+                Some(Arc::clone(&tunnel_id)),
+                Msg::ProviderTunnelRequest(request),
+            )
+            .await?;
+        Ok(TunnelStream {
+            handle,
+            tunnel_id: tunnel_id.to_string(),
+        })
+    }
+
+    /// The node and core of a lease, if its generation is still current.
+    fn leased(&self, lease: &Lease) -> Result<Target, SubmitError> {
+        let node_id = &lease.provider().node_id;
+        match self.registry.node_state(node_id) {
+            NodeState::Ready { generation, core } if generation == lease.generation() => {
+                Ok(Target {
+                    node_id: node_id.clone(),
+                    generation,
+                    core,
+                })
+            }
+            _ => Err(SubmitError::ConnectionGone),
+        }
+    }
+
+    async fn submit_to(&self, target: Target, run: SubmitRun) -> Result<RunStream, SubmitError> {
         let run_id = self.run_ids.next();
         let request = RunRequest {
             run_id: run_id.to_string(),

@@ -27,7 +27,7 @@ pub(crate) struct StreamHandle {
 }
 
 impl StreamHandle {
-    fn send(&self, msg: Msg) {
+    pub(crate) fn send(&self, msg: Msg) {
         let _ = self.inbox.send(CoreMsg::Send {
             node_id: self.node_id.clone(),
             generation: self.generation,
@@ -50,7 +50,7 @@ impl Drop for StreamHandle {
 }
 
 /// The failure the Edge reports when the link ended mid-stream.
-fn link_lost(reason: Option<CloseReason>) -> ExecutionFailure {
+pub(crate) fn link_lost(reason: Option<CloseReason>) -> ExecutionFailure {
     let mut failure = ExecutionFailure {
         message: match reason {
             Some(reason) => format!("the node's link closed ({})", reason.as_str()),

@@ -18,6 +18,7 @@ use bytes::BytesMut;
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing, coalesce, reject_reason_name};
 use framing::timer::TimerKey;
+use monoio::buf::IoBufMut;
 use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
 };
@@ -128,7 +129,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// run on the node if the run had not ended (F12).
     pub(crate) fn close_stream(&self, stream_id: u64) {
         let closed = self.streams.borrow_mut().close(stream_id);
-        if let Some((StreamKind::Run, run_id)) = closed {
+        if let Some((StreamKind::Run | StreamKind::Tunnel, run_id)) = closed {
             let mut cancel = CancelRequest {
                 run_id: run_id.as_deref().unwrap_or_default().to_owned(),
                 ..CancelRequest::default()
@@ -206,8 +207,13 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 buf.reserve(READ_MIN);
             }
             let handle = self.canceller.borrow().handle();
-            let (result, returned) = read_half.cancelable_read(buf, handle).await;
-            buf = returned;
+            // Read into the spare capacity: monoio reads into a `BytesMut`
+            // at its start, which would overwrite a partial frame.
+            let (len, capacity) = (buf.len(), buf.capacity());
+            let (result, returned) = read_half
+                .cancelable_read(buf.slice_mut(len..capacity), handle)
+                .await;
+            buf = returned.into_inner();
             let now = self.core.clock.refresh();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
             match result {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use framing::link::CloseReason;
 use proto::Envelope;
+use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
 use proto::v1::{RunEventKind, envelope::Msg};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -28,6 +29,8 @@ pub enum StreamKind {
     Command,
     /// A session terminate: ends at its `CancelResponse`.
     Cancel,
+    /// A raw provider tunnel: ends at its `end` or `error` frame.
+    Tunnel,
 }
 
 impl StreamKind {
@@ -43,6 +46,11 @@ impl StreamKind {
             (Self::Run, Msg::CancelResponse(_)) => Some(false),
             (Self::Command, Msg::NodeCommandResponse(response)) => Some(response.r#final),
             (Self::Cancel, Msg::CancelResponse(_)) => Some(true),
+            (Self::Tunnel, Msg::ProviderTunnelFrame(frame)) => Some(matches!(
+                frame.frame,
+                Some(TunnelFrame::End(_) | TunnelFrame::Error(_))
+            )),
+            (Self::Tunnel, Msg::CancelResponse(_)) => Some(false),
             _ => None,
         }
     }

@@ -1,0 +1,69 @@
+//! The caller's end of a raw provider tunnel (F16): the node's frames in
+//! order — `status`, `headers`, `body`…, `usage` candidates — ending with
+//! exactly one `end` or `error`.
+
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, WindowUpdate, envelope::Msg};
+
+use super::stream::{StreamHandle, link_lost};
+use crate::link::streams::StreamItem;
+
+/// One tunnel's frames (see the module docs). Body frames carry `Bytes`
+/// that are slices of the node connection's receive buffer: never copied.
+///
+/// If the link ends first, the last frame is an `error` with code
+/// `NODE_DISCONNECTED`, made by the Edge. Dropping the stream before its end
+/// cancels the tunnel (and the provider request) on the node.
+#[derive(Debug)]
+pub struct TunnelStream {
+    pub(crate) handle: StreamHandle,
+    pub(crate) tunnel_id: String,
+}
+
+impl TunnelStream {
+    /// The Edge-assigned tunnel id.
+    pub fn tunnel_id(&self) -> &str {
+        &self.tunnel_id
+    }
+
+    /// The next frame; `None` after the terminal.
+    pub async fn next(&mut self) -> Option<Frame> {
+        while !self.handle.ended {
+            let frame = match self.handle.rx.recv().await {
+                Some(StreamItem::Frame(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                    frame: Some(frame),
+                }))) => frame,
+                Some(StreamItem::Frame(_)) => continue,
+                Some(StreamItem::Lost(reason)) => Frame::Error(link_lost(Some(reason))),
+                None => Frame::Error(link_lost(None)),
+            };
+            if matches!(frame, Frame::End(_) | Frame::Error(_)) {
+                self.handle.ended = true;
+            }
+            return Some(frame);
+        }
+        None
+    }
+
+    /// Gives the node `bytes` more credit for this stream's body (the
+    /// client socket drained that much).
+    pub fn grant(&self, bytes: u32) {
+        if !self.handle.ended && bytes > 0 {
+            self.handle
+                .send(Msg::WindowUpdate(WindowUpdate { increment: bytes }));
+        }
+    }
+
+    /// Asks the node to stop the tunnel and its provider request.
+    pub fn cancel(&self) {
+        if self.handle.ended {
+            return;
+        }
+        let mut request = CancelRequest {
+            run_id: self.tunnel_id.clone(),
+            ..CancelRequest::default()
+        };
+        request.set_kind(CancelKind::CancelRun);
+        self.handle.send(Msg::CancelRequest(request));
+    }
+}
