@@ -253,7 +253,10 @@ impl Pools {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             // monoio's timer: the ingress runs on the Edge's monoio cores.
-            if monoio::time::timeout(left, notified.as_mut()).await.is_err() {
+            if monoio::time::timeout(left, notified.as_mut())
+                .await
+                .is_err()
+            {
                 return Err(AcquireError::QueueTimeout(
                     model.to_owned(),
                     self.queue.timeout_ms,

@@ -13,9 +13,13 @@ use proto::v1::NodeConfigPayload;
 
 use crate::config::EdgeConfig;
 use crate::dispatch::Dispatcher;
-use crate::events::EventBus;
+use crate::events::{EventBus, LifecycleEvent};
+use crate::ingress::IngressShared;
+use crate::ingress::http::IngressLimits;
+use crate::ingress::metrics::Metrics;
 use crate::link::session::SessionConfig;
 use crate::link::{LinkServerConfig, LinkShared, bind, serve_core};
+use crate::pool::Pools;
 use crate::registry::{NodeDirectory, NodeRegistry};
 use crate::runtime::{IoDriver, block_on};
 
@@ -36,6 +40,8 @@ pub struct StartOptions {
     pub heartbeat: HeartbeatConfig,
     /// Longest ticker sleep, in ms.
     pub tick_ms: u64,
+    /// Client request limits of the ingress.
+    pub ingress_limits: IngressLimits,
 }
 
 impl StartOptions {
@@ -47,6 +53,7 @@ impl StartOptions {
             clock: ClockSource::Coarse,
             heartbeat: HeartbeatConfig::default(),
             tick_ms: DEFAULT_TICK_MS,
+            ingress_limits: IngressLimits::default(),
         }
     }
 }
@@ -56,6 +63,10 @@ impl StartOptions {
 pub struct EdgeServer {
     /// Where the node socket listens (the resolved port when 0 was asked).
     pub node_addr: SocketAddr,
+    /// Where the OpenAI ingress listens (the resolved port when 0 was asked).
+    pub ingress_addr: SocketAddr,
+    /// Model groups, capacity and leases.
+    pub pools: Arc<Pools>,
     /// Live nodes.
     pub registry: Arc<NodeRegistry<EdgeConfig>>,
     /// Lifecycle and run events.
@@ -92,28 +103,48 @@ impl EdgeServer {
             clock: options.clock.clone(),
         });
         let mut addr = shared.registry.directory().listen().nodes;
+        let mut ingress_addr = shared.registry.directory().listen().ingress;
         let mut threads = Vec::with_capacity(workers);
         let (inboxes, mut inbox_rxs): (Vec<_>, Vec<_>) = (0..workers)
             .map(|_| tokio::sync::mpsc::unbounded_channel())
             .unzip();
         let dispatcher = Dispatcher::new(Arc::clone(&shared.registry), inboxes);
+        let pools = Arc::new(Pools::new(shared.registry.directory()));
+        let ingress = Arc::new(IngressShared {
+            registry: Arc::clone(&shared.registry),
+            dispatcher: dispatcher.clone(),
+            pools: Arc::clone(&pools),
+            limits: options.ingress_limits,
+            metrics: Arc::new(Metrics::new(shared.registry.directory())),
+        });
+        // Queued requests re-resolve when a node becomes ready.
+        spawn_ready_watch(&shared.bus, Arc::clone(&pools))?;
         for core in 0..workers {
             let (bound_tx, bound_rx) = mpsc::channel();
             let shared = Arc::clone(&shared);
             let inbox = inbox_rxs.remove(0);
+            let ingress = Arc::clone(&ingress);
             let driver = options.driver;
             let thread = std::thread::Builder::new()
                 .name(format!("iop-edge-{core}"))
                 .spawn(move || {
                     let run = block_on(driver, async move {
-                        let listener = match bind(addr) {
-                            Ok(l) => l,
+                        let bound = bind(addr).and_then(|nodes| {
+                            let clients = bind(ingress_addr)?;
+                            Ok((nodes, clients))
+                        });
+                        let (listener, clients) = match bound {
+                            Ok(pair) => pair,
                             Err(e) => {
                                 let _ = bound_tx.send(Err(e));
                                 return;
                             }
                         };
-                        let _ = bound_tx.send(listener.local_addr());
+                        let addrs = listener
+                            .local_addr()
+                            .and_then(|n| Ok((n, clients.local_addr()?)));
+                        let _ = bound_tx.send(addrs);
+                        monoio::spawn(crate::ingress::serve_core(core, clients, ingress));
                         serve_core(core, listener, shared, inbox).await;
                     });
                     if let Err(e) = run {
@@ -122,7 +153,10 @@ impl EdgeServer {
                 })?;
             threads.push(thread);
             match bound_rx.recv() {
-                Ok(Ok(bound)) => addr = bound,
+                Ok(Ok((nodes, clients))) => {
+                    addr = nodes;
+                    ingress_addr = clients;
+                }
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {
                     return Err(io::Error::other(format!(
@@ -133,6 +167,8 @@ impl EdgeServer {
         }
         Ok(Self {
             node_addr: addr,
+            ingress_addr,
+            pools,
             registry: Arc::clone(&shared.registry),
             bus: shared.bus.clone(),
             dispatcher,
@@ -147,6 +183,27 @@ impl EdgeServer {
             let _ = thread.join();
         }
     }
+}
+
+/// Wakes queued requests whenever a node becomes ready, so they re-resolve
+/// onto its providers (F19).
+fn spawn_ready_watch(bus: &EventBus, pools: Arc<Pools>) -> io::Result<()> {
+    let mut events = bus.subscribe();
+    std::thread::Builder::new()
+        .name("iop-edge-ready-watch".into())
+        .spawn(move || {
+            loop {
+                match events.blocking_recv() {
+                    Ok(LifecycleEvent::Ready { .. })
+                    | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        pools.capacity_changed()
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// The config is the node directory: tokens from `nodes[]`, payloads built

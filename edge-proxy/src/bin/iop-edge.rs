@@ -48,12 +48,14 @@ fn main() -> anyhow::Result<()> {
     let driver = driver_from_env()?;
     let mut options = StartOptions::new(driver);
     options.workers = args.workers;
-    let server = EdgeServer::start(config, options).context("starting the node socket")?;
+    let server =
+        EdgeServer::start(config, options).context("starting the node socket and the ingress")?;
     tracing::info!(
         event = "edge_started",
         driver = driver.as_str(),
         workers = server.workers,
         node_socket = %server.node_addr,
+        ingress = %server.ingress_addr,
         "edge_started"
     );
     server.join();

@@ -1,0 +1,484 @@
+//! One client connection: HTTP/1.1 with keep-alive and pipelining, request
+//! limits and timeouts, and the [`Responder`] handlers write through.
+//!
+//! ```text
+//! idle ─first byte─▶ head (≤ head timeout, ≤ head limits) ─▶ body (≤ max body) ─▶ handler ─▶ idle / close
+//! ```
+//!
+//! - **Limits.** Head bytes and header count ([`HeadLimits`]), body bytes
+//!   ([`IngressLimits::max_body_bytes`], 413 before reading a too-long
+//!   `Content-Length`), a head that does not complete within
+//!   [`IngressLimits::head_timeout_ms`] (slowloris: 408), a body that stalls
+//!   past [`IngressLimits::body_timeout_ms`] (408), and an idle keep-alive
+//!   connection closed after [`IngressLimits::idle_timeout_ms`].
+//! - **Framing errors** (smuggling attempts, bad chunking, unsupported
+//!   transfer codings) answer the codec's suggested status with an OpenAI
+//!   error body and close the connection: its framing is lost.
+//! - **Pipelining.** Bytes after a request stay buffered and are served
+//!   next, in order. **HTTP/1.0** is served without chunking and closed
+//!   after the response. **`Expect: 100-continue`** gets `100 Continue`
+//!   before the body is read (or the final error instead, if the body is
+//!   refused).
+//! - **Client gone.** While a response streams, a watcher reads the socket:
+//!   end of stream or an error means the client left, and the handler drops
+//!   its upstream at once (which cancels the run or tunnel on the node).
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use framing::http::{
+    BodyDecoder, BodyFraming, BodyItem, ChunkedEncoder, HeadLimits, HttpError, RequestHead,
+    Version, parse_request_head, write_response_head,
+};
+use monoio::buf::IoBufMut;
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, CancelHandle, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
+    OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+
+use super::error::ApiError;
+use super::iovec;
+
+/// Bounds on client requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngressLimits {
+    /// Head size and header count.
+    pub head: HeadLimits,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// A head must complete within this, from its first byte, in ms.
+    pub head_timeout_ms: u64,
+    /// A body must keep arriving: no gap longer than this, in ms.
+    pub body_timeout_ms: u64,
+    /// An idle keep-alive connection is closed after this, in ms.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for IngressLimits {
+    fn default() -> Self {
+        Self {
+            head: HeadLimits {
+                max_head_bytes: 16 * 1024,
+                max_headers: 64,
+            },
+            max_body_bytes: 4 * 1024 * 1024,
+            head_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// One request, head and whole body.
+#[derive(Debug)]
+pub struct Request {
+    /// The parsed head.
+    pub head: RequestHead,
+    /// The body, whole.
+    pub body: Bytes,
+}
+
+/// Writes one response on the connection.
+pub struct Responder {
+    write: OwnedWriteHalf<TcpStream>,
+    /// Close the connection after this response.
+    close: bool,
+    /// HTTP/1.0 client: no chunking; the body ends at the close.
+    http10: bool,
+    chunked: bool,
+    /// Set by the watcher when the client went away.
+    gone: Rc<Cell<bool>>,
+    gone_rx: Option<local_sync::oneshot::Receiver<()>>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("close", &self.close)
+            .field("http10", &self.http10)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most pipelined bytes buffered while a response is being written.
+const PIPELINE_AHEAD_MAX: usize = 64 * 1024;
+
+const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
+
+impl Responder {
+    /// Answers with a whole body.
+    pub async fn full(&mut self, status: u16, content_type: &str, body: Vec<u8>) {
+        self.full_with(status, content_type, body, &[]).await;
+    }
+
+    /// Answers with a whole body and extra headers.
+    pub async fn full_with(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        body: Vec<u8>,
+        extra: &[(&str, String)],
+    ) {
+        let mut head = BytesMut::with_capacity(256);
+        let length = body.len().to_string();
+        let connection = if self.close { "close" } else { "keep-alive" };
+        let fields = SERVER_HEADERS
+            .iter()
+            .map(|(n, v)| (*n, *v))
+            .chain([
+                ("content-type", content_type),
+                ("content-length", length.as_str()),
+                ("connection", connection),
+            ])
+            .chain(extra.iter().map(|(n, v)| (*n, v.as_str())));
+        if write_response_head(&mut head, status, fields).is_err() {
+            self.failed = true;
+            return;
+        }
+        let parts = vec![head.freeze(), Bytes::from(body)];
+        self.send(parts).await;
+    }
+
+    /// Answers with an OpenAI-style error.
+    pub async fn error(&mut self, error: &ApiError) {
+        let mut extra = Vec::new();
+        if let Some(seconds) = error.retry_after_s {
+            extra.push(("retry-after", seconds.to_string()));
+        }
+        self.full_with(error.status, "application/json", error.body(), &extra)
+            .await;
+    }
+
+    /// Starts a streamed body (chunked; close-delimited for HTTP/1.0) with
+    /// `headers` (which must not contain framing fields).
+    pub async fn start_stream<'h>(
+        &mut self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+    ) {
+        if self.http10 {
+            self.close = true;
+        }
+        self.chunked = !self.http10;
+        let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
+        let framing: (&str, &[u8]) = if self.chunked {
+            ("transfer-encoding", b"chunked")
+        } else {
+            ("connection", b"close")
+        };
+        let mut head = BytesMut::with_capacity(512);
+        let fields = SERVER_HEADERS
+            .iter()
+            .map(|(n, v)| (*n, v.as_bytes()))
+            .chain(headers)
+            .chain([
+                framing,
+                ("x-accel-buffering", b"no".as_slice()),
+                ("cache-control", b"no-cache".as_slice()),
+            ])
+            .chain((!self.http10).then_some(("connection", connection)));
+        if write_response_head(&mut head, status, fields).is_err() {
+            self.failed = true;
+            return;
+        }
+        self.send(vec![head.freeze()]).await;
+    }
+
+    /// Sends body bytes as they are (one chunk), at once.
+    pub async fn chunk(&mut self, body: Bytes) {
+        if body.is_empty() {
+            return;
+        }
+        if self.chunked {
+            let Some(frame) = ChunkedEncoder::new().encode(body) else {
+                return;
+            };
+            self.send(frame.into_parts().to_vec()).await;
+        } else {
+            self.send(vec![body]).await;
+        }
+    }
+
+    /// Ends a streamed body.
+    pub async fn finish(&mut self) {
+        if self.chunked {
+            self.send(vec![ChunkedEncoder::last_chunk()]).await;
+        }
+    }
+
+    /// Whether the client is gone or a write failed: stop producing.
+    pub fn is_gone(&self) -> bool {
+        self.failed || self.gone.get()
+    }
+
+    /// Resolves when the client goes away mid-response.
+    pub async fn gone(&mut self) {
+        match self.gone_rx.as_mut() {
+            Some(rx) => {
+                let _ = rx.await;
+                self.gone_rx = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Marks the connection to close after this response (a response that
+    /// broke off mid-stream cannot be followed by another).
+    pub fn close_after(&mut self) {
+        self.close = true;
+    }
+
+    async fn send(&mut self, parts: Vec<Bytes>) {
+        if self.failed {
+            return;
+        }
+        if iovec::write_all(&mut self.write, parts).await.is_err() {
+            self.failed = true;
+        }
+    }
+}
+
+/// What a route handler does with one request.
+#[allow(async_fn_in_trait)]
+pub trait Handler {
+    /// Answers `request` through `responder`.
+    async fn handle(&self, request: Request, responder: &mut Responder);
+}
+
+/// Serves `stream` until the client closes, a limit is hit, or a response
+/// says close.
+pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler: &H) {
+    let _ = stream.set_nodelay(true);
+    let (mut read, write) = stream.into_split();
+    let mut responder = Responder {
+        write,
+        close: false,
+        http10: false,
+        chunked: false,
+        gone: Rc::new(Cell::new(false)),
+        gone_rx: None,
+        failed: false,
+    };
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        let request = match read_request(&mut read, &mut buf, &limits, &mut responder).await {
+            Ok(Some(request)) => request,
+            Ok(None) => break,
+            Err(error) => {
+                responder.close = true;
+                responder.error(&error).await;
+                break;
+            }
+        };
+        responder.http10 = request.head.version() == Version::Http10;
+        responder.close = !request.head.keep_alive();
+        responder.chunked = false;
+        // Watch for the client leaving while the handler runs.
+        let gone = Rc::new(Cell::new(false));
+        let (gone_tx, gone_rx) = local_sync::oneshot::channel();
+        responder.gone = Rc::clone(&gone);
+        responder.gone_rx = Some(gone_rx);
+        let canceller = Canceller::new();
+        let stopping = Rc::new(Cell::new(false));
+        let watcher = monoio::spawn(watch(
+            read,
+            buf,
+            canceller.handle(),
+            Rc::clone(&stopping),
+            gone,
+            gone_tx,
+        ));
+        handler.handle(request, &mut responder).await;
+        stopping.set(true);
+        drop(canceller.cancel());
+        let (returned_read, returned_buf, left) = watcher.await;
+        read = returned_read;
+        buf = returned_buf;
+        if left || responder.close || responder.is_gone() {
+            break;
+        }
+    }
+    let _ = responder.write.shutdown().await;
+}
+
+/// Reads while a handler runs: keeps pipelined bytes, reports the client's
+/// leaving, and stops when cancelled.
+async fn watch(
+    mut read: OwnedReadHalf<TcpStream>,
+    mut buf: BytesMut,
+    handle: CancelHandle,
+    stopping: Rc<Cell<bool>>,
+    gone: Rc<Cell<bool>>,
+    gone_tx: local_sync::oneshot::Sender<()>,
+) -> (OwnedReadHalf<TcpStream>, BytesMut, bool) {
+    loop {
+        // A client that pipelines this far ahead is not read further while
+        // we answer (the rest waits in the kernel); its leaving is then
+        // seen at the next write.
+        if buf.len() >= PIPELINE_AHEAD_MAX {
+            return (read, buf, false);
+        }
+        buf.reserve(4096);
+        let (len, capacity) = (buf.len(), buf.capacity());
+        let (result, returned) = read
+            .cancelable_read(buf.slice_mut(len..capacity), handle.clone())
+            .await;
+        buf = returned.into_inner();
+        match result {
+            Ok(0) => break,
+            Ok(_) => {}
+            // Cancelled: the handler is done; the client is still there.
+            Err(_) if stopping.get() => return (read, buf, false),
+            Err(_) => break,
+        }
+    }
+    gone.set(true);
+    let _ = gone_tx.send(());
+    (read, buf, true)
+}
+
+fn framing_error(error: &HttpError) -> ApiError {
+    let status = error.suggested_status();
+    let status = if status == 500 { 400 } else { status };
+    ApiError::new(
+        status,
+        "invalid_request_error",
+        "bad_http_request",
+        format!("malformed HTTP request: {error}"),
+    )
+}
+
+fn timeout(what: &str, ms: u64) -> ApiError {
+    ApiError::new(
+        408,
+        "invalid_request_error",
+        "request_timeout",
+        format!("the request {what} did not arrive within {ms} ms"),
+    )
+}
+
+/// Reads into `buf`; `Ok(0)` at end of stream.
+async fn fill(read: &mut OwnedReadHalf<TcpStream>, buf: &mut BytesMut) -> std::io::Result<usize> {
+    buf.reserve(4096);
+    // Into the spare capacity: monoio reads into a `BytesMut` at its start.
+    let owned = std::mem::take(buf);
+    let (len, capacity) = (owned.len(), owned.capacity());
+    let (result, returned) = read.read(owned.slice_mut(len..capacity)).await;
+    *buf = returned.into_inner();
+    result
+}
+
+/// The next request; `None` when the client closed (or idled out) between
+/// requests.
+async fn read_request(
+    read: &mut OwnedReadHalf<TcpStream>,
+    buf: &mut BytesMut,
+    limits: &IngressLimits,
+    responder: &mut Responder,
+) -> Result<Option<Request>, ApiError> {
+    // Idle: wait for the first byte of the next request.
+    if buf.is_empty() {
+        let idle = Duration::from_millis(limits.idle_timeout_ms);
+        match monoio::time::timeout(idle, fill(read, buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Ok(None),
+        }
+    }
+    let head_deadline = Duration::from_millis(limits.head_timeout_ms);
+    let head = monoio::time::timeout(head_deadline, async {
+        loop {
+            match parse_request_head(buf, &limits.head) {
+                Ok(Some(head)) => return Ok(Some(head)),
+                Ok(None) => {}
+                Err(e) => return Err(framing_error(&e)),
+            }
+            match fill(read, buf).await {
+                Ok(n) if n > 0 => {}
+                // Closed mid-head: nothing to answer.
+                _ => return Ok(None),
+            }
+        }
+    })
+    .await
+    .map_err(|_| timeout("head", limits.head_timeout_ms))??;
+    let Some(head) = head else { return Ok(None) };
+    let framing = head.body();
+    if let BodyFraming::Length(len) = framing {
+        if len > limits.max_body_bytes as u64 {
+            return Err(too_large(limits));
+        }
+    }
+    if head.expects_continue() && framing != BodyFraming::Empty {
+        responder
+            .send(vec![Bytes::from_static(b"HTTP/1.1 100 Continue\r\n\r\n")])
+            .await;
+    }
+    let body = read_body(read, buf, framing, limits).await?;
+    Ok(Some(Request { head, body }))
+}
+
+fn too_large(limits: &IngressLimits) -> ApiError {
+    ApiError::new(
+        413,
+        "invalid_request_error",
+        "request_too_large",
+        format!(
+            "the request body is larger than {} bytes",
+            limits.max_body_bytes
+        ),
+    )
+}
+
+async fn read_body(
+    read: &mut OwnedReadHalf<TcpStream>,
+    buf: &mut BytesMut,
+    framing: BodyFraming,
+    limits: &IngressLimits,
+) -> Result<Bytes, ApiError> {
+    let mut decoder = match framing {
+        BodyFraming::Empty => return Ok(Bytes::new()),
+        BodyFraming::CloseDelimited => {
+            return Err(ApiError::new(
+                411,
+                "invalid_request_error",
+                "length_required",
+                "a request body needs Content-Length or chunked encoding",
+            ));
+        }
+        other => BodyDecoder::new(other),
+    };
+    let mut parts: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    let gap = Duration::from_millis(limits.body_timeout_ms);
+    loop {
+        match decoder.decode(buf).map_err(|e| framing_error(&e))? {
+            Some(BodyItem::Data(data)) => {
+                total += data.len();
+                if total > limits.max_body_bytes {
+                    return Err(too_large(limits));
+                }
+                parts.push(data);
+            }
+            Some(BodyItem::End) => break,
+            None => match monoio::time::timeout(gap, fill(read, buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => {
+                    return Err(ApiError::bad_request(
+                        "incomplete_body",
+                        "the connection closed before the request body ended",
+                    ));
+                }
+                Err(_) => return Err(timeout("body", limits.body_timeout_ms)),
+            },
+        }
+    }
+    Ok(match parts.len() {
+        0 => Bytes::new(),
+        1 => parts.pop().unwrap_or_default(),
+        _ => parts.concat().into(),
+    })
+}

@@ -1,0 +1,252 @@
+//! The OpenAI-compatible front door (F16, F17): HTTP/1.1 on every Edge
+//! core, one `SO_REUSEPORT` listener per core.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/chat/completions` | stream (SSE) or JSON |
+//! | `POST /v1/responses` | stream (SSE) or JSON |
+//! | `GET /v1/models` | the configured model groups |
+//! | `GET /healthz` | 200 while the process serves |
+//! | `GET /readyz` | 200 when some model has a provider on a ready node, else 503 |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! A request's `model` picks a model group; the pool leases a provider
+//! ([`crate::pool`]), and the provider's kind alone picks the wire (F17):
+//! OpenAI-compatible providers get a raw tunnel whose bytes reach the client
+//! untouched ([`tunnel`]); Ollama providers get a normalized run translated
+//! into the OpenAI shapes ([`normalized`]). Errors are OpenAI-shaped JSON
+//! with the right status ([`error`]).
+
+pub mod error;
+pub mod http;
+mod iovec;
+pub mod metrics;
+mod normalized;
+pub mod openai;
+mod tunnel;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use framing::http::Method;
+use monoio::net::TcpListener;
+use serde_json::json;
+
+use self::error::ApiError;
+use self::http::{Handler, IngressLimits, Request, Responder};
+use self::metrics::Metrics;
+use crate::config::{EdgeConfig, ProviderKind};
+use crate::dispatch::Dispatcher;
+use crate::pool::Pools;
+use crate::registry::NodeRegistry;
+
+/// What every core's ingress shares.
+#[derive(Debug)]
+pub struct IngressShared {
+    /// Live nodes.
+    pub registry: Arc<NodeRegistry<EdgeConfig>>,
+    /// Sends runs and tunnels to nodes.
+    pub dispatcher: Dispatcher<EdgeConfig>,
+    /// Model groups, capacity and leases.
+    pub pools: Arc<Pools>,
+    /// Request limits.
+    pub limits: IngressLimits,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Serves client connections accepted on `listener`, forever. Call inside
+/// a monoio runtime (one per core).
+pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<IngressShared>) {
+    let router = Rc::new(Router { shared });
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                let router = Rc::clone(&router);
+                monoio::spawn(async move {
+                    let limits = router.shared.limits;
+                    http::serve(stream, limits, &*router).await;
+                });
+            }
+            Err(error) => {
+                tracing::warn!(core = core_id, %error, "ingress accept failed");
+                monoio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The routes.
+#[derive(Debug)]
+struct Router {
+    shared: Arc<IngressShared>,
+}
+
+/// The API a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/chat/completions`.
+    Chat,
+    /// `/v1/responses`.
+    Responses,
+}
+
+impl Api {
+    /// Its path on the provider (and on the Edge).
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Chat => "/v1/chat/completions",
+            Self::Responses => "/v1/responses",
+        }
+    }
+
+    /// Its metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Chat => "chat_completions",
+            Self::Responses => "responses",
+        }
+    }
+}
+
+impl Handler for Router {
+    async fn handle(&self, request: Request, responder: &mut Responder) {
+        let path = request.head.path();
+        let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+        let method = request.head.method();
+        let route: Result<Option<Api>, ApiError> = match (path, method) {
+            (b"/v1/chat/completions", Method::Post) => Ok(Some(Api::Chat)),
+            (b"/v1/responses", Method::Post) => Ok(Some(Api::Responses)),
+            (b"/healthz", Method::Get | Method::Head) => {
+                responder
+                    .full(200, "application/json", br#"{"status":"ok"}"#.to_vec())
+                    .await;
+                Ok(None)
+            }
+            (b"/readyz", Method::Get | Method::Head) => {
+                self.readyz(responder).await;
+                Ok(None)
+            }
+            (b"/v1/models", Method::Get | Method::Head) => {
+                self.models(responder).await;
+                Ok(None)
+            }
+            (b"/metrics", Method::Get | Method::Head) => {
+                let text = self
+                    .shared
+                    .metrics
+                    .render(&self.shared.pools, &self.shared.registry);
+                responder
+                    .full(200, "text/plain; version=0.0.4", text.into_bytes())
+                    .await;
+                Ok(None)
+            }
+            (
+                b"/v1/chat/completions"
+                | b"/v1/responses"
+                | b"/healthz"
+                | b"/readyz"
+                | b"/v1/models"
+                | b"/metrics",
+                _,
+            ) => Err(ApiError::new(
+                405,
+                "invalid_request_error",
+                "method_not_allowed",
+                "method not allowed on this path",
+            )),
+            _ => Err(ApiError::new(
+                404,
+                "invalid_request_error",
+                "not_found",
+                format!("no route for {}", String::from_utf8_lossy(path)),
+            )),
+        };
+        match route {
+            Ok(Some(api)) => {
+                let status = self.completion(api, request, responder).await;
+                self.shared.metrics.request(api, status);
+            }
+            Ok(None) => {}
+            Err(error) => responder.error(&error).await,
+        }
+    }
+}
+
+impl Router {
+    /// Serves one completion request; returns the status answered (for
+    /// metrics).
+    async fn completion(&self, api: Api, request: Request, responder: &mut Responder) -> u16 {
+        let parsed = match openai::parse(&request.body) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                responder.error(&error).await;
+                return error.status;
+            }
+        };
+        let lease = match self
+            .shared
+            .pools
+            .acquire(&parsed.model, &self.shared.registry)
+            .await
+        {
+            Ok(lease) => lease,
+            Err(error) => {
+                let error = ApiError::from(error);
+                responder.error(&error).await;
+                return error.status;
+            }
+        };
+        let shared = &self.shared;
+        match lease.provider().kind {
+            ProviderKind::Ollama => normalized::serve(shared, api, parsed, lease, responder).await,
+            ProviderKind::OpenaiCompat | ProviderKind::Vllm => {
+                tunnel::serve(shared, api, parsed, request.body, lease, responder).await
+            }
+        }
+    }
+
+    async fn readyz(&self, responder: &mut Responder) {
+        let ready = self.shared.registry.ready_nodes();
+        let serving = self.shared.pools.groups().into_iter().any(|group| {
+            group
+                .providers()
+                .iter()
+                .any(|p| ready.iter().any(|(id, _, _)| *id == p.node_id))
+        });
+        let (status, body) = if serving {
+            (200, json!({"status": "ready", "ready_nodes": ready.len()}))
+        } else {
+            (
+                503,
+                json!({"status": "not_ready", "ready_nodes": ready.len()}),
+            )
+        };
+        responder
+            .full(status, "application/json", body.to_string().into_bytes())
+            .await;
+    }
+
+    async fn models(&self, responder: &mut Responder) {
+        let data: Vec<_> = self
+            .shared
+            .pools
+            .groups()
+            .into_iter()
+            .map(|group| {
+                json!({"id": group.name, "object": "model", "created": 0, "owned_by": "iop"})
+            })
+            .collect();
+        let body = json!({"object": "list", "data": data});
+        responder
+            .full(200, "application/json", body.to_string().into_bytes())
+            .await;
+    }
+}
+
+/// Seconds since the Unix epoch, for `created` fields.
+pub(crate) fn unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
