@@ -55,3 +55,4 @@ pub mod link;
 pub mod provider_http;
 pub mod runs;
 pub mod store;
+pub mod tunnel;

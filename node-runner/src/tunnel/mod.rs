@@ -1,0 +1,462 @@
+//! The raw provider tunnel (F16, F18): one `ProviderTunnelRequest` executed
+//! against an OpenAI-compatible provider and relayed, byte for byte, as
+//! ordered `ProviderTunnelFrame`s.
+//!
+//! [`run_tunnel`] is self-contained: the run manager gives it the core's
+//! [`ProviderClient`], the named adapter ([`TunnelTarget`]), the stream's
+//! [`Credit`], a cancel future and a [`TunnelSink`]; it returns a
+//! [`TunnelOutcome`] for the run store.
+//!
+//! # Frames, in order
+//! 1. `status` — the provider's final status code;
+//! 2. `headers` — the provider's header fields minus hop-by-hop ones
+//!    (`Connection`, `Keep-Alive`, `Transfer-Encoding`, `TE`, `Trailer`,
+//!    `Upgrade`, `Proxy-Connection`, `Host`), and minus `Content-Length`
+//!    when bytes may be cut (a stripped SSE body); otherwise a
+//!    `Content-Length` present is exactly the sum of the body frames;
+//! 3. `body` × 0..n — via [`TunnelSink::body`]: the provider's de-chunked
+//!    bytes, as zero-copy slices of the HTTP client's receive buffer, at most
+//!    [`TunnelLimits::max_body_chunk`] each and never beyond the [`Credit`];
+//! 4. `usage` × 0..n — a provider usage-only SSE event seen (F18);
+//! 5. exactly one terminal: `end` (with the last usage seen) or `error`
+//!    (a typed `ExecutionFailure`). Nothing follows it.
+//!
+//! Validation failures produce a lone `error` terminal, before any provider
+//! call: unknown adapter (`UNKNOWN_ADAPTER`), an adapter that is not
+//! OpenAI-compatible or has `supports_tunnel` off (`UNSUPPORTED`), a target
+//! it does not serve (`UNKNOWN_TARGET`), a raw stall timeout over 24 h, a
+//! method that is not a token, a path not starting with `/` or with
+//! CR/LF/space/control bytes, a bad header (`INVALID_REQUEST`). A failed
+//! connect or head is an `error` after no other frame (`PROVIDER_UNREACHABLE`
+//! / `PROVIDER_MALFORMED`, as for runs).
+//!
+//! # Provider HTTP errors are relayed
+//! A 4xx/5xx answer is still a faithful tunnel: `status`, `headers`, the
+//! error body, then `end`. The client sees exactly what the provider said;
+//! the Edge reads the status for provider health (5xx counts against the
+//! provider, 4xx does not). Usage is only looked for in 2xx bodies.
+//!
+//! # Request
+//! Method, path and body are the request's; headers are the adapter's
+//! configured ones first, then the request's, except hop-by-hop fields and
+//! any name the adapter configures (a request never overrides a configured
+//! credential). With `extract_usage` or `strip_usage_event`, the request's
+//! `Accept-Encoding` is replaced by `identity` (usage is read from the
+//! bytes), and a response with any other `Content-Encoding` is relayed
+//! without usage observation.
+//!
+//! # Usage (F18)
+//! With `extract_usage`, an SSE body (`text/event-stream`) is observed on the
+//! side ([`framing::sse::SseObserver`]); every event whose data has a
+//! top-level OpenAI `usage` object updates the usage for `end`, and a
+//! usage-only event (empty `choices`) also yields a `usage` frame. With
+//! `strip_usage_event`, that usage-only event is cut out of the relayed body
+//! (the only place bytes are cut; see [`MAX_HELD_EVENT`] for the hold-back
+//! bound). A non-SSE 2xx body is kept aside as refcounted slices up to
+//! [`MAX_JSON_USAGE_BODY`] and its `usage` read at the end (over the cap:
+//! no usage). The relayed bytes are never changed otherwise.
+//!
+//! # Flow control
+//! See [`Credit`]: the tunnel reads from the provider only while the
+//! stream has credit, and splits a chunk to the credit left (strict window,
+//! never overdrawn).
+//!
+//! # Stops
+//! The cancel future (CANCEL_RUN on the stream, or the link closing) ends
+//! the tunnel with an `error` terminal coded `CANCELLED` (side `EDGE`); the
+//! hard timeout (`hard_timeout_ms`, else the provider's
+//! `request_timeout_ms`; 0 for both = none) with `HARD_TIMEOUT` (side
+//! `PROVIDER`). Either way the provider response is dropped at once, which
+//! closes its connection: the provider sees the client leave.
+//!
+//! # Not here
+//! Admission by `max_concurrency`, routing `WindowUpdate`s and cancels to
+//! the stream, the stall watchdog (every sink call is progress; the raw
+//! stall timeout is validated here, [`effective_stall_timeout_ms`] gives the
+//! value to arm), the run store record and frame encoding are the run
+//! manager's and the link's.
+
+mod credit;
+mod request;
+mod sse_tap;
+#[cfg(test)]
+mod tests;
+mod usage;
+
+use std::future::{Future, pending};
+use std::time::Duration;
+
+use bytes::Bytes;
+use framing::http::Headers;
+use proto::v1::{
+    AdapterKind, ExecutionFailure, FailureCode, FailureSide, Header, NodeConfigPayload,
+    ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
+    provider_tunnel_frame::Frame,
+};
+
+pub use credit::Credit;
+pub use request::{DEFAULT_STALL_TIMEOUT_MS, MAX_STALL_TIMEOUT_MS};
+pub use sse_tap::{MAX_HELD_EVENT, OBSERVER_LIMIT};
+pub use usage::MAX_JSON_USAGE_BODY;
+
+use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};
+use crate::provider_http::{ProviderClient, ProviderResponse};
+use request::{Prepared, is_hop_by_hop, prepare};
+use sse_tap::{Seen, SseTap};
+use usage::JsonTap;
+
+/// Initial per-stream window when the config says 0, in bytes.
+pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
+
+/// Largest body frame payload when the config says 0, in bytes.
+pub const DEFAULT_MAX_BODY_CHUNK: usize = 64 * 1024;
+
+/// Room for a body frame's head (length prefix, stream id, tags, lengths).
+const BODY_FRAME_OVERHEAD: usize = 64;
+
+/// Where a tunnel's frames go, in order (see the module docs). The link
+/// wiring encodes `frame`s with `FrameEncoder::encode` and `body`s with
+/// `FrameEncoder::encode_tunnel_body` (body uncopied).
+pub trait TunnelSink {
+    /// A non-body frame: status, headers, usage, end or error.
+    fn frame(&mut self, frame: ProviderTunnelFrame);
+    /// A body slice: provider bytes, uncopied.
+    fn body(&mut self, body: Bytes);
+}
+
+/// Per-connection tunnel settings, from the `NodeConfigPayload`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelLimits {
+    /// Window of a stream whose request says 0.
+    pub initial_window: u32,
+    /// Largest body slice handed to the sink.
+    pub max_body_chunk: usize,
+}
+
+impl Default for TunnelLimits {
+    fn default() -> Self {
+        Self {
+            initial_window: DEFAULT_INITIAL_WINDOW,
+            max_body_chunk: DEFAULT_MAX_BODY_CHUNK,
+        }
+    }
+}
+
+impl TunnelLimits {
+    /// The limits of `config` (0 = the defaults), with body slices kept
+    /// small enough for a frame under `max_frame_len` (the Edge's).
+    pub fn from_config(config: &NodeConfigPayload, max_frame_len: usize) -> Self {
+        let window = match config.initial_stream_window {
+            0 => DEFAULT_INITIAL_WINDOW,
+            w => w,
+        };
+        let chunk = match config.max_body_chunk {
+            0 => DEFAULT_MAX_BODY_CHUNK,
+            c => c as usize,
+        };
+        Self {
+            initial_window: window,
+            max_body_chunk: chunk
+                .min(max_frame_len.saturating_sub(BODY_FRAME_OVERHEAD))
+                .max(1),
+        }
+    }
+
+    /// The initial window of `request`'s stream: its own, or the default.
+    pub fn window_for(&self, request: &ProviderTunnelRequest) -> u32 {
+        match request.initial_window {
+            0 => self.initial_window,
+            w => w,
+        }
+    }
+}
+
+/// The adapter a tunnel request names, as the run manager holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct TunnelTarget<'a> {
+    /// Its settings (base URL, configured headers, `supports_tunnel`).
+    pub config: &'a AdapterConfig,
+    /// Its kind: only `OPENAI_COMPAT` and `VLLM` serve tunnels.
+    pub kind: AdapterKind,
+    /// The provider's `request_timeout_ms` (hard timeout when the request
+    /// sets none; 0 = none).
+    pub request_timeout_ms: u64,
+}
+
+impl<'a> TunnelTarget<'a> {
+    /// The target of `adapter`.
+    pub fn of(adapter: &'a AnyAdapter, request_timeout_ms: u64) -> Self {
+        Self {
+            config: adapter.config(),
+            kind: adapter.kind(),
+            request_timeout_ms,
+        }
+    }
+}
+
+/// How a tunnel ended, for the run store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TunnelOutcome {
+    /// The provider's response was relayed to its end (`end` terminal),
+    /// whatever its status.
+    Completed {
+        /// The provider's status code.
+        status: u16,
+        /// The last usage the provider reported, if any was observed.
+        usage: Option<Usage>,
+    },
+    /// An `error` terminal other than a cancel.
+    Failed(ExecutionFailure),
+    /// Cancelled (an `error` terminal coded `CANCELLED`).
+    Cancelled,
+}
+
+/// F20: the stall timeout `request` asks for (0 = the default); `None` when
+/// it is invalid (over [`MAX_STALL_TIMEOUT_MS`]).
+pub fn effective_stall_timeout_ms(request: &ProviderTunnelRequest) -> Option<u64> {
+    match request.response_stall_timeout_ms {
+        0 => Some(DEFAULT_STALL_TIMEOUT_MS),
+        ms if ms > MAX_STALL_TIMEOUT_MS => None,
+        ms => Some(ms),
+    }
+}
+
+/// Runs one tunnel to its terminal; see the module docs for the frames and
+/// the stops. `target` is `None` when the request's adapter is unknown.
+/// `credit` is the stream's window (build it with
+/// [`TunnelLimits::window_for`] and feed it the stream's `WindowUpdate`s);
+/// `cancel` completes on CANCEL_RUN or when the link closes.
+///
+/// Exactly one terminal reaches `sink`, last.
+pub async fn run_tunnel<S: TunnelSink>(
+    client: &ProviderClient,
+    target: Option<TunnelTarget<'_>>,
+    request: ProviderTunnelRequest,
+    limits: TunnelLimits,
+    credit: &Credit,
+    cancel: impl Future<Output = ()>,
+    sink: &mut S,
+) -> TunnelOutcome {
+    let prepared = match prepare(target, &request) {
+        Ok(prepared) => prepared,
+        Err(failure) => return fail(sink, failure),
+    };
+    let hard_ms = prepared.hard_timeout_ms;
+    let deadline = async {
+        match hard_ms {
+            0 => pending().await,
+            ms => monoio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    };
+    let relay = Relay {
+        sink: &mut *sink,
+        credit,
+        max_chunk: limits.max_body_chunk.max(1),
+    };
+    let stopped = monoio::select! {
+        outcome = relay.run(client, prepared, &request) => return outcome,
+        () = cancel => None,
+        () = deadline => Some(hard_ms),
+    };
+    match stopped {
+        None => {
+            sink.frame(error_frame(failure(
+                FailureCode::Cancelled,
+                FailureSide::Edge,
+                "the tunnel was cancelled",
+            )));
+            TunnelOutcome::Cancelled
+        }
+        Some(ms) => fail(
+            sink,
+            failure(
+                FailureCode::HardTimeout,
+                FailureSide::Provider,
+                format!("the tunnel exceeded its hard timeout of {ms} ms"),
+            ),
+        ),
+    }
+}
+
+fn fail(sink: &mut impl TunnelSink, failure: ExecutionFailure) -> TunnelOutcome {
+    sink.frame(error_frame(failure.clone()));
+    TunnelOutcome::Failed(failure)
+}
+
+fn error_frame(failure: ExecutionFailure) -> ProviderTunnelFrame {
+    ProviderTunnelFrame {
+        frame: Some(Frame::Error(failure)),
+    }
+}
+
+fn frame(frame: Frame) -> ProviderTunnelFrame {
+    ProviderTunnelFrame { frame: Some(frame) }
+}
+
+/// How a response body is observed.
+#[derive(Debug)]
+enum Tap {
+    /// Relayed as read, nothing looked at.
+    Plain,
+    /// A non-SSE body kept aside for its usage.
+    Json(JsonTap),
+    /// An SSE body observed (and maybe stripped).
+    Sse(Box<SseTap>),
+}
+
+/// The relay of one admitted request; owns the sink until the terminal.
+struct Relay<'a, S> {
+    sink: &'a mut S,
+    credit: &'a Credit,
+    max_chunk: usize,
+}
+
+impl<S: TunnelSink> Relay<'_, S> {
+    async fn run(
+        self,
+        client: &ProviderClient,
+        prepared: Prepared,
+        request: &ProviderTunnelRequest,
+    ) -> TunnelOutcome {
+        let Self {
+            sink,
+            credit,
+            max_chunk,
+        } = self;
+        let mut response = match client.request(prepared.request).await {
+            Ok(response) => response,
+            Err(error) => return fail(sink, transport_failure(&error)),
+        };
+        let status = response.status();
+        let mut tap = choose_tap(&response, request);
+        sink.frame(frame(Frame::Status(TunnelStatus {
+            code: u32::from(status),
+        })));
+        let cuts = matches!(tap, Tap::Sse(_)) && request.strip_usage_event;
+        sink.frame(frame(Frame::Headers(TunnelHeaders {
+            headers: relayed_headers(response.headers(), cuts),
+        })));
+        let mut send = Sender {
+            sink,
+            credit,
+            max_chunk,
+        };
+        let mut out = Vec::new();
+        let mut seen = Seen::default();
+        loop {
+            // Read only with credit: a spent window pauses this provider.
+            credit.ready().await;
+            let next = response.next_chunk().await;
+            match (next, &mut tap) {
+                (Some(Ok(chunk)), Tap::Plain) => send.body(chunk).await,
+                (Some(Ok(chunk)), Tap::Json(json)) => {
+                    json.feed(&chunk);
+                    send.body(chunk).await;
+                }
+                (Some(Ok(chunk)), Tap::Sse(sse)) => {
+                    sse.feed(chunk, &mut out, &mut seen);
+                    for piece in out.drain(..) {
+                        send.body(piece).await;
+                    }
+                    for usage in seen.usage_events.drain(..) {
+                        send.sink.frame(frame(Frame::Usage(usage)));
+                    }
+                }
+                (Some(Err(error)), _) => {
+                    // What was read so far goes out before the error.
+                    if let Tap::Sse(sse) = &mut tap {
+                        sse.finish(&mut out);
+                        for piece in out.drain(..) {
+                            send.body(piece).await;
+                        }
+                    }
+                    drop(response);
+                    return fail(send.sink, transport_failure(&error));
+                }
+                (None, _) => break,
+            }
+        }
+        let usage = match &mut tap {
+            Tap::Plain => None,
+            Tap::Json(json) => json.finish(),
+            Tap::Sse(sse) => {
+                sse.finish(&mut out);
+                for piece in out.drain(..) {
+                    send.body(piece).await;
+                }
+                sse.last_usage()
+            }
+        };
+        drop(response);
+        send.sink.frame(frame(Frame::End(TunnelEnd { usage })));
+        TunnelOutcome::Completed { status, usage }
+    }
+}
+
+/// Hands body bytes to the sink in slices that fit the credit and the
+/// chunk limit.
+struct Sender<'a, S> {
+    sink: &'a mut S,
+    credit: &'a Credit,
+    max_chunk: usize,
+}
+
+impl<S: TunnelSink> Sender<'_, S> {
+    async fn body(&mut self, mut bytes: Bytes) {
+        while !bytes.is_empty() {
+            self.credit.ready().await;
+            let credit = usize::try_from(self.credit.available()).unwrap_or(usize::MAX);
+            let n = bytes.len().min(self.max_chunk).min(credit);
+            // `split_to` shares the buffer: no copy, also for the whole.
+            let piece = bytes.split_to(n);
+            self.credit.spend(n);
+            self.sink.body(piece);
+        }
+    }
+}
+
+/// Which [`Tap`] a response gets: observation only for a 2xx,
+/// identity-encoded body when the request asked for usage.
+fn choose_tap(response: &ProviderResponse, request: &ProviderTunnelRequest) -> Tap {
+    let headers = response.headers();
+    let identity = headers
+        .get("content-encoding")
+        .is_none_or(|v| v.trim_ascii().eq_ignore_ascii_case(b"identity"));
+    let wanted = request.extract_usage || request.strip_usage_event;
+    if !(200..300).contains(&response.status()) || !identity || !wanted {
+        return Tap::Plain;
+    }
+    let sse = headers.get("content-type").is_some_and(|v| {
+        let v = v.trim_ascii();
+        v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream")
+    });
+    if sse {
+        Tap::Sse(Box::new(SseTap::new(request.strip_usage_event)))
+    } else if request.extract_usage {
+        Tap::Json(JsonTap::default())
+    } else {
+        Tap::Plain
+    }
+}
+
+/// The provider's fields minus hop-by-hop ones (and those the provider's
+/// `Connection` names), and minus `Content-Length` when `cuts`.
+fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
+    let named_by_connection = |name: &[u8]| {
+        headers.get_all("connection").any(|v| {
+            v.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+        })
+    };
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !is_hop_by_hop(name) && !named_by_connection(name)
+                || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
+        })
+        .map(|(name, value)| Header {
+            name: String::from_utf8_lossy(name).into_owned(),
+            value: Bytes::copy_from_slice(value),
+        })
+        .collect()
+}

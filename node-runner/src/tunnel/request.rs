@@ -1,0 +1,176 @@
+//! Checking a `ProviderTunnelRequest` and turning it into the provider
+//! request, before any byte goes to the provider (F16, F20).
+
+use bytes::Bytes;
+use proto::v1::{AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderTunnelRequest};
+
+use super::TunnelTarget;
+use crate::adapter::failure;
+use crate::provider_http::ProviderRequest;
+
+/// F20: the stall timeout a wire value of 0 means, in ms.
+pub const DEFAULT_STALL_TIMEOUT_MS: u64 = proto::DEFAULT_RESPONSE_STALL_TIMEOUT_MS;
+
+/// F20: the largest raw stall timeout accepted (24 h).
+pub const MAX_STALL_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Longest method token accepted.
+const MAX_METHOD_LEN: usize = 32;
+
+/// Longest path (with query) accepted.
+const MAX_PATH_LEN: usize = 8 * 1024;
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1) and the fields the HTTP client frames
+/// the message with: never forwarded in either direction.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// Whether `name` is a hop-by-hop or framing field.
+pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| h.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// A checked request, ready to send.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) request: ProviderRequest,
+    /// The effective hard timeout, 0 = none.
+    pub(crate) hard_timeout_ms: u64,
+}
+
+fn invalid(code: FailureCode, message: String) -> ExecutionFailure {
+    failure(code, FailureSide::Client, message)
+}
+
+/// Checks `request` against `target` and builds the provider request: the
+/// adapter's base URL, its configured headers first, then the request's
+/// end-to-end headers except hop-by-hop ones and any the adapter configures
+/// itself (so a request never overrides a configured credential).
+pub(crate) fn prepare(
+    target: Option<TunnelTarget<'_>>,
+    request: &ProviderTunnelRequest,
+) -> Result<Prepared, ExecutionFailure> {
+    let Some(target) = target else {
+        return Err(invalid(
+            FailureCode::UnknownAdapter,
+            format!("no adapter named {:?} on this node", request.adapter),
+        ));
+    };
+    let config = target.config;
+    let openai = matches!(target.kind, AdapterKind::OpenaiCompat | AdapterKind::Vllm);
+    if !openai || !config.supports_tunnel {
+        return Err(invalid(
+            FailureCode::Unsupported,
+            format!(
+                "adapter {:?} does not serve raw tunnels (kind {}, supports_tunnel {})",
+                request.adapter,
+                target.kind.as_str_name(),
+                config.supports_tunnel
+            ),
+        ));
+    }
+    if !request.target.is_empty() && !config.serves(&request.target) {
+        return Err(invalid(
+            FailureCode::UnknownTarget,
+            format!(
+                "adapter {:?} does not serve target {:?}",
+                request.adapter, request.target
+            ),
+        ));
+    }
+    if super::effective_stall_timeout_ms(request).is_none() {
+        return Err(invalid(
+            FailureCode::InvalidRequest,
+            format!(
+                "response_stall_timeout_ms {} is over the maximum {MAX_STALL_TIMEOUT_MS}",
+                request.response_stall_timeout_ms
+            ),
+        ));
+    }
+    let method = &request.method;
+    if method.is_empty() || method.len() > MAX_METHOD_LEN || !method.bytes().all(is_tchar) {
+        return Err(invalid(
+            FailureCode::InvalidRequest,
+            "tunnel method is not an HTTP token".into(),
+        ));
+    }
+    let path = &request.path;
+    if !path.starts_with('/')
+        || path.len() > MAX_PATH_LEN
+        || !path.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(invalid(
+            FailureCode::InvalidRequest,
+            "tunnel path must start with / and hold only visible ASCII (no CR, LF or spaces)"
+                .into(),
+        ));
+    }
+    let mut provider = config.request("GET", path);
+    provider.method = method.clone().into();
+    provider.body = request.body.clone();
+    let observes = request.extract_usage || request.strip_usage_event;
+    for header in &request.headers {
+        let name = header.name.as_bytes();
+        if name.is_empty() || !name.iter().copied().all(is_tchar) {
+            return Err(invalid(
+                FailureCode::InvalidRequest,
+                "tunnel header name is not an HTTP token".into(),
+            ));
+        }
+        if header
+            .value
+            .iter()
+            .any(|&b| b == b'\r' || b == b'\n' || b == 0)
+        {
+            return Err(invalid(
+                FailureCode::InvalidRequest,
+                format!(
+                    "tunnel header {:?} has CR, LF or NUL in its value",
+                    header.name
+                ),
+            ));
+        }
+        let configured = config
+            .headers
+            .iter()
+            .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name));
+        // Usage is read from the bytes: ask for them uncompressed.
+        let encoding = observes && name.eq_ignore_ascii_case(b"accept-encoding");
+        if configured || encoding || is_hop_by_hop(name) {
+            continue;
+        }
+        provider
+            .headers
+            .push((Bytes::copy_from_slice(name), header.value.clone()));
+    }
+    if observes {
+        provider.headers.push((
+            Bytes::from_static(b"accept-encoding"),
+            Bytes::from_static(b"identity"),
+        ));
+    }
+    let hard_timeout_ms = match request.hard_timeout_ms {
+        0 => target.request_timeout_ms,
+        ms => ms,
+    };
+    Ok(Prepared {
+        request: provider,
+        hard_timeout_ms,
+    })
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}

@@ -1,0 +1,278 @@
+//! [`SseTap`]: watches a relayed SSE body for usage (F18) and, when asked,
+//! cuts the provider's usage-only event out of it — by slicing, never by
+//! copying.
+//!
+//! Two scanners look at every byte of the provider's stream, whatever is
+//! relayed: framing's [`SseObserver`] parses the events (data lines,
+//! comments, CR/LF rules), and a small boundary scanner here finds where each
+//! event ends (the blank line that dispatches it). Each chunk is fed to the
+//! observer one event at a time, so when the observer dispatches an event,
+//! its byte range in the stream is known.
+//!
+//! # Stripping
+//! With `strip`, an event whose data is a JSON object with a `usage` object
+//! and empty (or no) `choices` is dropped from the output, blank line
+//! included, and reported as a usage observation instead. Everything else is
+//! relayed as the provider sent it. An event that lies in one chunk is cut
+//! out by slicing the chunk around it. An event that spans chunks must be
+//! seen whole before it can be judged, so the part of an unfinished event at
+//! the end of a chunk is **held back** (kept as slices, not copied) until its
+//! end arrives, then relayed or dropped — unless its bytes already show a
+//! non-empty `choices` array (`"choices":[{`, the case of every token event
+//! once past its first hundred bytes or so), which rules it out: then it is
+//! relayed at once. The bound: at most [`MAX_HELD_EVENT`] bytes per stream.
+//! An unfinished event longer than that is relayed as it comes and never
+//! stripped (a usage-only event is a few hundred bytes). Without `strip`
+//! nothing is held: every byte is relayed the moment it is read.
+//!
+//! Holding a slice keeps the HTTP client's receive buffer referenced, so the
+//! client's next read goes to a fresh buffer instead of reusing it: an
+//! allocation, never a copy. Releasing ruled-out events at once keeps that
+//! rare (`perf/tests/tunnel.rs` counts allocations).
+//!
+//! # Limits
+//! The observer keeps at most [`OBSERVER_LIMIT`] bytes of a line and of an
+//! event's data. A provider that breaks either stops the observation (no more
+//! usage, no more stripping); the relay goes on unchanged.
+
+use bytes::Bytes;
+use framing::sse::{SseConfig, SseItemRef, SseObserver};
+use proto::v1::Usage;
+
+use super::usage::{Observed, observe};
+
+/// Most bytes of an unfinished event held back while stripping.
+pub const MAX_HELD_EVENT: usize = 64 * 1024;
+
+/// The observer's line and data limits, per tunnel.
+pub const OBSERVER_LIMIT: usize = 1024 * 1024;
+
+/// What the tap reports besides the bytes to relay.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    /// Usage of the usage-only events completed by the last feed, in order
+    /// (each becomes a `usage` frame).
+    pub(crate) usage_events: Vec<Usage>,
+}
+
+/// The usage observer and stripper of one SSE body; see the module docs.
+#[derive(Debug)]
+pub(crate) struct SseTap {
+    observer: SseObserver,
+    strip: bool,
+    /// No byte in the current line yet (stream start counts as a line start).
+    line_empty: bool,
+    /// The last chunk ended with a CR line ending: an LF that starts the
+    /// next chunk belongs to it.
+    after_cr: bool,
+    /// That CR ended an event that was cut: cut the LF too.
+    cut_lf: bool,
+    /// Held-back parts of the unfinished event (strip mode).
+    held: Vec<Bytes>,
+    held_len: usize,
+    /// The unfinished event is relayed as it comes: it outgrew
+    /// [`MAX_HELD_EVENT`] or is known not to be usage-only.
+    passthrough: bool,
+    /// The unfinished event began in an earlier chunk.
+    event_open: bool,
+    /// The observer failed: relay everything unchanged from now on.
+    failed: bool,
+    /// The last usage any event reported.
+    last: Option<Usage>,
+}
+
+impl SseTap {
+    /// A tap; `strip` cuts usage-only events out of the output.
+    pub(crate) fn new(strip: bool) -> Self {
+        let config = SseConfig::new()
+            .with_max_line_len(OBSERVER_LIMIT)
+            .with_max_data_len(OBSERVER_LIMIT);
+        Self {
+            observer: SseObserver::with_config(config),
+            strip,
+            line_empty: true,
+            after_cr: false,
+            cut_lf: false,
+            held: Vec::new(),
+            held_len: 0,
+            passthrough: false,
+            event_open: false,
+            failed: false,
+            last: None,
+        }
+    }
+
+    /// The last usage seen (for the `end` frame).
+    pub(crate) fn last_usage(&self) -> Option<Usage> {
+        self.last
+    }
+
+    /// Bytes currently held back.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held_len
+    }
+
+    /// Takes the next chunk of the stream: pushes what to relay now onto
+    /// `out` (slices of `chunk` and of earlier held chunks, in stream order)
+    /// and records usage in `seen`.
+    pub(crate) fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>, seen: &mut Seen) {
+        if self.failed {
+            push(out, chunk);
+            return;
+        }
+        let len = chunk.len();
+        let mut pos = 0;
+        // Start of the chunk bytes not yet relayed or dropped.
+        let mut emit_from = 0;
+        // Start of the bytes not yet shown to the observer.
+        let mut fed = 0;
+        if std::mem::take(&mut self.after_cr) && chunk.first() == Some(&b'\n') {
+            pos = 1;
+            if self.cut_lf {
+                emit_from = 1;
+            }
+        }
+        self.cut_lf = false;
+        // Where the unfinished event starts in this chunk; `None` when it
+        // began in an earlier one.
+        let mut event_start = (!self.event_open).then_some(pos);
+        while pos < len {
+            let Some(i) = chunk[pos..].iter().position(|&b| b == b'\n' || b == b'\r') else {
+                self.line_empty = false;
+                break;
+            };
+            if i > 0 {
+                self.line_empty = false;
+            }
+            let at = pos + i;
+            pos = at + 1;
+            if chunk[at] == b'\r' {
+                if pos == len {
+                    self.after_cr = true;
+                } else if chunk[pos] == b'\n' {
+                    pos += 1;
+                }
+            }
+            if !std::mem::replace(&mut self.line_empty, true) {
+                continue;
+            }
+            // A blank line: an event ends at `pos`.
+            let Some(observed) = self.observe(&chunk[fed..pos]) else {
+                return self.give_up(chunk, emit_from, out);
+            };
+            fed = pos;
+            let usage_only = observed.as_ref().is_some_and(|o| o.usage_only);
+            if let Some(o) = observed {
+                self.last = Some(o.usage);
+                if o.usage_only {
+                    seen.usage_events.push(o.usage);
+                }
+            }
+            if self.strip && usage_only && !self.passthrough {
+                self.held.clear();
+                self.held_len = 0;
+                if let Some(start) = event_start {
+                    push(out, chunk.slice(emit_from..start));
+                }
+                emit_from = pos;
+                self.cut_lf = self.after_cr;
+            } else {
+                self.flush(out);
+            }
+            self.passthrough = false;
+            event_start = Some(pos);
+        }
+        if self.observe(&chunk[fed..]).is_none() {
+            return self.give_up(chunk, emit_from, out);
+        }
+        // The tail: the unfinished event's bytes in this chunk (from
+        // `emit_from` when it began in an earlier chunk).
+        let tail_start = event_start.unwrap_or(emit_from);
+        self.event_open = event_start.is_none_or(|start| start < len);
+        if !self.strip || self.passthrough {
+            push(out, chunk.slice(emit_from..));
+            return;
+        }
+        push(out, chunk.slice(emit_from..tail_start));
+        let tail = chunk.slice(tail_start..);
+        if tail.is_empty() {
+            return;
+        }
+        if self.held_len + tail.len() > MAX_HELD_EVENT || has_choices(&tail) {
+            self.flush(out);
+            push(out, tail);
+            self.passthrough = true;
+        } else {
+            self.held_len += tail.len();
+            self.held.push(tail);
+        }
+    }
+
+    /// End of the body: relays what is held (an unfinished event is the
+    /// provider's bytes too) and ends the observation.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Bytes>) {
+        self.flush(out);
+        self.observer.finish();
+    }
+
+    /// Shows `bytes` to the observer; `None` when it failed, else the usage
+    /// of the event it dispatched, if any.
+    #[allow(clippy::option_option)]
+    fn observe(&mut self, bytes: &[u8]) -> Option<Option<Observed>> {
+        let mut observed = None;
+        let result = self.observer.feed(bytes, |item| {
+            if let SseItemRef::Event(event) = item {
+                if !event.is_done() {
+                    if let Some(o) = observe(event.data) {
+                        observed = Some(o);
+                    }
+                }
+            }
+        });
+        result.ok().map(|()| observed)
+    }
+
+    /// The observer failed: relay the rest of this chunk and everything
+    /// after it unchanged.
+    fn give_up(&mut self, chunk: Bytes, emit_from: usize, out: &mut Vec<Bytes>) {
+        self.failed = true;
+        self.flush(out);
+        push(out, chunk.slice(emit_from..));
+    }
+
+    fn flush(&mut self, out: &mut Vec<Bytes>) {
+        self.held_len = 0;
+        for part in self.held.drain(..) {
+            push(out, part);
+        }
+    }
+}
+
+/// Whether `bytes` show a non-empty `choices` array (`"choices": [` then
+/// anything but `]`): such an event is not the usage-only one, so it need
+/// not be held. Raw `"choices"` cannot occur inside a JSON string (its quotes
+/// would be escaped), only as a key.
+fn has_choices(bytes: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"choices\"";
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        rest = &rest[at + KEY.len()..];
+        let Some(value) = rest.trim_ascii_start().strip_prefix(b":") else {
+            continue;
+        };
+        let Some(items) = value.trim_ascii_start().strip_prefix(b"[") else {
+            continue;
+        };
+        if items.trim_ascii_start().first().is_some_and(|&b| b != b']') {
+            return true;
+        }
+    }
+    false
+}
+
+fn push(out: &mut Vec<Bytes>, bytes: Bytes) {
+    if !bytes.is_empty() {
+        out.push(bytes);
+    }
+}

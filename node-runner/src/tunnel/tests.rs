@@ -1,0 +1,279 @@
+//! The SSE tap (stripping by slicing) and the request checks, without
+//! sockets. The tunnel against a real provider is in `perf/tests/tunnel.rs`.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use proto::v1::{AdapterKind, FailureCode, Header, ProviderTunnelRequest, Usage};
+
+use super::request::prepare;
+use super::sse_tap::{MAX_HELD_EVENT, Seen, SseTap};
+use super::{TunnelLimits, TunnelTarget};
+use crate::adapter::AdapterConfig;
+use crate::provider_http::BaseUrl;
+
+const USAGE_EVENT: &str = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":2,\
+    \"completion_tokens\":3,\"completion_tokens_details\":{\"reasoning_tokens\":1}}}";
+
+fn usage() -> Usage {
+    Usage {
+        input_tokens: 2,
+        output_tokens: 3,
+        reasoning_tokens: Some(1),
+        cached_input_tokens: None,
+    }
+}
+
+/// A stream of `tokens` token events, the usage event, `[DONE]`, with
+/// `eol` as every line ending; and the same stream without the usage event.
+fn stream(tokens: usize, eol: &str) -> (String, String) {
+    let token = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"tok \"}}}}]}}{eol}{eol}");
+    let usage = format!("{USAGE_EVENT}{eol}{eol}");
+    let done = format!("data: [DONE]{eol}{eol}");
+    let body = token.repeat(tokens);
+    (format!("{body}{usage}{done}"), format!("{body}{done}"))
+}
+
+/// Feeds `input` cut at `cuts`; returns the relayed bytes, the usage events
+/// and whether every relayed slice points into the input chunks.
+fn run(tap: &mut SseTap, input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<Usage>, bool) {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    for &cut in cuts.iter().chain([&input.len()]) {
+        let cut = cut.clamp(start, input.len());
+        chunks.push(Bytes::copy_from_slice(&input[start..cut]));
+        start = cut;
+    }
+    let mut out = Vec::new();
+    let mut seen = Seen::default();
+    for chunk in &chunks {
+        tap.feed(chunk.clone(), &mut out, &mut seen);
+    }
+    tap.finish(&mut out);
+    let uncopied = out.iter().all(|piece| {
+        chunks.iter().any(|c| {
+            let (c, p) = (c.as_ptr_range(), piece.as_ptr_range());
+            c.start <= p.start && p.end <= c.end
+        })
+    });
+    let bytes = out.iter().flat_map(|b| b.iter().copied()).collect();
+    (bytes, seen.usage_events, uncopied)
+}
+
+#[test]
+fn strips_the_usage_event_inside_one_chunk_by_slicing() {
+    let (input, expected) = stream(3, "\n");
+    let mut tap = SseTap::new(true);
+    let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &[]);
+    assert_eq!(String::from_utf8(out).unwrap(), expected);
+    assert_eq!(usages, [usage()]);
+    assert_eq!(tap.last_usage(), Some(usage()));
+    assert!(uncopied);
+}
+
+#[test]
+fn observes_without_stripping_and_holds_nothing() {
+    let (input, _) = stream(2, "\r\n");
+    let mut tap = SseTap::new(false);
+    let mut out = Vec::new();
+    let mut seen = Seen::default();
+    for (i, byte) in input.as_bytes().chunks(1).enumerate() {
+        tap.feed(Bytes::copy_from_slice(byte), &mut out, &mut seen);
+        assert_eq!(out.len(), i + 1, "every byte is relayed at once");
+        assert_eq!(tap.held(), 0);
+    }
+    assert_eq!(seen.usage_events, [usage()]);
+}
+
+#[test]
+fn a_long_unfinished_event_is_relayed_as_it_comes() {
+    let big = format!("data: {}\n", "x".repeat(MAX_HELD_EVENT));
+    let input = format!("{big}\n{USAGE_EVENT}\n\n");
+    let mut tap = SseTap::new(true);
+    let mut out = Vec::new();
+    let mut seen = Seen::default();
+    let mut relayed = 0;
+    for chunk in input.as_bytes().chunks(1000) {
+        tap.feed(Bytes::copy_from_slice(chunk), &mut out, &mut seen);
+        relayed += out.drain(..).map(|b| b.len()).sum::<usize>();
+        assert!(tap.held() <= MAX_HELD_EVENT);
+    }
+    tap.finish(&mut out);
+    relayed += out.drain(..).map(|b| b.len()).sum::<usize>();
+    assert_eq!(relayed, big.len() + 1, "only the usage event was cut");
+    assert_eq!(seen.usage_events, [usage()]);
+}
+
+#[test]
+fn an_observer_failure_relays_the_rest_unchanged() {
+    let line = format!("data: {}", "y".repeat(super::OBSERVER_LIMIT + 1));
+    let input = format!("{line}\n\n{USAGE_EVENT}\n\n");
+    let mut tap = SseTap::new(true);
+    let (out, usages, _) = run(&mut tap, input.as_bytes(), &[10, 5000]);
+    assert_eq!(out, input.as_bytes());
+    assert!(usages.is_empty());
+}
+
+proptest! {
+    #[test]
+    fn stripping_is_split_point_independent(
+        tokens in 0usize..6,
+        eol in prop::sample::select(vec!["\n", "\r\n", "\r"]),
+        cuts in prop::collection::vec(0usize..2000, 0..40),
+        strip in any::<bool>(),
+    ) {
+        let (input, stripped) = stream(tokens, eol);
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        let mut tap = SseTap::new(strip);
+        let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &cuts);
+        let expected = if strip { stripped } else { input };
+        prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
+        prop_assert_eq!(usages, vec![usage()]);
+        prop_assert!(uncopied);
+    }
+}
+
+fn target(config: &AdapterConfig, kind: AdapterKind) -> TunnelTarget<'_> {
+    TunnelTarget {
+        config,
+        kind,
+        request_timeout_ms: 7,
+    }
+}
+
+fn request() -> ProviderTunnelRequest {
+    ProviderTunnelRequest {
+        adapter: "a".into(),
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        ..Default::default()
+    }
+}
+
+fn code(result: Result<super::request::Prepared, proto::v1::ExecutionFailure>) -> FailureCode {
+    result.unwrap_err().code()
+}
+
+#[test]
+fn requests_are_checked_before_any_provider_call() {
+    let mut config = AdapterConfig::new("a", BaseUrl::parse("http://h:1").unwrap());
+    config.targets = vec!["m".into()];
+    let openai = AdapterKind::OpenaiCompat;
+    assert_eq!(code(prepare(None, &request())), FailureCode::UnknownAdapter);
+    assert_eq!(
+        code(prepare(Some(target(&config, openai)), &request())),
+        FailureCode::Unsupported,
+        "supports_tunnel is off"
+    );
+    config.supports_tunnel = true;
+    assert_eq!(
+        code(prepare(
+            Some(target(&config, AdapterKind::Ollama)),
+            &request()
+        )),
+        FailureCode::Unsupported
+    );
+    let t = Some(target(&config, openai));
+    let bad = [
+        ProviderTunnelRequest {
+            target: "other".into(),
+            ..request()
+        },
+        ProviderTunnelRequest {
+            response_stall_timeout_ms: super::MAX_STALL_TIMEOUT_MS + 1,
+            ..request()
+        },
+        ProviderTunnelRequest {
+            method: "PO ST".into(),
+            ..request()
+        },
+        ProviderTunnelRequest {
+            path: "v1/x".into(),
+            ..request()
+        },
+        ProviderTunnelRequest {
+            path: "/v1\r\nX: y".into(),
+            ..request()
+        },
+        ProviderTunnelRequest {
+            headers: vec![Header {
+                name: "x".into(),
+                value: Bytes::from_static(b"a\nb"),
+            }],
+            ..request()
+        },
+    ];
+    let codes: Vec<_> = bad.into_iter().map(|r| code(prepare(t, &r))).collect();
+    assert_eq!(codes[0], FailureCode::UnknownTarget);
+    assert!(
+        codes[1..].iter().all(|c| *c == FailureCode::InvalidRequest),
+        "{codes:?}"
+    );
+    let ok = prepare(t, &request()).unwrap();
+    assert_eq!(
+        super::effective_stall_timeout_ms(&request()),
+        Some(super::DEFAULT_STALL_TIMEOUT_MS)
+    );
+    assert_eq!(ok.hard_timeout_ms, 7);
+}
+
+#[test]
+fn request_headers_never_override_configured_ones() {
+    let mut config = AdapterConfig::new("a", BaseUrl::parse("http://h:1").unwrap());
+    config.supports_tunnel = true;
+    config.headers = vec![("Authorization".into(), Bytes::from_static(b"Bearer node"))];
+    let header = |name: &str, value: &'static str| Header {
+        name: name.into(),
+        value: Bytes::from_static(value.as_bytes()),
+    };
+    let req = ProviderTunnelRequest {
+        headers: vec![
+            header("authorization", "Bearer client"),
+            header("content-type", "application/json"),
+            header("connection", "close"),
+            header("accept-encoding", "gzip"),
+        ],
+        extract_usage: true,
+        hard_timeout_ms: 3,
+        ..request()
+    };
+    let ok = prepare(Some(target(&config, AdapterKind::Vllm)), &req).unwrap();
+    let names: Vec<_> = ok
+        .request
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            format!(
+                "{}={}",
+                String::from_utf8_lossy(n),
+                String::from_utf8_lossy(v)
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Authorization=Bearer node",
+            "content-type=application/json",
+            "accept-encoding=identity"
+        ]
+    );
+    assert_eq!(ok.hard_timeout_ms, 3);
+    assert_eq!(ok.request.method, "POST");
+}
+
+#[test]
+fn limits_from_config_fit_the_frame() {
+    let config = proto::v1::NodeConfigPayload {
+        max_body_chunk: 1 << 30,
+        ..Default::default()
+    };
+    let limits = TunnelLimits::from_config(&config, 1024);
+    assert_eq!(limits.initial_window, super::DEFAULT_INITIAL_WINDOW);
+    assert_eq!(limits.max_body_chunk, 1024 - 64);
+    let req = ProviderTunnelRequest {
+        initial_window: 5,
+        ..request()
+    };
+    assert_eq!(limits.window_for(&req), 5);
+}
