@@ -82,7 +82,9 @@ impl Credit {
         self.inner.available.set(left.saturating_sub(n as u64));
     }
 
-    /// Waits until some credit is available (at once if some is).
+    /// Waits until some credit is available (at once if some is). One
+    /// waiter at a time (the stream's tunnel task): a second waiter would
+    /// replace the first one's waker.
     pub async fn ready(&self) {
         poll_fn(|cx| {
             if self.inner.available.get() > 0 {
