@@ -244,6 +244,48 @@ impl Router {
     }
 }
 
+/// Longest the Edge waits, after a client left, for the node to confirm the
+/// end of its run or tunnel before releasing the lease anyway.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A run or tunnel the client has left.
+pub(crate) trait Upstream: 'static {
+    /// Asks the node to stop it.
+    fn cancel(&self);
+    /// Waits for its next item; false after its end.
+    async fn advance(&mut self) -> bool;
+}
+
+impl Upstream for crate::dispatch::RunStream {
+    fn cancel(&self) {
+        crate::dispatch::RunStream::cancel(self);
+    }
+    async fn advance(&mut self) -> bool {
+        self.next().await.is_some()
+    }
+}
+
+impl Upstream for crate::dispatch::TunnelStream {
+    fn cancel(&self) {
+        crate::dispatch::TunnelStream::cancel(self);
+    }
+    async fn advance(&mut self) -> bool {
+        self.next().await.is_some()
+    }
+}
+
+/// The client left: cancel the upstream, and keep its lease until the node
+/// has ended it (F19: the run's terminal releases the lease; the provider's
+/// slot on the node is free only then), at most [`RELEASE_WAIT`].
+pub(crate) fn release_after_end(mut upstream: impl Upstream, lease: crate::pool::Lease) {
+    upstream.cancel();
+    monoio::spawn(async move {
+        let _ =
+            monoio::time::timeout(RELEASE_WAIT, async { while upstream.advance().await {} }).await;
+        drop(lease);
+    });
+}
+
 /// Seconds since the Unix epoch, for `created` fields.
 pub(crate) fn unix_s() -> u64 {
     std::time::SystemTime::now()

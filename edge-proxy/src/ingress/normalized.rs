@@ -65,9 +65,12 @@ pub(crate) async fn serve(
     // Wait for the first event before answering anything.
     let first = monoio::select! {
         event = stream.next() => event,
-        _ = responder.gone() => return 499,
+        _ = responder.gone() => None,
     };
-    let Some(first) = first else { return 499 };
+    let Some(first) = first else {
+        super::release_after_end(stream, lease);
+        return 499;
+    };
     if first.kind() == RunEventKind::Error {
         let error = first.failure.as_ref().map_or_else(
             || ApiError::new(502, "server_error", "upstream_error", "the run failed"),
@@ -92,6 +95,10 @@ pub(crate) async fn serve(
     } else {
         collect(&mut stream, first, &mut out, responder).await
     };
+    if status == 499 {
+        super::release_after_end(stream, lease);
+        return status;
+    }
     if let Some(usage) = out.usage.as_ref() {
         shared
             .metrics

@@ -27,6 +27,7 @@ use super::error::{ApiError, from_failure};
 use super::http::Responder;
 use super::openai::ParsedRequest;
 use super::{Api, IngressShared};
+use crate::dispatch::TunnelStream;
 use crate::pool::Lease;
 
 /// Provider response headers never relayed: hop-by-hop fields (RFC 9110
@@ -102,6 +103,21 @@ pub(crate) async fn serve(
             return error.status;
         }
     };
+    let status = relay(shared, &lease, &mut stream, responder).await;
+    if status == 499 {
+        super::release_after_end(stream, lease);
+    }
+    status
+}
+
+/// Relays the tunnel's frames to the client; returns the status answered,
+/// 499 when the client left.
+async fn relay(
+    shared: &IngressShared,
+    lease: &Lease,
+    stream: &mut TunnelStream,
+    responder: &mut Responder,
+) -> u16 {
     let mut status = 0u16;
     let mut started = false;
     loop {

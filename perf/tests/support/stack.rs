@@ -105,6 +105,12 @@ nodes:
         kind: openai_compat
         base_url: http://{garbage}
         targets: [m]
+      - id: ol-slow
+        kind: ollama
+        base_url: http://{mock}
+        targets: [m]
+        max_concurrency: 1
+        headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
       - id: garbage-ol
         kind: ollama
         base_url: http://{garbage}
@@ -119,6 +125,21 @@ nodes:
 model_groups:
   - name: m
     providers: [oa]
+  - name: chat
+    target: m
+    providers: [oa]
+  - name: ollama
+    target: m
+    providers: [ol]
+  - name: ollama-slow
+    target: m
+    providers: [ol-slow]
+  - name: mixed
+    target: m
+    providers: [oa, ol]
+queue:
+  max_waiting: 4
+  timeout_ms: 400
 "#
     )
 }
@@ -140,6 +161,10 @@ impl Stack {
         let config = EdgeConfig::from_yaml_str(&yaml, "runs-e2e.yaml").expect("valid config");
         let mut options = StartOptions::new(driver);
         options.workers = 2;
+        // Short client timeouts, so the slow-client tests are quick.
+        options.ingress_limits.head_timeout_ms = 300;
+        options.ingress_limits.body_timeout_ms = 300;
+        options.ingress_limits.max_body_bytes = 64 * 1024;
         let edge = EdgeServer::start(config, options).expect("edge starts");
         let data_dir = std::env::temp_dir().join(format!(
             "iop-runs-{name}-{}-{}",
