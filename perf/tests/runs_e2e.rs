@@ -5,7 +5,7 @@
 
 use edge_proxy::dispatch::{SubmitError, SubmitRun, is_terminal};
 use perf::mock_provider::Route;
-use proto::v1::{CancelStatus, FailureCode, RunEvent, RunEventKind};
+use proto::v1::{CancelStatus, FailureCode, FailureSide, RunEvent, RunEventKind};
 
 mod support;
 use support::stack::*;
@@ -140,6 +140,7 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
             ("nope", "m", FailureCode::UnknownAdapter),
             ("oa", "other-model", FailureCode::UnknownTarget),
             ("broken", "m", FailureCode::ProviderHttpStatus),
+            ("rejects", "m", FailureCode::ProviderHttpStatus),
             ("aborts", "m", FailureCode::ProviderUnreachable),
             ("hangs", "m", FailureCode::HardTimeout),
             ("down", "m", FailureCode::ProviderUnreachable),
@@ -152,8 +153,15 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
             assert_eq!(error_code(&all), code, "{adapter}/{target}: {all:?}");
             let failure = all.last().unwrap().failure.as_ref().unwrap();
             assert!(!failure.message.is_empty(), "{adapter}: a clear message");
+            // 5xx is the provider's fault; a 4xx is the client's (F22:
+            // only provider-side failures count against its health).
             if adapter == "broken" {
                 assert_eq!(failure.http_status, 503);
+                assert_eq!(failure.side(), FailureSide::Provider);
+            }
+            if adapter == "rejects" {
+                assert_eq!(failure.http_status, 400);
+                assert_eq!(failure.side(), FailureSide::Client);
             }
         }
         // Capacity was returned on every path: a good run still goes.
@@ -163,7 +171,7 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
     wait_until("every failure recorded", || {
         let runs = stack.stored_runs();
         let count = |s: &str| runs.iter().filter(|r| r["status"] == s).count();
-        count("rejected") == 2 && count("failed") == 6 && count("completed") == 1
+        count("rejected") == 2 && count("failed") == 7 && count("completed") == 1
     });
     let runs = stack.stored_runs();
     let failed = runs.iter().find(|r| r["status"] == "failed").unwrap();
@@ -333,7 +341,7 @@ fn node_commands_answer_through_the_edge() {
         let answer = single(within(stream.collect()).await);
         assert!(answer.ok, "{answer:?}");
         let result = answer.capabilities.expect("capabilities");
-        assert_eq!(result.adapters.len(), 11);
+        assert_eq!(result.adapters.len(), 12);
         let ol = result.adapters.iter().find(|a| a.adapter == "ol").unwrap();
         assert!(ol.supports_terminate_session);
         let probe = result.probe.expect("probe");
@@ -408,7 +416,9 @@ fn a_large_request_crosses_the_link_intact() {
     for driver in drivers() {
         let stack = Stack::start(driver, "large");
         block_on(async {
-            let prompt: String = (0..400_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let prompt: String = (0..400_000)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
             let run = SubmitRun {
                 adapter: "oa".into(),
                 target: "m".into(),
@@ -425,7 +435,11 @@ fn a_large_request_crosses_the_link_intact() {
             };
             let stream = within(stack.edge.dispatcher.submit_run(run)).await.unwrap();
             let all = events(stream).await;
-            assert_eq!(all.last().unwrap().kind(), RunEventKind::Complete, "{all:?}");
+            assert_eq!(
+                all.last().unwrap().kind(),
+                RunEventKind::Complete,
+                "{all:?}"
+            );
             // The mock counts prompt tokens from what it received.
             let usage = all.last().unwrap().usage.expect("usage");
             assert!(usage.input_tokens > 1000, "{usage:?}");

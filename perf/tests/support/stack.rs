@@ -86,6 +86,11 @@ nodes:
         base_url: http://{mock}
         targets: [m]
         headers: {{x-mock-status: "503"}}
+      - id: rejects
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-status: "400"}}
       - id: aborts
         kind: openai_compat
         base_url: http://{mock}
