@@ -43,7 +43,9 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigWarning, Issue};
 pub use model::*;
 pub use payload::{PayloadError, register_response_frame_len};
-pub use token::{NodeRecord, NodeTable, TOKEN_HASH_LEN, TokenHash, TokenSource};
+pub use token::{
+    ApiKeys, HashIndex, NodeRecord, NodeTable, TOKEN_HASH_LEN, TokenHash, TokenSource,
+};
 
 /// The embedded default config: one node `node-1` (token `iop-dev-token`)
 /// with the two mock providers of `perf`'s `iop-mock-provider`.
@@ -62,6 +64,7 @@ pub struct EdgeConfig {
     nodes: NodeTable,
     model_groups: Vec<ModelGroup>,
     queue: QueueConfig,
+    api_keys: ApiKeys,
     warnings: Vec<ConfigWarning>,
 }
 
@@ -107,6 +110,7 @@ impl EdgeConfig {
             nodes: NodeTable::new(v.nodes),
             model_groups: v.model_groups,
             queue: v.queue,
+            api_keys: ApiKeys::new(v.api_keys),
             warnings: v
                 .warnings
                 .into_iter()
@@ -168,6 +172,11 @@ impl EdgeConfig {
     /// Queue admission limits.
     pub fn queue(&self) -> &QueueConfig {
         &self.queue
+    }
+
+    /// Client API keys; empty means the ingress needs none.
+    pub fn api_keys(&self) -> &ApiKeys {
+        &self.api_keys
     }
 
     /// Things allowed but worth logging at start (plaintext tokens, nodes

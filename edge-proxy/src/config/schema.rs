@@ -28,6 +28,17 @@ pub(crate) struct RawEdgeConfig {
     pub(crate) model_groups: Vec<RawModelGroup>,
     #[serde(default)]
     pub(crate) queue: RawQueue,
+    #[serde(default)]
+    pub(crate) api_keys: Vec<RawApiKey>,
+}
+
+/// One `api_keys[]` entry: a client key, by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApiKey {
+    pub(crate) name: String,
+    pub(crate) key: Option<String>,
+    pub(crate) key_blake3: Option<String>,
 }
 
 /// `listen:`; both addresses optional.

@@ -123,18 +123,76 @@ pub struct NodeRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeTable {
     records: Vec<NodeRecord>,
-    by_token: HashMap<[u8; TOKEN_HASH_LEN], usize>,
+    by_token: HashIndex,
     by_id: HashMap<String, usize>,
+}
+
+/// Secrets found by their blake3 hash: O(1) by hash, then a constant-time
+/// confirm (see [`NodeTable`] for why the lookup by hash leaks nothing
+/// usable). Maps a presented secret to the position it was given at.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HashIndex {
+    by_hash: HashMap<[u8; TOKEN_HASH_LEN], (TokenHash, usize)>,
+}
+
+impl HashIndex {
+    /// An index of `hashes`, each at its position.
+    pub fn new<'a>(hashes: impl IntoIterator<Item = &'a TokenHash>) -> Self {
+        let by_hash = hashes
+            .into_iter()
+            .enumerate()
+            .map(|(i, hash)| (*hash.bytes(), (*hash, i)))
+            .collect();
+        Self { by_hash }
+    }
+
+    /// The position of the secret `presented`, if any. An empty secret
+    /// matches nothing.
+    pub fn find(&self, presented: &str) -> Option<usize> {
+        if presented.is_empty() {
+            return None;
+        }
+        let hash = TokenHash::of(presented);
+        let (stored, i) = self.by_hash.get(hash.bytes())?;
+        // The map found it by hash equality; confirm in constant time.
+        bool::from(stored.ct_eq(&hash)).then_some(*i)
+    }
+}
+
+/// Client API keys (`api_keys:` in edge.yaml), held as hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiKeys {
+    names: Vec<String>,
+    index: HashIndex,
+}
+
+impl ApiKeys {
+    /// The keys `(name, hash)` that validation accepted.
+    pub(crate) fn new(keys: Vec<(String, TokenHash)>) -> Self {
+        let index = HashIndex::new(keys.iter().map(|(_, hash)| hash));
+        Self {
+            names: keys.into_iter().map(|(name, _)| name).collect(),
+            index,
+        }
+    }
+
+    /// Whether no key is configured (then the ingress is open).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The name of the key `presented`, if it is one.
+    pub fn check(&self, presented: &str) -> Option<&str> {
+        self.names
+            .get(self.index.find(presented)?)
+            .map(String::as_str)
+    }
 }
 
 impl NodeTable {
     /// Wraps records that validation has accepted.
     pub(crate) fn new(records: Vec<NodeRecord>) -> Self {
-        let by_token = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (*r.token.bytes(), i))
-            .collect();
+        let by_token = HashIndex::new(records.iter().map(|r| &r.token));
         let by_id = records
             .iter()
             .enumerate()
@@ -150,13 +208,7 @@ impl NodeTable {
     /// The record whose token is `presented`, if any. An empty token matches
     /// nothing.
     pub fn lookup(&self, presented: &str) -> Option<&NodeRecord> {
-        if presented.is_empty() {
-            return None;
-        }
-        let hash = TokenHash::of(presented);
-        let record = self.records.get(*self.by_token.get(hash.bytes())?)?;
-        // The map found it by hash equality; confirm in constant time.
-        bool::from(record.token.ct_eq(&hash)).then_some(record)
+        self.records.get(self.by_token.find(presented)?)
     }
 
     /// The record with this node id.

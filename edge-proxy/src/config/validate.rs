@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use super::error::Issue;
 use super::model::*;
 use super::schema::{
-    RawEdgeConfig, RawHeaders, RawHealthProbe, RawLink, RawListen, RawModelGroup, RawNode,
-    RawProvider, RawQueue,
+    RawApiKey, RawEdgeConfig, RawHeaders, RawHealthProbe, RawLink, RawListen, RawModelGroup,
+    RawNode, RawProvider, RawQueue,
 };
 use super::token::{NodeRecord, TokenHash, TokenSource};
 
@@ -25,6 +25,7 @@ pub(crate) struct Validated {
     pub(crate) nodes: Vec<NodeRecord>,
     pub(crate) model_groups: Vec<ModelGroup>,
     pub(crate) queue: QueueConfig,
+    pub(crate) api_keys: Vec<(String, TokenHash)>,
     pub(crate) warnings: Vec<Issue>,
 }
 
@@ -37,6 +38,7 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
     let nodes = c.nodes(raw.nodes);
     let model_groups = c.model_groups(raw.model_groups, &nodes);
     let queue = c.queue(&raw.queue);
+    let api_keys = c.api_keys(raw.api_keys);
     if !c.issues.is_empty() {
         return Err(c.issues);
     }
@@ -47,6 +49,7 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
         nodes,
         model_groups,
         queue,
+        api_keys,
         warnings: c.warnings,
     })
 }
@@ -211,7 +214,12 @@ impl Checker {
             } else {
                 ids.insert(node.id.clone(), i);
             }
-            let token = self.token(&path, &node);
+            let token = self.secret(
+                &path,
+                node.token.as_deref(),
+                node.token_blake3.as_deref(),
+                ("token", "token_blake3"),
+            );
             if let Some((hash, _, field)) = token {
                 if let Some((first, first_id)) = tokens.get(hash.bytes()) {
                     let msg = format!("same token as nodes[{first}] ({first_id:?})");
@@ -243,40 +251,42 @@ impl Checker {
     }
 
     /// The node's token hash, its source and the field it came from.
-    fn token(
+    /// A secret given in plaintext (`plain_field`, development only) or as
+    /// its blake3 hash (`hash_field`): exactly one of the two.
+    fn secret(
         &mut self,
         path: &str,
-        node: &RawNode,
+        plain: Option<&str>,
+        hex: Option<&str>,
+        (plain_field, hash_field): (&'static str, &'static str),
     ) -> Option<(TokenHash, TokenSource, &'static str)> {
-        match (&node.token, &node.token_blake3) {
+        match (plain, hex) {
             (Some(_), Some(_)) => {
-                self.fail(
-                    path,
-                    "set exactly one of `token` and `token_blake3`, not both",
-                );
+                let msg =
+                    format!("set exactly one of `{plain_field}` and `{hash_field}`, not both");
+                self.fail(path, msg);
                 None
             }
             (None, None) => {
-                self.fail(
-                    path,
-                    "missing `token_blake3` (or `token`, for development only)",
-                );
+                let msg =
+                    format!("missing `{hash_field}` (or `{plain_field}`, for development only)");
+                self.fail(path, msg);
                 None
             }
-            (Some(token), None) if token.is_empty() => {
-                self.fail(format!("{path}.token"), "empty");
+            (Some(""), None) => {
+                self.fail(format!("{path}.{plain_field}"), "empty");
                 None
             }
             (Some(token), None) => {
-                self.warn(
-                    format!("{path}.token"),
-                    "plaintext token (development only): store its blake3 hash as \
-                     `token_blake3` instead",
+                let msg = format!(
+                    "plaintext {plain_field} (development only): store its blake3 hash as \
+                     `{hash_field}` instead"
                 );
-                Some((TokenHash::of(token), TokenSource::Plaintext, "token"))
+                self.warn(format!("{path}.{plain_field}"), msg);
+                Some((TokenHash::of(token), TokenSource::Plaintext, plain_field))
             }
             (None, Some(hex)) => {
-                let field = format!("{path}.token_blake3");
+                let field = format!("{path}.{hash_field}");
                 match TokenHash::from_hex(hex) {
                     None => {
                         // Never echo the value: it may be a pasted plaintext token.
@@ -287,13 +297,48 @@ impl Checker {
                         None
                     }
                     Some(hash) if hash == TokenHash::of("") => {
-                        self.fail(field, "is the hash of the empty token");
+                        self.fail(field, format!("is the hash of the empty {plain_field}"));
                         None
                     }
-                    Some(hash) => Some((hash, TokenSource::Blake3, "token_blake3")),
+                    Some(hash) => Some((hash, TokenSource::Blake3, hash_field)),
                 }
             }
         }
+    }
+
+    /// `api_keys[]`: unique names, unique keys, each a secret.
+    fn api_keys(&mut self, raw: Vec<RawApiKey>) -> Vec<(String, TokenHash)> {
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut hashes: HashMap<[u8; 32], usize> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, key) in raw.into_iter().enumerate() {
+            let path = format!("api_keys[{i}]");
+            self.id(&format!("{path}.name"), &key.name);
+            if let Some(first) = names.insert(key.name.clone(), i) {
+                let msg = format!(
+                    "duplicate key name {:?} (first at api_keys[{first}])",
+                    key.name
+                );
+                self.fail(format!("{path}.name"), msg);
+            }
+            let secret = self.secret(
+                &path,
+                key.key.as_deref(),
+                key.key_blake3.as_deref(),
+                ("key", "key_blake3"),
+            );
+            if let Some((hash, _, field)) = secret {
+                if let Some(first) = hashes.insert(*hash.bytes(), i) {
+                    self.fail(
+                        format!("{path}.{field}"),
+                        format!("same key as api_keys[{first}]"),
+                    );
+                } else {
+                    out.push((key.name, hash));
+                }
+            }
+        }
+        out
     }
 
     fn providers(

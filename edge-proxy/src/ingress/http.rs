@@ -149,6 +149,9 @@ impl Responder {
         if let Some(seconds) = error.retry_after_s {
             extra.push(("retry-after", seconds.to_string()));
         }
+        if error.status == 401 {
+            extra.push(("www-authenticate", "Bearer".to_owned()));
+        }
         self.full_with(error.status, "application/json", error.body(), &extra)
             .await;
     }

@@ -114,6 +114,12 @@ impl Handler for Router {
         let path = request.head.path();
         let path = path.split(|&b| b == b'?').next().unwrap_or_default();
         let method = request.head.method();
+        if path.starts_with(b"/v1/") {
+            if let Err(error) = self.authorize(&request) {
+                responder.error(&error).await;
+                return;
+            }
+        }
         let route: Result<Option<Api>, ApiError> = match (path, method) {
             (b"/v1/chat/completions", Method::Post) => Ok(Some(Api::Chat)),
             (b"/v1/responses", Method::Post) => Ok(Some(Api::Responses)),
@@ -174,6 +180,39 @@ impl Handler for Router {
 }
 
 impl Router {
+    /// Checks the client's API key when keys are configured: `/v1/` routes
+    /// need `Authorization: Bearer <key>`; health and metrics stay open.
+    fn authorize(&self, request: &Request) -> Result<(), ApiError> {
+        let keys = self.shared.registry.directory().api_keys();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let presented = request
+            .head
+            .headers()
+            .get("authorization")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| {
+                let (scheme, key) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+            });
+        match presented {
+            None => Err(ApiError::new(
+                401,
+                "invalid_request_error",
+                "missing_api_key",
+                "an API key is required: send `Authorization: Bearer <key>`",
+            )),
+            Some(key) if keys.check(key).is_some() => Ok(()),
+            Some(_) => Err(ApiError::new(
+                401,
+                "invalid_request_error",
+                "invalid_api_key",
+                "the API key is not valid",
+            )),
+        }
+    }
+
     /// Serves one completion request; returns the status answered (for
     /// metrics).
     async fn completion(&self, api: Api, request: Request, responder: &mut Responder) -> u16 {
