@@ -115,6 +115,46 @@ mod tests {
         assert_eq!(vec.iovecs[1].iov_len, body.len());
     }
 
+    /// The Edge's whole tunnel path, from the node socket's receive buffer
+    /// to the client `writev`: decode the body frame, chunk it, build the
+    /// iovecs. The body iovec must point into the receive buffer itself —
+    /// zero copies on the Edge (the Node's side is covered by the perf
+    /// tunnel tests).
+    #[test]
+    fn a_tunnel_body_goes_from_the_receive_buffer_to_writev_uncopied() {
+        use framing::frame::{FrameDecoder, FrameEncoder};
+        use framing::http::ChunkedEncoder;
+        use proto::v1::envelope::Msg;
+        use proto::v1::provider_tunnel_frame::Frame;
+
+        let body = Bytes::from(vec![b'x'; 64 * 1024]);
+        let frame = FrameEncoder::new(1 << 20)
+            .encode_tunnel_body(7, body)
+            .unwrap();
+        // What the link reader holds after a socket read.
+        let mut received = bytes::BytesMut::new();
+        received.extend_from_slice(&frame.head);
+        received.extend_from_slice(&frame.body);
+        let range = received.as_ptr() as usize..received.as_ptr() as usize + received.len();
+
+        let envelope = FrameDecoder::new(1 << 20)
+            .decode(&mut received)
+            .unwrap()
+            .expect("one frame");
+        let Some(Msg::ProviderTunnelFrame(tunnel)) = envelope.msg else {
+            panic!("not a tunnel frame");
+        };
+        let Some(Frame::Body(decoded)) = tunnel.frame else {
+            panic!("not a body");
+        };
+        let chunk = ChunkedEncoder::new().encode(decoded).unwrap();
+        let vec = BytesVec::new(chunk.into_parts().to_vec());
+        let body_iovec = vec.iovecs[1];
+        let start = body_iovec.iov_base as usize;
+        assert!(range.contains(&start) && range.contains(&(start + body_iovec.iov_len - 1)));
+        assert_eq!(body_iovec.iov_len, 64 * 1024);
+    }
+
     #[test]
     fn large_vectored_writes_arrive_whole_and_in_order_under_both_drivers() {
         // Large enough that the kernel takes it in several partial writes.
