@@ -555,8 +555,14 @@ async fn read_envelope<R: AsyncReadRent>(
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        let (result, returned) = reader.read(std::mem::take(buf)).await;
-        *buf = returned;
+        // Into the spare capacity: monoio reads into a `BytesMut` at its
+        // start, which would overwrite a partial frame.
+        let owned = std::mem::take(buf);
+        let (len, capacity) = (owned.len(), owned.capacity());
+        let (result, returned) = reader
+            .read(monoio::buf::IoBufMut::slice_mut(owned, len..capacity))
+            .await;
+        *buf = returned.into_inner();
         match result {
             Ok(0) => return Ok(None),
             Ok(_) => {}
