@@ -1,12 +1,18 @@
 //! `iop-node`: the IOP Node.
 //!
 //! Dials the Edge, registers with its token, applies the config the Edge
-//! sends, and stays linked (reconnecting with backoff). Runs and tunnels
-//! arrive with the execution milestones.
+//! sends, stays linked (reconnecting with backoff) and serves runs and node
+//! commands.
+//!
+//! Thread-per-core: `--workers N` (default: one per available core) monoio
+//! runtimes, io_uring or epoll (`IOP_IO_DRIVER`). Core 0 (this thread) runs
+//! the link supervisor and serves work; cores 1..N serve work (see
+//! `node_runner::runs::cores`).
 //!
 //! `iop-node runs --data-dir DIR [--limit N] [--json]` lists the most recent
 //! runs in the local run store (F15), newest first, and exits.
 
+use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,9 +25,9 @@ use framing::link::{HeartbeatConfig, reject_reason_name};
 use framing::timer::ClockSource;
 use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
-use node_runner::link::supervisor::{SupervisorExit, supervise};
+use node_runner::link::supervisor::{SupervisorExit, supervise_cores};
 use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
-use node_runner::runs::RunnerConfig;
+use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use node_runner::store::{
     RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
 };
@@ -50,6 +56,10 @@ struct Args {
     /// of the built-in web roots (for a private provider CA).
     #[arg(long)]
     provider_ca_file: Option<PathBuf>,
+    /// Worker threads, one monoio runtime each (0 = one per available
+    /// core). Core 0 also runs the link to the Edge.
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -125,17 +135,55 @@ fn main() -> anyhow::Result<ExitCode> {
             },
         },
     };
-    tracing::info!(event = "node_starting", driver = driver.as_str(), edge = %edge, "node_starting");
-    let exit = match driver {
-        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(supervise(&config, None, |_| {})),
-        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(supervise(&config, None, |_| {})),
-    };
+    let workers = worker_count(args.workers);
+    tracing::info!(
+        event = "node_starting",
+        driver = driver.as_str(),
+        workers,
+        edge = %edge,
+        "node_starting"
+    );
+    let (cores, mut inboxes) = Cores::new(workers);
+    let core0 = inboxes.remove(0);
+    // Cores 1..N: work only. Each reports whether its runtime started, so
+    // a refused io_uring (ring limits) fails the start, not a later run.
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    for inbox in inboxes {
+        let core = inbox.core();
+        let runner = config.runner.clone();
+        let started = started_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("iop-node-{core}"))
+            .spawn(move || {
+                let ok = started.clone();
+                let run = block_on(driver, async move {
+                    let _ = ok.send(Ok(()));
+                    serve_core(inbox, runner).await;
+                });
+                if let Err(error) = run {
+                    let _ = started.send(Err(error));
+                }
+            })
+            .with_context(|| format!("starting node core {core}"))?;
+    }
+    drop(started_tx);
+    for _ in 1..workers {
+        started_rx
+            .recv()
+            .context("a node core stopped while starting")?
+            .context("starting a node core's runtime")?;
+    }
+    let runner = config.runner.clone();
+    let exit = block_on(driver, async move {
+        let core0 = monoio::spawn(serve_core(core0, runner));
+        let exit = supervise_cores(&config, &cores, None, |_| {}).await;
+        // Closing the inboxes stops every core; core 0's is waited for here,
+        // so its run store handle is gone before the store is flushed.
+        drop((cores, config));
+        core0.await;
+        exit
+    })
+    .context("starting the link core's runtime")?;
     match exit {
         SupervisorExit::PermanentRejection { reason, message } => {
             eprintln!(
@@ -159,6 +207,29 @@ fn list_runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `future` on a new monoio runtime with `driver` (timers enabled) on
+/// this thread.
+fn block_on<F: Future>(driver: IoDriver, future: F) -> std::io::Result<F::Output> {
+    Ok(match driver {
+        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(future),
+        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(future),
+    })
+}
+
+/// Workers for `--workers N`: N, or one per available core for 0.
+fn worker_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn resolve(edge: &str) -> anyhow::Result<SocketAddr> {

@@ -1,15 +1,24 @@
 //! The driver of one link connection: dial, run the session over the socket,
 //! report how it ended.
 //!
-//! Two tasks on the Node's link core: the reader (decode → session) and the
-//! writer (session outputs → socket, coalescing what is queued). The
-//! handshake deadline and the heartbeat are one entry on the core's timer
-//! wheel ([`CoreTimers`]), re-armed at the session's `poll_timeout()` after
-//! every input. The session is a `RefCell` borrowed only between awaits.
+//! Tasks on the Node's link core (core 0): the reader (decode → session →
+//! work routed to the cores), the writer (frames from every core → socket,
+//! coalescing what is queued) and the done listener (cores report finished
+//! run streams, so cancels find their core). The handshake deadline and the
+//! heartbeat are one entry on the core's timer wheel ([`CoreTimers`]),
+//! re-armed at the session's `poll_timeout()` after every input. The
+//! session is a `RefCell` borrowed only between awaits.
+//!
+//! The runs themselves live on the cores ([`crate::runs::cores`]): on
+//! registration every core is configured for the generation; work frames go
+//! to the core a [`Router`] picks; when the connection ends every core shuts
+//! the generation down. The writer's queue is a `Send` channel fed by all
+//! cores.
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -20,12 +29,16 @@ use monoio::io::{
     AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
 };
 use monoio::net::TcpStream;
-use proto::v1::{NodeConfigPayload, RegisterRejectReason};
+use proto::v1::{
+    CancelKind, CancelResponse, CancelStatus, NodeConfigPayload, RegisterRejectReason,
+    envelope::Msg,
+};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
 use super::timers::{CoreTimers, OnTimer};
-use crate::provider_http::ProviderClient;
-use crate::runs::{LinkIdentity, Outbox, RunManager, RunnerConfig};
+use crate::runs::cores::{Configure, Route, Router};
+use crate::runs::{CoreMsg, Cores, GenShared, LinkIdentity, Outbox, RunnerConfig};
 
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
@@ -76,9 +89,15 @@ struct Link {
     outbox: Outbox,
     timers: Rc<CoreTimers>,
     timer: Cell<Option<TimerKey>>,
-    runner: RunnerConfig,
-    client: ProviderClient,
-    runs: RefCell<Option<Rc<RunManager>>>,
+    cores: Cores,
+    max_frame_len: usize,
+    frames: crate::runs::FrameTx,
+    done: crate::runs::DoneTx,
+    /// Shared with the done listener, which must not hold the link (it
+    /// outlives it until every core has let go of the connection).
+    router: Rc<RefCell<Router>>,
+    /// The registered generation's shared state.
+    shared: RefCell<Option<Arc<GenShared>>>,
     connected_since_unix_ms: u64,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
@@ -86,9 +105,14 @@ struct Link {
 }
 
 /// Dials the Edge and runs one connection to its end, its timers on
-/// `timers` (whose ticker the caller runs). Call inside a monoio runtime. A
-/// failed dial is reported as an `io_error` end.
-pub async fn run_connection(config: &LinkClientConfig, timers: &Rc<CoreTimers>) -> ConnectionEnd {
+/// `timers` (whose ticker the caller runs) and its work on `cores` (whose
+/// inboxes the caller serves). Call inside a monoio runtime: the link core.
+/// A failed dial is reported as an `io_error` end.
+pub async fn run_connection(
+    config: &LinkClientConfig,
+    timers: &Rc<CoreTimers>,
+    cores: &Cores,
+) -> ConnectionEnd {
     let mut end = ConnectionEnd {
         reason: CloseReason::IoError,
         registered: None,
@@ -114,16 +138,20 @@ pub async fn run_connection(config: &LinkClientConfig, timers: &Rc<CoreTimers>) 
     };
     let _ = stream.set_nodelay(true);
     let now = timers.now();
-    let (tx, rx) = local_sync::mpsc::unbounded::channel();
+    let (tx, rx) = unbounded_channel();
+    let (done, done_rx) = unbounded_channel();
     let max_frame_len = config.session.max_frame_len as usize;
     let link = Rc::new(Link {
         session: RefCell::new(NodeSession::new(config.session.clone(), now)),
-        outbox: Outbox::new(tx, max_frame_len),
+        outbox: Outbox::new(tx.clone(), max_frame_len),
         timers: Rc::clone(timers),
         timer: Cell::new(None),
-        client: ProviderClient::new(config.runner.provider.clone()),
-        runner: config.runner.clone(),
-        runs: RefCell::new(None),
+        cores: cores.clone(),
+        max_frame_len,
+        frames: tx,
+        done,
+        router: Rc::new(RefCell::new(Router::new(cores.len()))),
+        shared: RefCell::new(None),
         connected_since_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -135,17 +163,27 @@ pub async fn run_connection(config: &LinkClientConfig, timers: &Rc<CoreTimers>) 
     link.rearm();
     let (read_half, write_half) = stream.into_split();
     let writer = monoio::spawn(Rc::clone(&link).write_loop(write_half, rx));
+    // Detached: ends once the link and every core have dropped this
+    // connection's sender.
+    monoio::spawn(done_loop(Rc::clone(&link.router), done_rx));
     Rc::clone(&link).read_loop(read_half, max_frame_len).await;
     writer.await;
     // Drop the timer entry (it holds an Rc of this link).
     let key = link.timer.take();
     link.timers
         .arm(key, None, || Rc::clone(&link) as Rc<dyn OnTimer>);
-    // Runs of this connection cannot reach the Edge any more: stop them.
-    if let Some(runs) = link.runs.borrow_mut().take() {
-        runs.shutdown();
-    }
+    // Runs of this connection cannot reach the Edge any more: every core
+    // stops them (already asked on close; generation-tagged, so twice is
+    // harmless).
+    link.shutdown_cores();
     link.end.borrow().clone()
+}
+
+/// Cores report each finished run stream: forget its owner.
+async fn done_loop(router: Rc<RefCell<Router>>, mut done: UnboundedReceiver<u64>) {
+    while let Some(stream_id) = done.recv().await {
+        router.borrow_mut().stream_done(stream_id);
+    }
 }
 
 impl Link {
@@ -208,7 +246,7 @@ impl Link {
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
-        mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
+        mut rx: UnboundedReceiver<Outgoing>,
     ) {
         let mut batch = BytesMut::new();
         while let Some(cmd) = rx.recv().await {
@@ -246,12 +284,53 @@ impl Link {
         self.timer.set(key);
     }
 
-    /// Hands the last heartbeat round trip to the run manager, for
-    /// `TRANSPORT_STATUS`.
+    /// Publishes the last heartbeat round trip, for `TRANSPORT_STATUS`.
     fn publish_rtt(&self) {
         let rtt_ms = self.session.borrow().last_rtt_ms();
-        if let (Some(rtt_ms), Some(runs)) = (rtt_ms, self.runs.borrow().as_ref()) {
-            runs.set_heartbeat_rtt_us(rtt_ms.saturating_mul(1000));
+        if let (Some(rtt_ms), Some(shared)) = (rtt_ms, self.shared.borrow().as_ref()) {
+            shared.set_heartbeat_rtt_us(rtt_ms.saturating_mul(1000));
+        }
+    }
+
+    /// Every core drops the registered generation (cancel its runs, send
+    /// nothing more).
+    fn shutdown_cores(&self) {
+        if let Some(shared) = self.shared.borrow().as_ref() {
+            let generation = shared.generation();
+            self.cores.broadcast(|| CoreMsg::Shutdown { generation });
+        }
+    }
+
+    /// Hands a work frame to the core the router picks.
+    fn route(&self, envelope: proto::Envelope) {
+        let Some(generation) = self.shared.borrow().as_ref().map(|s| s.generation()) else {
+            return tracing::warn!(
+                stream_id = envelope.stream_id,
+                "work frame before registration dropped"
+            );
+        };
+        let route = self.router.borrow_mut().route(&envelope);
+        match route {
+            Route::Core(core) => {
+                let stream_id = envelope.stream_id;
+                if !self.cores.send(
+                    core,
+                    CoreMsg::Work {
+                        generation,
+                        envelope,
+                    },
+                ) {
+                    tracing::error!(core, stream_id, "a node core has stopped; work dropped");
+                }
+            }
+            Route::CancelNotFound => {
+                let mut response = CancelResponse::default();
+                response.set_kind(CancelKind::CancelRun);
+                response.set_status(CancelStatus::NotFound);
+                self.outbox
+                    .send_msg(envelope.stream_id, Msg::CancelResponse(response));
+            }
+            Route::Drop => {}
         }
     }
 
@@ -281,20 +360,28 @@ impl Link {
                         generation,
                         connected_since_unix_ms: self.connected_since_unix_ms,
                     };
-                    *self.runs.borrow_mut() = Some(RunManager::new(
-                        &config,
-                        identity,
-                        &self.client,
-                        self.runner.store.clone(),
-                        self.outbox.clone(),
-                    ));
+                    // Every core serves this generation with its own
+                    // adapters; they share admission and the health
+                    // sequence through `shared`.
+                    let shared = GenShared::new(identity, &config);
+                    let payload = Arc::new(config.clone());
+                    self.cores.broadcast(|| {
+                        CoreMsg::Configure(Box::new(Configure {
+                            shared: Arc::clone(&shared),
+                            payload: Arc::clone(&payload),
+                            frames: self.frames.clone(),
+                            max_frame_len: self.max_frame_len,
+                            done: self.done.clone(),
+                        }))
+                    });
+                    *self.shared.borrow_mut() = Some(shared);
                     let mut end = self.end.borrow_mut();
                     end.registered = Some((node_id, generation));
                     end.config = Some(config);
                 }
                 NodeOutput::Ready => {
-                    if let Some(runs) = self.runs.borrow().as_ref() {
-                        runs.set_ready();
+                    if let Some(shared) = self.shared.borrow().as_ref() {
+                        shared.set_ready();
                     }
                     let mut end = self.end.borrow_mut();
                     end.was_ready = true;
@@ -312,21 +399,10 @@ impl Link {
                         permanent,
                     });
                 }
-                NodeOutput::Deliver(envelope) => {
-                    let runs = self.runs.borrow().clone();
-                    match runs {
-                        Some(runs) => runs.handle(envelope),
-                        None => tracing::warn!(
-                            stream_id = envelope.stream_id,
-                            "work frame before registration dropped"
-                        ),
-                    }
-                }
+                NodeOutput::Deliver(envelope) => self.route(envelope),
                 NodeOutput::Close(reason) => {
                     self.end.borrow_mut().reason = reason;
-                    if let Some(runs) = self.runs.borrow().as_ref() {
-                        runs.shutdown();
-                    }
+                    self.shutdown_cores();
                     self.outbox.close();
                 }
             }

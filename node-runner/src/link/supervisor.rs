@@ -15,6 +15,7 @@ use proto::v1::RegisterRejectReason;
 
 use super::client::{ConnectionEnd, LinkClientConfig, run_connection};
 use super::timers::CoreTimers;
+use crate::runs::{Cores, serve_core};
 
 /// First reconnect delay, in ms.
 pub const BACKOFF_BASE_MS: u64 = 200;
@@ -81,9 +82,25 @@ pub enum SupervisorExit {
 }
 
 /// Runs connections forever (or until `max_connections`, for tests),
-/// reconnecting with backoff. `on_end` sees every connection's end.
+/// reconnecting with backoff, on one core: the calling runtime serves the
+/// link and the runs. `on_end` sees every connection's end.
 pub async fn supervise(
     config: &LinkClientConfig,
+    max_connections: Option<u64>,
+    on_end: impl FnMut(&ConnectionEnd),
+) -> SupervisorExit {
+    let (cores, mut inboxes) = Cores::new(1);
+    // Ends when `cores` (the last sender) is dropped, on return.
+    monoio::spawn(serve_core(inboxes.remove(0), config.runner.clone()));
+    supervise_cores(config, &cores, max_connections, on_end).await
+}
+
+/// [`supervise`] on the link core of a thread-per-core Node: work goes to
+/// `cores`, whose inboxes the caller serves (core 0's on this runtime, with
+/// [`serve_core`], the others on their own threads).
+pub async fn supervise_cores(
+    config: &LinkClientConfig,
+    cores: &Cores,
     max_connections: Option<u64>,
     mut on_end: impl FnMut(&ConnectionEnd),
 ) -> SupervisorExit {
@@ -103,7 +120,7 @@ pub async fn supervise(
     let _stop = StopOnDrop(&timers);
     loop {
         let started = std::time::Instant::now();
-        let end = run_connection(config, &timers).await;
+        let end = run_connection(config, &timers, cores).await;
         made += 1;
         log_end(config, &end);
         on_end(&end);

@@ -1,33 +1,44 @@
 //! The run manager: the Node's side of runs, cancels and session
-//! terminates on one link connection (F9–F13, F15).
+//! terminates on one link connection (F9–F13, F15), one per core.
 //!
-//! One [`RunManager`] per registered connection, built from the
-//! `NodeConfigPayload` the Edge sent: one adapter instance per provider,
-//! over the core's [`ProviderClient`]. The link hands it every work frame
-//! ([`RunManager::handle`]); it answers through the connection's
-//! [`Outbox`].
+//! The Node is thread-per-core ([`cores`]): every core builds its own
+//! [`RunManager`] for the connection's generation from the
+//! `NodeConfigPayload` the Edge sent — one adapter instance per provider,
+//! over the core's [`ProviderClient`] — and the link core hands each work
+//! frame to one core ([`cores::Router`]). A manager answers through its
+//! core's [`Outbox`] onto the connection's single writer. What the cores
+//! must agree on lives in the generation's [`GenShared`] (atomics).
 //!
 //! # Invariants
 //! - **Admission (F9).** A run is admitted only while its adapter has fewer
-//!   than `max_concurrency` runs active; otherwise it is refused at once
-//!   with an `OVER_CAPACITY` error terminal. Capacity is returned when the
-//!   run's terminal has been sent, on every path.
+//!   than `max_concurrency` runs active *over all cores* (one shared
+//!   counter per adapter, compare-and-increment); otherwise it is refused
+//!   at once with an `OVER_CAPACITY` error terminal. Capacity is returned
+//!   when the run's terminal has been sent, on every path (a [`Lease`]
+//!   dropped).
 //! - **Exactly one terminal (F10, F11).** Every `RunRequest` gets exactly
 //!   one terminal `RunEvent` on its stream, and nothing after it: refused
-//!   runs get a lone `error`; admitted ones get what [`relay`] emits.
+//!   runs get a lone `error`; admitted ones get what [`relay`] emits. A
+//!   run's stream lives on one core, so its frames keep their order.
 //! - **Validation before any provider call (F20).** Unknown adapter,
 //!   unknown target, an invalid raw stall timeout or input the adapter
 //!   cannot send end the run before a byte goes to the provider.
 //! - **Cancel (F12)** stops only the named run: its task stops, its
 //!   provider response is dropped (closing that provider connection), and
 //!   its terminal is `cancelled`. A link that closes cancels every run of
-//!   the connection; their frames are not sent (the Edge fences them).
+//!   the connection on every core; their frames are not sent (the Edge
+//!   fences them).
 //! - **Run store (F15).** Every run is recorded — admitted, started, ended
 //!   or refused — through the store thread's queue, never on the event
 //!   path.
+//! - **Done reports.** Every `RunRequest` a core takes is reported done
+//!   (by stream id) once its terminal is sent, so the link core knows
+//!   where cancels go and how loaded each core is.
 
+pub mod cores;
 mod outbox;
 mod relay;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -40,12 +51,14 @@ use std::time::Duration;
 use proto::Envelope;
 use proto::v1::{
     AdapterKind, CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
-    NodeCommandRequest, NodeConfigPayload, ProviderTunnelFrame, RunRequest, TransportStatusResult,
-    envelope::Msg, provider_tunnel_frame::Frame,
+    NodeCommandRequest, NodeConfigPayload, ProviderTunnelFrame, RunRequest, envelope::Msg,
+    provider_tunnel_frame::Frame,
 };
 
-pub use self::outbox::Outbox;
+pub use self::cores::{CoreInbox, CoreMsg, Cores, DoneTx, serve_core};
+pub use self::outbox::{FrameTx, Outbox};
 pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay};
+pub use self::shared::{Capacity, GenShared, Lease};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
 use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
@@ -66,14 +79,16 @@ pub struct RunnerConfig {
     pub provider: ProviderClientConfig,
 }
 
-/// One provider's adapter on this connection, with its admission counter.
+/// One provider's adapter on this core and connection; its admission
+/// counter is the generation's, shared with the other cores.
 #[derive(Debug)]
 struct Slot {
     adapter: Result<AnyAdapter, String>,
     kind: AdapterKind,
+    /// The provider's index in the payload (its [`Capacity`]).
+    index: usize,
     max_concurrency: u32,
     request_timeout_ms: u64,
-    active: Cell<u32>,
 }
 
 #[derive(Debug)]
@@ -93,9 +108,10 @@ pub struct LinkIdentity {
     pub connected_since_unix_ms: u64,
 }
 
-/// The run manager of one connection (see the module docs).
+/// The run manager of one connection on one core (see the module docs).
 #[derive(Debug)]
 pub struct RunManager {
+    core: usize,
     slots: HashMap<String, Slot>,
     /// The adapters that could be built, as node commands see them.
     named: Vec<NamedAdapter>,
@@ -104,38 +120,44 @@ pub struct RunManager {
     store: Option<StoreHandle>,
     client: ProviderClient,
     closed: Cell<bool>,
-    transport: RefCell<TransportStatusResult>,
-    /// F23: the connection's health observation sequence; the last one
-    /// handed out (0 = none yet).
-    health_seq: Cell<u64>,
+    /// Admission, F23's health sequence and the transport status, shared
+    /// by the generation's cores.
+    shared: Arc<GenShared>,
+    done: DoneTx,
 }
 
 impl RunManager {
-    /// The manager for a connection configured by `payload`. A provider
-    /// whose adapter cannot be built is kept, refusing its runs with the
-    /// reason, so the Edge learns why.
+    /// The manager on `core` for the connection `shared`, configured by
+    /// `payload`. A provider whose adapter cannot be built is kept, refusing
+    /// its runs with the reason, so the Edge learns why. Finished run
+    /// streams are reported on `done`.
     pub fn new(
+        core: usize,
         payload: &NodeConfigPayload,
-        identity: LinkIdentity,
+        shared: Arc<GenShared>,
         client: &ProviderClient,
         store: Option<StoreHandle>,
         outbox: Outbox,
+        done: DoneTx,
     ) -> Rc<Self> {
         let slots: HashMap<String, Slot> = payload
             .providers
             .iter()
-            .map(|provider| {
+            .enumerate()
+            .map(|(index, provider)| {
                 let adapter =
                     AnyAdapter::from_provider(provider, client.clone()).map_err(|e| e.to_string());
-                if let Err(why) = &adapter {
+                if let Err(why) = &adapter
+                    && core == 0
+                {
                     tracing::warn!(adapter = %provider.adapter, %why, "adapter not usable");
                 }
                 let slot = Slot {
                     adapter,
                     kind: provider.kind(),
+                    index,
                     max_concurrency: provider.max_concurrency,
                     request_timeout_ms: provider.request_timeout_ms,
-                    active: Cell::new(0),
                 };
                 (provider.adapter.clone(), slot)
             })
@@ -145,14 +167,8 @@ impl RunManager {
             .filter_map(|slot| slot.adapter.clone().ok().map(NamedAdapter::new))
             .collect();
         named.sort_by(|a, b| a.name.cmp(&b.name));
-        let transport = TransportStatusResult {
-            node_id: identity.node_id,
-            generation: identity.generation,
-            state: "registered".into(),
-            connected_since_unix_ms: identity.connected_since_unix_ms,
-            ..TransportStatusResult::default()
-        };
         Rc::new(Self {
+            core,
             slots,
             named,
             runs: RefCell::new(HashMap::new()),
@@ -160,29 +176,27 @@ impl RunManager {
             store,
             client: client.clone(),
             closed: Cell::new(false),
-            transport: RefCell::new(transport),
-            health_seq: Cell::new(0),
+            shared,
+            done,
         })
     }
 
-    /// Readiness completed on the connection.
-    pub fn set_ready(&self) {
-        self.transport.borrow_mut().state = "ready".into();
+    /// The connection generation this manager serves.
+    pub fn generation(&self) -> u64 {
+        self.shared.generation()
     }
 
-    /// The last heartbeat round trip, in µs.
-    pub fn set_heartbeat_rtt_us(&self, rtt_us: u64) {
-        self.transport.borrow_mut().last_heartbeat_rtt_us = rtt_us;
-    }
-
-    /// Runs active now (admitted, terminal not yet sent).
+    /// Runs active now on this core (admitted, terminal not yet sent).
     pub fn active_runs(&self) -> usize {
         self.runs.borrow().len()
     }
 
-    /// Runs active now on `adapter`.
+    /// Runs active now on `adapter`, over all cores.
     pub fn active_on(&self, adapter: &str) -> u32 {
-        self.slots.get(adapter).map_or(0, |slot| slot.active.get())
+        self.slots
+            .get(adapter)
+            .and_then(|slot| self.shared.capacity(slot.index))
+            .map_or(0, Capacity::active)
     }
 
     /// The adapters of this connection: name, kind and the adapter (those
@@ -234,7 +248,6 @@ impl RunManager {
     /// The connection ended: cancel every run; send nothing more.
     pub fn shutdown(&self) {
         self.closed.set(true);
-        self.transport.borrow_mut().state = "closing".into();
         for run in self.runs.borrow_mut().values_mut() {
             if let Some(cancel) = run.cancel.take() {
                 let _ = cancel.send(());
@@ -252,9 +265,17 @@ impl RunManager {
             created_at_ms: unix_ms(),
         });
         let admitted = self.admit(stream_id, &request);
-        let (adapter, hard_timeout_ms, stall_timeout_ms) = match admitted {
+        let (adapter, lease, hard_timeout_ms, stall_timeout_ms) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
+                tracing::debug!(
+                    event = "run_refused",
+                    core = self.core,
+                    run_id = %request.run_id,
+                    stream_id,
+                    code = refusal.code().as_str_name(),
+                    "run_refused"
+                );
                 self.record(
                     &info,
                     Transition::Rejected {
@@ -264,9 +285,18 @@ impl RunManager {
                 );
                 let event = RuntimeEvent::Error(refusal).into_run_event(1);
                 self.outbox.send_msg(stream_id, Msg::RunEvent(event));
+                let _ = self.done.send(stream_id);
                 return;
             }
         };
+        tracing::debug!(
+            event = "run_started",
+            core = self.core,
+            run_id = %request.run_id,
+            stream_id,
+            adapter = %request.adapter,
+            "run_started"
+        );
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel();
         self.runs.borrow_mut().insert(
             stream_id,
@@ -305,7 +335,7 @@ impl RunManager {
                 }
             })
             .await;
-            manager.finish(stream_id, &info, &outcome);
+            manager.finish(stream_id, &info, &outcome, lease);
             if let Some(mut rest) = rest {
                 // Read the provider body's end so the connection is pooled.
                 let _ = EventSource::next(&mut rest).await;
@@ -319,7 +349,7 @@ impl RunManager {
         &self,
         stream_id: u64,
         request: &RunRequest,
-    ) -> Result<(AnyAdapter, u64, u64), proto::v1::ExecutionFailure> {
+    ) -> Result<(AnyAdapter, Lease, u64, u64), proto::v1::ExecutionFailure> {
         let refuse = |code, message: String| Err(failure(code, FailureSide::Client, message));
         if self.runs.borrow().contains_key(&stream_id) {
             return refuse(
@@ -365,7 +395,7 @@ impl RunManager {
             }
             ms => ms,
         };
-        if slot.active.get() >= slot.max_concurrency {
+        let Some(lease) = self.shared.try_lease(slot.index) else {
             return Err(failure(
                 FailureCode::OverCapacity,
                 FailureSide::Node,
@@ -374,21 +404,33 @@ impl RunManager {
                     request.adapter, slot.max_concurrency
                 ),
             ));
-        }
-        slot.active.set(slot.active.get() + 1);
+        };
         let hard_timeout_ms = match request.hard_timeout_ms {
             0 => slot.request_timeout_ms,
             ms => ms,
         };
-        Ok((adapter.clone(), hard_timeout_ms, stall_timeout_ms))
+        Ok((adapter.clone(), lease, hard_timeout_ms, stall_timeout_ms))
     }
 
-    /// Returns the run's capacity and records its end.
-    fn finish(&self, stream_id: u64, info: &Arc<RunInfo>, outcome: &Outcome) {
+    /// Returns the run's capacity, reports its stream done and records its
+    /// end.
+    fn finish(&self, stream_id: u64, info: &Arc<RunInfo>, outcome: &Outcome, lease: Lease) {
         self.runs.borrow_mut().remove(&stream_id);
-        if let Some(slot) = self.slots.get(&info.adapter) {
-            slot.active.set(slot.active.get().saturating_sub(1));
-        }
+        drop(lease);
+        let _ = self.done.send(stream_id);
+        tracing::debug!(
+            event = "run_ended",
+            core = self.core,
+            run_id = %info.run_id,
+            stream_id,
+            outcome = match outcome {
+                Outcome::Completed => "completed",
+                Outcome::Failed(_) => "failed",
+                Outcome::Cancelled if self.closed.get() => "link_closed",
+                Outcome::Cancelled => "cancelled",
+            },
+            "run_ended"
+        );
         let at_ms = unix_ms();
         let transition = match outcome {
             Outcome::Completed => Transition::Completed { at_ms },
@@ -466,16 +508,18 @@ impl RunManager {
     /// Runs a node command (F14) on its own task; its responses go out as
     /// they come (an Ollama pull streams progress).
     fn command(self: &Rc<Self>, stream_id: u64, request: NodeCommandRequest) {
+        tracing::debug!(
+            event = "command_started",
+            core = self.core,
+            stream_id,
+            kind = request.kind().as_str_name(),
+            "command_started"
+        );
         let manager = Rc::clone(self);
         monoio::spawn(async move {
             let active_runs = |name: &str| manager.active_on(name);
-            let next_health_seq = || {
-                let seq = manager.health_seq.get() + 1;
-                manager.health_seq.set(seq);
-                seq
-            };
-            let mut transport = manager.transport.borrow().clone();
-            transport.active_runs = u32::try_from(manager.active_runs()).unwrap_or(u32::MAX);
+            let next_health_seq = || manager.shared.next_health_seq();
+            let transport = manager.shared.transport(manager.closed.get());
             let ctx = CommandContext {
                 adapters: &manager.named,
                 active_runs: &active_runs,

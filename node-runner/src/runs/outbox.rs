@@ -1,4 +1,5 @@
-//! The connection's outgoing frames, shared by the link and its runs.
+//! The connection's outgoing frames, from any core: encoded on the core
+//! that produces them, moved to the connection's single writer as `Bytes`.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,11 +10,16 @@ use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::envelope::Msg;
 
-/// Frames to the Edge on one connection: encodes on the core and queues for
-/// the connection's writer. Cheap to clone.
+/// The connection writer's queue: `Send`, so every core can feed it.
+pub type FrameTx = tokio::sync::mpsc::UnboundedSender<Outgoing>;
+
+/// Frames to the Edge on one connection, from one core: encodes on this
+/// core (one encoder per core and connection) and queues the frame for the
+/// connection's writer, which may live on another core. Cheap to clone
+/// (within the core).
 #[derive(Clone)]
 pub struct Outbox {
-    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    tx: FrameTx,
     encoder: Rc<RefCell<FrameEncoder>>,
 }
 
@@ -25,7 +31,7 @@ impl std::fmt::Debug for Outbox {
 
 impl Outbox {
     /// An outbox onto `tx`, encoding frames of at most `max_frame_len`.
-    pub fn new(tx: local_sync::mpsc::unbounded::Tx<Outgoing>, max_frame_len: usize) -> Self {
+    pub fn new(tx: FrameTx, max_frame_len: usize) -> Self {
         Self {
             tx,
             encoder: Rc::new(RefCell::new(FrameEncoder::new(max_frame_len))),

@@ -1,0 +1,326 @@
+//! The Node's cores: one monoio runtime per worker thread, each with its own
+//! run manager and provider client, fed by the link core over an inbox.
+//!
+//! ```text
+//!                       ┌──────────── core 0 (link core) ────────────┐
+//!  Edge ──socket──▶ reader ─▶ NodeSession ─▶ Router ──CoreMsg──▶ inbox 0 ─▶ RunManager 0 ─┐
+//!                       │                      │ └────CoreMsg──▶ inbox k ─▶ RunManager k ─┤ (core k)
+//!                       │                      ▲  stream done ◀─────────────────────────────┤
+//!  Edge ◀─socket── writer ◀──── frames (Bytes, Send channel) ◀─────────────────────────────┘
+//! ```
+//!
+//! - **Generations.** On registration (generation G) the link core sends
+//!   every core [`CoreMsg::Configure`]: the config payload and the
+//!   generation's [`GenShared`]. Each core builds its own adapters over its
+//!   own [`ProviderClient`] (one keep-alive pool per core, kept for the
+//!   core's life). When the connection ends, every core gets
+//!   [`CoreMsg::Shutdown`] and cancels G's runs, sending nothing more. Every
+//!   message carries its generation; a core drops work for a generation it
+//!   does not hold.
+//! - **Placement.** [`Router`] sends a `RunRequest`, a `NodeCommandRequest`
+//!   or a `TERMINATE_SESSION` to the core with the fewest runs in flight
+//!   (ties round-robin, [`pick_core`]); `CANCEL_RUN` to the core that owns
+//!   the stream. The link core keeps `stream_id → core` until that core
+//!   reports the run's stream done (its terminal sent); a cancel for a
+//!   stream it does not know is answered `NOT_FOUND` by the link core.
+//! - **Admission (F9)** is global per adapter: the cores share the
+//!   generation's [`Capacity`](super::Capacity) counters.
+//! - **Frames** from any core go to the connection's single writer over a
+//!   `Send` channel, encoded on the producing core ([`Outbox`]) and moved
+//!   as `Bytes`. A stream lives on one core, so its frames keep its order.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use proto::Envelope;
+use proto::v1::{CancelKind, NodeConfigPayload, envelope::Msg};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::{FrameTx, GenShared, Outbox, RunManager, RunnerConfig};
+use crate::provider_http::ProviderClient;
+
+/// Where a core reports the streams of runs it has finished (their
+/// terminal sent, or refused), by stream id.
+pub type DoneTx = UnboundedSender<u64>;
+
+/// A message to one core.
+// `Work` is the hot variant and is moved as is: boxing its envelope would
+// cost an allocation per frame crossing cores.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// Serve a new connection generation (replacing any older one).
+    Configure(Box<Configure>),
+    /// A work frame of `generation`.
+    Work {
+        /// The connection generation it belongs to.
+        generation: u64,
+        /// The frame.
+        envelope: Envelope,
+    },
+    /// `generation`'s connection ended: cancel its runs, send nothing more.
+    Shutdown {
+        /// The generation that ended.
+        generation: u64,
+    },
+}
+
+/// What a core needs to serve one connection generation.
+#[derive(Debug)]
+pub struct Configure {
+    /// The generation's shared state (admission, health sequence, status).
+    pub shared: Arc<GenShared>,
+    /// The config the Edge sent.
+    pub payload: Arc<NodeConfigPayload>,
+    /// The connection's writer queue.
+    pub frames: FrameTx,
+    /// Largest frame the Edge accepts.
+    pub max_frame_len: usize,
+    /// Where finished run streams are reported.
+    pub done: DoneTx,
+}
+
+/// The senders of every core's inbox; cheap to clone, `Send`.
+#[derive(Debug, Clone)]
+pub struct Cores {
+    inboxes: Arc<[UnboundedSender<CoreMsg>]>,
+}
+
+/// One core's inbox, to be served by [`serve_core`] on that core.
+#[derive(Debug)]
+pub struct CoreInbox {
+    core: usize,
+    rx: UnboundedReceiver<CoreMsg>,
+}
+
+impl CoreInbox {
+    /// The core this inbox belongs to.
+    pub fn core(&self) -> usize {
+        self.core
+    }
+}
+
+impl Cores {
+    /// `count` cores (at least one): the handle and each core's inbox, in
+    /// core order.
+    pub fn new(count: usize) -> (Self, Vec<CoreInbox>) {
+        let (txs, inboxes): (Vec<_>, Vec<_>) = (0..count.max(1))
+            .map(|core| {
+                let (tx, rx) = unbounded_channel();
+                (tx, CoreInbox { core, rx })
+            })
+            .unzip();
+        (
+            Self {
+                inboxes: txs.into(),
+            },
+            inboxes,
+        )
+    }
+
+    /// How many cores there are.
+    pub fn len(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    /// Always false: there is at least one core.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Sends `msg` to `core`; false if that core has stopped.
+    pub fn send(&self, core: usize, msg: CoreMsg) -> bool {
+        self.inboxes
+            .get(core)
+            .is_some_and(|inbox| inbox.send(msg).is_ok())
+    }
+
+    /// Sends `make()` to every core.
+    pub fn broadcast(&self, make: impl Fn() -> CoreMsg) {
+        for inbox in self.inboxes.iter() {
+            let _ = inbox.send(make());
+        }
+    }
+}
+
+/// Serves one core's inbox until every [`Cores`] handle is dropped. Call
+/// on that core's runtime.
+pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
+    let core = inbox.core;
+    let client = ProviderClient::new(runner.provider.clone());
+    let mut current: Option<Rc<RunManager>> = None;
+    while let Some(msg) = inbox.rx.recv().await {
+        match msg {
+            CoreMsg::Configure(configure) => {
+                if let Some(old) = current.take() {
+                    old.shutdown();
+                }
+                let Configure {
+                    shared,
+                    payload,
+                    frames,
+                    max_frame_len,
+                    done,
+                } = *configure;
+                current = Some(RunManager::new(
+                    core,
+                    &payload,
+                    shared,
+                    &client,
+                    runner.store.clone(),
+                    Outbox::new(frames, max_frame_len),
+                    done,
+                ));
+            }
+            CoreMsg::Work {
+                generation,
+                envelope,
+            } => match current.as_ref().filter(|m| m.generation() == generation) {
+                Some(manager) => manager.handle(envelope),
+                None => tracing::debug!(
+                    core,
+                    generation,
+                    stream_id = envelope.stream_id,
+                    "work for a generation this core does not hold dropped"
+                ),
+            },
+            CoreMsg::Shutdown { generation } => {
+                if current
+                    .as_ref()
+                    .is_some_and(|m| m.generation() == generation)
+                {
+                    if let Some(manager) = current.take() {
+                        manager.shutdown();
+                    }
+                }
+            }
+        }
+    }
+    if let Some(manager) = current.take() {
+        manager.shutdown();
+    }
+}
+
+/// The core for new work: the one with the fewest runs in flight; among
+/// equals, the first at or after `cursor` (round-robin), and the cursor
+/// moves past it.
+pub fn pick_core(load: &[u32], cursor: &mut usize) -> usize {
+    let count = load.len().max(1);
+    let least = load.iter().copied().min().unwrap_or(0);
+    let start = *cursor % count;
+    let core = (0..count)
+        .map(|i| (start + i) % count)
+        .find(|&core| load.get(core).copied().unwrap_or(0) == least)
+        .unwrap_or(0);
+    *cursor = (core + 1) % count;
+    core
+}
+
+/// Where the link core sends a work frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To this core.
+    Core(usize),
+    /// A `CANCEL_RUN` for a stream no core holds: answer `NOT_FOUND`.
+    CancelNotFound,
+    /// Nothing to do with it (flow control for a finished stream).
+    Drop,
+}
+
+#[derive(Debug)]
+struct Owner {
+    core: usize,
+    run_id: String,
+    /// `RunRequest`s on the stream not yet reported done (a duplicate is
+    /// refused by the owner, and reported like any run).
+    pending: u32,
+}
+
+/// The link core's placement of one connection's work (see the module
+/// docs). Single-core: owned by the link.
+#[derive(Debug)]
+pub struct Router {
+    load: Vec<u32>,
+    cursor: usize,
+    owners: HashMap<u64, Owner>,
+}
+
+impl Router {
+    /// A router over `cores` cores.
+    pub fn new(cores: usize) -> Self {
+        Self {
+            load: vec![0; cores.max(1)],
+            cursor: 0,
+            owners: HashMap::new(),
+        }
+    }
+
+    /// Runs in flight per core (routed, not yet reported done).
+    pub fn load(&self) -> &[u32] {
+        &self.load
+    }
+
+    /// Where `envelope` goes.
+    pub fn route(&mut self, envelope: &Envelope) -> Route {
+        let stream_id = envelope.stream_id;
+        match &envelope.msg {
+            Some(Msg::RunRequest(request)) => {
+                let core = match self.owners.get_mut(&stream_id) {
+                    Some(owner) => {
+                        owner.pending += 1;
+                        owner.core
+                    }
+                    None => {
+                        let core = pick_core(&self.load, &mut self.cursor);
+                        self.owners.insert(
+                            stream_id,
+                            Owner {
+                                core,
+                                run_id: request.run_id.clone(),
+                                pending: 1,
+                            },
+                        );
+                        core
+                    }
+                };
+                self.load[core] += 1;
+                Route::Core(core)
+            }
+            Some(Msg::CancelRequest(cancel)) if cancel.kind() == CancelKind::CancelRun => {
+                // The Edge cancels on the run's own stream; a cancel on
+                // another stream names the run by id.
+                let owner = self.owners.get(&stream_id).or_else(|| {
+                    (!cancel.run_id.is_empty())
+                        .then(|| self.owners.values().find(|o| o.run_id == cancel.run_id))
+                        .flatten()
+                });
+                owner.map_or(Route::CancelNotFound, |owner| Route::Core(owner.core))
+            }
+            Some(Msg::WindowUpdate(_)) => self
+                .owners
+                .get(&stream_id)
+                .map_or(Route::Drop, |owner| Route::Core(owner.core)),
+            _ => Route::Core(pick_core(&self.load, &mut self.cursor)),
+        }
+    }
+
+    /// The core owning `stream_id` finished one run on it.
+    pub fn stream_done(&mut self, stream_id: u64) {
+        let Some(owner) = self.owners.get_mut(&stream_id) else {
+            return;
+        };
+        let core = owner.core;
+        owner.pending = owner.pending.saturating_sub(1);
+        if owner.pending == 0 {
+            self.owners.remove(&stream_id);
+        }
+        if let Some(load) = self.load.get_mut(core) {
+            *load = load.saturating_sub(1);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "cores_tests.rs"]
+mod tests;
