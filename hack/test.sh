@@ -4,7 +4,8 @@
 #   hack/test.sh            everything
 #   IOP_TEST_SKIP_LINT=1    skip fmt + clippy (quick local iterations)
 #
-# Installs what it needs (curl) when missing. Asserts no wall-clock speed:
+# Installs what it needs (curl) when missing; hack/openai-client-test.sh
+# pip-installs its pinned Python packages into target/py-venv. Asserts no wall-clock speed:
 # benches are compiled and run once in test mode; their numbers live in
 # bench-results/ and come from `cargo bench`.
 set -euo pipefail
@@ -43,6 +44,9 @@ cargo test --workspace --doc --locked
 
 step "mock provider answers curl -N (OpenAI SSE and Ollama NDJSON)"
 hack/smoke-mock-provider.sh
+
+step "the official openai Python client against Edge + Node + mock (perf/py)"
+hack/openai-client-test.sh
 
 step "fuzz harness compiles (cargo-fuzz layout; see hack/fuzz.sh)"
 cargo check --quiet --manifest-path framing/fuzz/Cargo.toml --target-dir target/fuzz-check

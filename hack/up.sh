@@ -1,78 +1,149 @@
 #!/usr/bin/env bash
-# Brings the IOP stack up on loopback with the embedded default config and
-# keeps it in the foreground; Ctrl-C stops everything it started.
+# Brings the whole IOP stack up on loopback with the embedded default config
+# and keeps it in the foreground. Ctrl-C stops everything it started; so does
+# any one of the processes dying.
 #
 #   hack/up.sh
 #
-# Starts, in order:
-#   iop-mock-provider  127.0.0.1:8000  (OpenAI + Ollama shapes; the providers)
-#   iop-edge           127.0.0.1:7070  (node socket; embedded default config)
-#   iop-node           dials the Edge with the dev token `iop-dev-token`
-# The Edge's OpenAI ingress (127.0.0.1:8080) is not built yet; the script says
-# so. Logs go to .stack/*.log.
+# Builds the release binaries, then starts:
+#   iop-mock-provider  127.0.0.1:8000  the providers (OpenAI and Ollama shapes)
+#   iop-edge           127.0.0.1:8080  OpenAI ingress (models mock-chat, mock-ollama)
+#                      127.0.0.1:7070  node socket (embedded default config)
+#   iop-node           dials the Edge with the dev token `iop-dev-token`;
+#                      its run store is a fresh temp dir
+# and waits until GET http://127.0.0.1:8080/readyz answers 200.
+# Logs go to .stack/*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MOCK_ADDR=${IOP_MOCK_ADDR:-127.0.0.1:8000}
+MOCK_ADDR=127.0.0.1:8000   # the providers' base_url in the embedded default config
+INGRESS=127.0.0.1:8080     # from the embedded default config
 NODE_SOCKET=127.0.0.1:7070 # from the embedded default config
-mkdir -p .stack
+LOGS=.stack
+bin=target/release
 
-command -v curl >/dev/null 2>&1 || { echo "hack/up.sh needs curl" >&2; exit 1; }
+command -v curl >/dev/null 2>&1 || { echo "hack/up.sh needs curl (apt-get install curl)" >&2; exit 1; }
 
-echo "==> building release binaries"
-cargo build --release --locked --bin iop-mock-provider --bin iop-edge --bin iop-node
+# The default config's ports are fixed: say so plainly when one is taken.
+busy=()
+for addr in "$MOCK_ADDR" "$INGRESS" "$NODE_SOCKET"; do
+  if (exec 3<>"/dev/tcp/${addr%:*}/${addr#*:}") 2>/dev/null; then busy+=("$addr"); fi
+done
+if [ ${#busy[@]} -gt 0 ]; then
+  echo "error: already in use on loopback: ${busy[*]}" >&2
+  echo "  hack/up.sh needs 127.0.0.1:8000 (mock provider), :8080 (Edge ingress) and :7070 (node socket)." >&2
+  echo "  Another hack/up.sh may be running; stop it, or whatever holds the port (ss -ltnp)." >&2
+  exit 1
+fi
+
+echo "==> building release binaries (cargo build --release --workspace --bins)"
+cargo build --release --workspace --bins --locked
+
+mkdir -p "$LOGS"
+data_dir=$(mktemp -d "${TMPDIR:-/tmp}/iop-node-data.XXXXXX")
 
 pids=()
+names=()
 stop() {
+  local rc=$?
   trap - INT TERM EXIT
   if [ ${#pids[@]} -gt 0 ]; then
     echo
-    echo "==> stopping ${#pids[@]} process(es)"
+    echo "==> stopping ${names[*]}"
     kill "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
+  echo "the node's run store stays in $data_dir (iop-node runs --data-dir $data_dir)"
+  exit "$rc"
 }
-trap stop INT TERM EXIT
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-wait_for() {
-  # wait_for NAME CHECK...: run CHECK until it succeeds, or fail after 10 s.
+start() {
+  # start NAME CMD...: run CMD in the background, logging to .stack/NAME.log.
   local name=$1
   shift
-  for _ in $(seq 1 100); do
+  "$@" >"$LOGS/$name.log" 2>&1 &
+  pids+=($!)
+  names+=("$name")
+}
+
+check_alive() {
+  local i
+  for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      echo "error: ${names[$i]} exited; last lines of $LOGS/${names[$i]}.log:" >&2
+      tail -n 20 "$LOGS/${names[$i]}.log" >&2
+      exit 1
+    fi
+  done
+}
+
+wait_for() {
+  # wait_for WHAT CHECK...: run CHECK until it succeeds; fail after 15 s or
+  # as soon as a started process exits.
+  local what=$1
+  shift
+  for _ in $(seq 1 150); do
     "$@" >/dev/null 2>&1 && return 0
+    check_alive
     sleep 0.1
   done
-  echo "error: $name did not come up; see .stack/$name.log" >&2
+  echo "error: timed out waiting for $what; logs in $LOGS/" >&2
   exit 1
 }
 
-target/release/iop-mock-provider --listen "$MOCK_ADDR" >.stack/mock-provider.log 2>&1 &
-pids+=($!)
-wait_for mock-provider curl -fsS -o /dev/null "http://$MOCK_ADDR/health"
+start mock-provider "$bin/iop-mock-provider" --listen "$MOCK_ADDR"
+wait_for "the mock provider" curl -fsS -o /dev/null "http://$MOCK_ADDR/health"
 
-target/release/iop-edge >.stack/edge.log 2>&1 &
-pids+=($!)
-wait_for edge grep -q edge_started .stack/edge.log
+start edge "$bin/iop-edge"
+wait_for "the Edge" grep -q edge_started "$LOGS/edge.log"
 
-IOP_NODE_TOKEN=iop-dev-token target/release/iop-node --edge "$NODE_SOCKET" --data-dir .stack/node-data \
-  >.stack/node.log 2>&1 &
-pids+=($!)
-wait_for edge grep -q node_ready .stack/edge.log
+start node env IOP_NODE_TOKEN=iop-dev-token "$bin/iop-node" --edge "$NODE_SOCKET" --data-dir "$data_dir"
+wait_for "GET http://$INGRESS/readyz = 200" curl -fsS -o /dev/null "http://$INGRESS/readyz"
 
 cat <<MSG
 
-started:
-  mock provider   http://$MOCK_ADDR                (log: .stack/mock-provider.log)
-  iop-edge        node socket $NODE_SOCKET        (log: .stack/edge.log)
-  iop-node        node-1, linked and ready         (log: .stack/node.log)
-not started (not built yet):
-  OpenAI ingress  would listen on 127.0.0.1:8080; until then, call the provider directly:
+IOP is up (default config, loopback only):
+  mock provider   http://$MOCK_ADDR             log: $LOGS/mock-provider.log
+  iop-edge        http://$INGRESS (OpenAI)      log: $LOGS/edge.log
+                  node socket $NODE_SOCKET
+  iop-node        node-1, ready                 log: $LOGS/node.log
+                  run store $data_dir
 
-  curl -N http://$MOCK_ADDR/v1/chat/completions -H 'content-type: application/json' \\
+Try it (mock-chat: raw tunnel to an OpenAI-compatible provider;
+        mock-ollama: normalized run on an Ollama provider):
+
+  curl http://$INGRESS/v1/models
+
+  curl http://$INGRESS/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model":"mock-chat","messages":[{"role":"user","content":"hi"}]}'
+  curl -N http://$INGRESS/v1/chat/completions -H 'content-type: application/json' \\
     -d '{"model":"mock-chat","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-  curl -N http://$MOCK_ADDR/api/chat -d '{"model":"mock-ollama","messages":[{"role":"user","content":"hi"}]}'
 
-watch the link: tail -f .stack/edge.log .stack/node.log
+  curl http://$INGRESS/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model":"mock-ollama","messages":[{"role":"user","content":"hi"}]}'
+  curl -N http://$INGRESS/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model":"mock-ollama","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+  curl -N http://$INGRESS/v1/responses -H 'content-type: application/json' \\
+    -d '{"model":"mock-ollama","stream":true,"input":"hi"}'
+
+  curl http://$INGRESS/metrics
+  $bin/iop-node runs --data-dir $data_dir      # the Node's run records
+
 Ctrl-C stops everything.
 MSG
-wait
+
+# Stay up until Ctrl-C or until one of the processes exits.
+died=
+code=0
+wait -n -p died "${pids[@]}" || code=$?
+for i in "${!pids[@]}"; do
+  if [ "${pids[$i]}" = "$died" ]; then
+    echo "error: ${names[$i]} exited (status $code); last lines of $LOGS/${names[$i]}.log:" >&2
+    tail -n 20 "$LOGS/${names[$i]}.log" >&2
+  fi
+done
+exit 1
