@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use edge_proxy::config::EdgeConfig;
@@ -20,7 +21,7 @@ use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 use proto::v1::{ChatMessage, FailureCode, RunEvent, RunEventKind, RunInput};
 use serde_json::Value;
 
-use super::process::{PATIENCE, Process, bin, spawn_logged, wait_for_line};
+use super::process::{PATIENCE, Process, bin, spawn_logged};
 
 pub(crate) fn drivers() -> Vec<IoDriver> {
     let mut all = vec![IoDriver::Epoll];
@@ -156,10 +157,31 @@ pub(crate) struct Stack {
     pub(crate) data_dir: PathBuf,
     pub(crate) driver: IoDriver,
     pub(crate) node: Option<Process>,
+    /// Extra `iop-node` arguments (e.g. `--workers 2`).
+    pub(crate) node_args: Vec<String>,
+    /// `IOP_LOG` for the node (its default when `None`).
+    pub(crate) node_log_filter: Option<String>,
+    /// Where the node dials, when not the Edge itself (a proxy in front).
+    pub(crate) node_edge: Option<std::net::SocketAddr>,
+    /// Every log line of the node processes started so far.
+    pub(crate) node_log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Stack {
     pub(crate) fn start(driver: IoDriver, name: &str) -> Self {
+        let mut stack = Self::start_edge(driver, name, config);
+        stack.start_node();
+        stack
+    }
+
+    /// The Edge (configured by `config(mock, garbage provider)`) and the
+    /// mock provider, without a node: set the `node_*` fields, then call
+    /// [`start_node`](Self::start_node).
+    pub(crate) fn start_edge(
+        driver: IoDriver,
+        name: &str,
+        config: fn(std::net::SocketAddr, std::net::SocketAddr) -> String,
+    ) -> Self {
         let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
             .expect("mock provider starts");
         let yaml = config(mock.local_addr(), start_garbage_provider());
@@ -177,15 +199,17 @@ impl Stack {
             driver.as_str()
         ));
         let _ = std::fs::remove_dir_all(&data_dir);
-        let mut stack = Self {
+        Self {
             edge,
             mock,
             data_dir,
             driver,
             node: None,
-        };
-        stack.start_node();
-        stack
+            node_args: Vec::new(),
+            node_log_filter: None,
+            node_edge: None,
+            node_log: Arc::default(),
+        }
     }
 
     /// Starts `iop-node` and waits until it is ready on the Edge.
@@ -194,18 +218,34 @@ impl Stack {
         let mut cmd = Command::new(bin("iop-node"));
         cmd.args([
             "--edge",
-            &self.edge.node_addr.to_string(),
+            &self.node_edge.unwrap_or(self.edge.node_addr).to_string(),
             "--data-dir",
             self.data_dir.to_str().unwrap(),
             "--log-format",
             "json",
         ])
+        .args(&self.node_args)
         .env("IOP_NODE_TOKEN", "tok-a")
         .env("IOP_IO_DRIVER", self.driver.as_str());
+        if let Some(filter) = &self.node_log_filter {
+            cmd.env("IOP_LOG", filter);
+        }
         let (node, log) = spawn_logged(cmd);
-        wait_for_line(&log, "node_ready");
-        // Keep draining the log so the node never blocks on a full pipe.
-        std::thread::spawn(move || for _ in log {});
+        // Keep every line (and keep draining, so the node never blocks on
+        // a full pipe).
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let keep = Arc::clone(&self.node_log);
+        std::thread::spawn(move || {
+            for line in log {
+                if line.contains("node_ready") {
+                    let _ = ready_tx.send(());
+                }
+                keep.lock().unwrap().push(line);
+            }
+        });
+        ready_rx
+            .recv_timeout(PATIENCE)
+            .expect("a node_ready log line");
         self.node = Some(node);
         wait_until("the node to be ready on the edge", || {
             self.generation() > before
@@ -251,6 +291,17 @@ impl Stack {
             ..SubmitRun::default()
         };
         within(self.edge.dispatcher.submit_run(run)).await
+    }
+
+    /// The node's JSON log records whose `event` is `event`, in order.
+    pub(crate) fn node_events(&self, event: &str) -> Vec<Value> {
+        self.node_log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|record| record["event"] == event)
+            .collect()
     }
 
     /// `iop-node runs --json` for this node's data dir.
