@@ -24,18 +24,27 @@
 //! - The Node never grants replay; it only reports typed evidence.
 //!
 //! # What is built
+//! - Thread-per-core: `iop-node --workers N` (default one per available
+//!   core) starts one monoio runtime per worker (io_uring, or epoll per
+//!   `IOP_IO_DRIVER`). Core 0 runs the link and serves work; every core has
+//!   its own adapters, provider client and run manager per connection
+//!   generation ([`runs::cores`]).
 //! - [`link`]: the edge link — the sans-IO session (register, ready,
-//!   heartbeat), its socket driver, and the reconnecting supervisor (F1–F6).
+//!   heartbeat), its socket driver with the handshake deadline and
+//!   heartbeat on the link core's timer wheel ([`link::timers`]), and the
+//!   reconnecting supervisor (F1–F6).
 //! - [`store`]: the run store — run records in LMDB (via `heed`) in the data
 //!   dir, written off the event path by a store thread, with a retention
 //!   bound (F15).
 //! - [`provider_http`]: the HTTP/1.1 client to model servers on monoio, with
 //!   a keep-alive pool per core, zero-copy body chunks and rustls for
 //!   `https://` providers.
-//! - [`runs`]: the run manager — admission by `max_concurrency`, validation
-//!   before any provider call, ordered numbered events with exactly one
-//!   terminal (synthesized if the adapter ends without one), cancel, hard
-//!   timeout, session terminate, and a record of every run (F9–F13, F15).
+//! - [`runs`]: the run manager — admission by `max_concurrency` (global
+//!   over the cores), validation before any provider call, ordered numbered
+//!   events with exactly one terminal (synthesized if the adapter ends
+//!   without one), cancel, hard timeout, session terminate, and a record of
+//!   every run (F9–F13, F15); work placed on the cores by the link core
+//!   (fewest runs in flight, cancels to the owning core).
 //! - [`adapter`]: the `openai_compat` / `vllm` (SSE) and `ollama` (NDJSON)
 //!   adapters — typed run event streams, session terminate, health probe
 //!   (F9, F10, F13, F18).
