@@ -8,6 +8,8 @@
 #              (default 32); mock: 64 tokens, one every 500 µs
 #   nonstream  perf/k6/chat-nonstream.js: small non-streaming chats at a fixed
 #              arrival rate $RATE/s (default 1000)
+#   qps        perf/k6/chat-nonstream.js, closed loop of $CONCURRENCY users
+#              (default 16): the most QPS at that concurrency
 #   ramp       perf/k6/long-streams.js: ramp to $STREAMS concurrent long streams
 #              (default 10000: $VUS_RAMP × $BATCH) over $RAMP, held for DURATION;
 #              mock: 10 tokens, one every 3 s (30 s streams). Edge and Node RSS
@@ -40,30 +42,7 @@ DRIVERS=${DRIVERS:-"uring epoll"}
 scenario=${1:-}
 duration=${2:-}
 command_line="hack/loadtest.sh $*"
-case "$scenario" in
-  stream | smoke)
-    script=chat-stream.js
-    mock_flags=(--tokens 64 --delay-us 500)
-    k6_env=(-e VUS="${VUS:-32}" -e EXPECT_TOKENS=64)
-    ;;
-  nonstream)
-    script=chat-nonstream.js
-    mock_flags=(--tokens 16)
-    k6_env=(-e RATE="${RATE:-1000}" -e VUS=64 -e MAX_VUS=1024)
-    ;;
-  ramp)
-    script=long-streams.js
-    mock_flags=(--tokens 10 --delay-ms 3000)
-    streams=${STREAMS:-10000}
-    batch=${BATCH:-100}
-    vus=$(((streams + batch - 1) / batch))
-    k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS=10)
-    ;;
-  *)
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
-    exit 2
-    ;;
-esac
+bench_scenario "$scenario" || { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 if [ "$scenario" = smoke ]; then
   duration=${duration:-10s}
   k6_env=(-e VUS=4 -e EXPECT_TOKENS=64)
@@ -90,6 +69,7 @@ mkdir -p "$out_dir/k6"
 
 rows=()
 notes=()
+if [ "$scenario" = qps ]; then load="closed loop, ${CONCURRENCY:-16} users"; else load="${RATE:-1000}/s"; fi
 ramp_details=()
 
 # row SUMMARY_JSON PATH DRIVER MODEL: one markdown row of the scenario's table.
@@ -101,7 +81,7 @@ row() {
       rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $(h 'error rate' 4) |")
       ;;
     chat-nonstream.js)
-      rows+=("| $2 | $3 | $4 | ${RATE:-1000} | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $(h 'error rate' 4) |")
       ;;
   esac
 }
@@ -213,7 +193,7 @@ md=$out_dir/loadtest-$scenario.md
       echo "|---|---|---|---|---|---|---|---|---|"
       ;;
     chat-nonstream.js)
-      echo "| path | driver | model | target QPS | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"
+      echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"
       echo "|---|---|---|---|---|---|---|---|---|---|"
       ;;
     long-streams.js)

@@ -202,13 +202,14 @@ bench_iop() {
 }
 
 # bench_model_ok BASE_URL MODEL: 0 when one streaming chat request for MODEL
-# answers 200 with [DONE]; otherwise prints why and returns 1.
+# answers 200 with an SSE data event within 5 s (the scenario's streams may
+# last longer); otherwise prints why and returns 1.
 bench_model_ok() {
   local out code
-  out=$(curl -sS -m 10 -w '\n%{http_code}' "$1/v1/chat/completions" -H 'content-type: application/json' \
-    -d "{\"model\":\"$2\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 2>&1)
+  out=$(curl -sS -m 5 -w '\n%{http_code}' "$1/v1/chat/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"$2\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 2>/dev/null) || true
   code=${out##*$'\n'}
-  if [ "$code" = 200 ] && grep -q '\[DONE\]' <<<"$out"; then return 0; fi
+  if [ "$code" = 200 ] && grep -q '^data: {' <<<"$out"; then return 0; fi
   BENCH_MODEL_WHY="HTTP $code: $(head -c 300 <<<"${out%$'\n'*}" | tr '\n' ' ')"
   say "$2 at $1 does not stream: $BENCH_MODEL_WHY"
   return 1
@@ -264,4 +265,43 @@ bench_md_header() {
 - **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
 - **Load generator:** k6 $K6_VERSION on the same 2 cores (everything on loopback)
 MD
+}
+
+# --- scenarios (shared by hack/loadtest.sh and hack/peers.sh) --------------------
+# bench_scenario NAME: sets script, mock_flags (the mock provider's knob
+# defaults) and k6_env; returns 1 for an unknown NAME.
+bench_scenario() {
+  case "$1" in
+    stream | smoke)
+      script=chat-stream.js
+      mock_flags=(--tokens 64 --delay-us 500)
+      k6_env=(-e VUS="${VUS:-32}" -e EXPECT_TOKENS=64)
+      ;;
+    nonstream)
+      script=chat-nonstream.js
+      mock_flags=(--tokens 16)
+      k6_env=(-e RATE="${RATE:-1000}" -e VUS=64 -e MAX_VUS=1024)
+      ;;
+    qps)
+      script=chat-nonstream.js
+      mock_flags=(--tokens 16)
+      k6_env=(-e CONCURRENCY="${CONCURRENCY:-16}")
+      ;;
+    ramp)
+      script=long-streams.js
+      mock_flags=(--tokens 10 --delay-ms 3000)
+      streams=${STREAMS:-10000}
+      batch=${BATCH:-100}
+      vus=$(((streams + batch - 1) / batch))
+      k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS=10)
+      ;;
+    *) return 1 ;;
+  esac
+}
+
+# bench_fmt JSON NAME [DECIMALS]: a headline figure, formatted, or "-".
+bench_fmt() {
+  local v
+  v=$(bench_headline "$1" "$2")
+  if [ -n "$v" ]; then printf "%.${3:-2}f" "$v"; else printf -- '-'; fi
 }

@@ -7,6 +7,8 @@
 // Env (besides lib.js's): RATE (requests/s, default 1000), DURATION (10s),
 // VUS (pre-allocated VUs, default 64), MAX_VUS (default 512),
 // MAX_ERROR_RATE (threshold on `errors`, default 0).
+// CONCURRENCY=N (N > 0) runs a closed loop of N users instead (no RATE): the
+// most QPS the target serves at that concurrency.
 // Figures: achieved QPS (http_reqs rate), http_req_duration p50/p99/p99.9,
 // dropped_iterations (requests k6 could not start: the target was too slow or
 // the load generator ran out of VUs), errors.
@@ -17,17 +19,27 @@ import { CHAT_URL, chatBody, env, envInt, headers, summarize, TREND_STATS } from
 
 const errors = new Rate('errors');
 
+const CONCURRENCY = envInt('CONCURRENCY', 0);
+
 export const options = {
   scenarios: {
-    chat_nonstream: {
-      executor: 'constant-arrival-rate',
-      rate: envInt('RATE', 1000),
-      timeUnit: '1s',
-      duration: env('DURATION', '10s'),
-      preAllocatedVUs: envInt('VUS', 64),
-      maxVUs: envInt('MAX_VUS', 512),
-      gracefulStop: '5s',
-    },
+    chat_nonstream: CONCURRENCY > 0
+      ? {
+        // closed loop: the most QPS CONCURRENCY users get
+        executor: 'constant-vus',
+        vus: CONCURRENCY,
+        duration: env('DURATION', '10s'),
+        gracefulStop: '5s',
+      }
+      : {
+        executor: 'constant-arrival-rate',
+        rate: envInt('RATE', 1000),
+        timeUnit: '1s',
+        duration: env('DURATION', '10s'),
+        preAllocatedVUs: envInt('VUS', 64),
+        maxVUs: envInt('MAX_VUS', 512),
+        gracefulStop: '5s',
+      },
   },
   thresholds: { errors: [`rate<=${env('MAX_ERROR_RATE', '0')}`] },
   summaryTrendStats: TREND_STATS,

@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# IOP next to what users would pick instead: the same mock provider and the
+# same k6 scenario through each path, one after the other, in one run.
+#
+#   hack/peers.sh [SCENARIO...]      default: stream qps nonstream
+#
+# Scenarios as in hack/loadtest.sh (stream, nonstream, qps). Paths:
+#   direct    k6 → mock provider (the physical limit here)
+#   nginx     one-hop reverse proxy (Debian package; 1 worker, proxy_buffering
+#             off, HTTP/1.1 upstream keepalive)
+#   haproxy   one-hop reverse proxy (Debian package; 1 thread, http-no-delay)
+#   rathole   two-process TCP tunnel, server + client: the same topology as
+#             Edge + Node (crates.io; cargo install into target/peers/rathole)
+#   litellm   LiteLLM proxy (PyPI, pinned; a venv in target/peers/litellm-venv)
+#             pointed at the mock as an OpenAI-compatible provider
+#   iop       Edge + Node, IOP_IO_DRIVER=uring and =epoll, model $IOP_MODEL
+#             (mock-chat, the raw tunnel, when the Node serves it; otherwise
+#             mock-ollama, a normalized run)
+# A peer that cannot be installed is skipped with a message (and a line in
+# the result file), never a failure. Everything listens on 127.0.0.1 and is
+# stopped on exit.
+#
+# Env: DURATION (k6 duration per path, default 10s), PEERS (default
+# "direct nginx haproxy rathole litellm iop"), IOP_MODEL, VUS, RATE,
+# CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh).
+# Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
+# path) and the k6 summaries to bench-results/k6/peers-*.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_NAME=peers
+# shellcheck source=hack/lib/bench.sh
+. hack/lib/bench.sh
+
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(stream qps nonstream)
+PEERS=${PEERS:-"direct nginx haproxy rathole litellm iop"}
+DURATION=${DURATION:-10s}
+LITELLM_VERSION=1.106.12 # newer [proxy] extras need packages the registry lacks; 1.107.0 was reported compromised
+RATHOLE_VERSION=0.5.0
+command_line="hack/peers.sh $*"
+
+bench_init
+bench_k6
+bench_bins
+out_dir=$bench_root/bench-results
+mkdir -p "$out_dir/k6"
+peers_dir=$bench_target/peers
+mkdir -p "$peers_dir"
+skipped=()
+
+apt_install() {
+  # apt_install CMD PACKAGE: 0 when CMD is there (installing PACKAGE if need be).
+  command -v "$1" >/dev/null 2>&1 && return 0
+  [ -x "/usr/sbin/$1" ] && return 0
+  say "installing $2 (apt-get install $2)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } >"$BENCH_WORK/apt-$2.log" 2>&1; then
+    skipped+=("$2: apt-get install $2 failed ($(tail -n 1 "$BENCH_WORK/apt-$2.log"))")
+    say "skipping $2: apt-get install failed"
+    return 1
+  fi
+}
+
+# --- installs (each may fail: that peer is skipped) -------------------------------
+have=()
+for p in $PEERS; do
+  case "$p" in
+    direct | iop) have+=("$p") ;;
+    nginx) apt_install nginx nginx && have+=(nginx) ;;
+    haproxy) apt_install haproxy haproxy && have+=(haproxy) ;;
+    rathole)
+      rathole=$peers_dir/rathole/bin/rathole
+      free_kb=$(df -Pk "$bench_target" | awk 'NR==2{print $4}')
+      if [ ! -x "$rathole" ] && [ "${free_kb:-0}" -lt 2097152 ]; then
+        echo "needs ~2 GiB free for the build; $((free_kb / 1024)) MiB free on the disk of $bench_target" >"$BENCH_WORK/rathole-install.log"
+      elif [ ! -x "$rathole" ]; then
+        # Not --locked: rathole 0.5.0's lockfile pins a `time` that current
+        # rustc rejects. Takes ~4 minutes on 2 cores.
+        say "installing rathole $RATHOLE_VERSION (cargo install into $peers_dir/rathole; a few minutes)"
+        cargo install --quiet rathole --version "$RATHOLE_VERSION" --root "$peers_dir/rathole" \
+          --target-dir "$peers_dir/rathole-build" >"$BENCH_WORK/rathole-install.log" 2>&1 || true
+      fi
+      if [ -x "$rathole" ]; then have+=(rathole); else
+        skipped+=("rathole: cargo install rathole $RATHOLE_VERSION failed ($(tail -n 1 "$BENCH_WORK/rathole-install.log"))")
+        say "skipping rathole: cargo install failed"
+      fi
+      ;;
+    litellm)
+      lvenv=$peers_dir/litellm-venv
+      if ! "$lvenv/bin/python" -c "import litellm, sys; from importlib.metadata import version; sys.exit(version('litellm') != '$LITELLM_VERSION')" 2>/dev/null; then
+        say "installing LiteLLM $LITELLM_VERSION (pip install 'litellm[proxy]==$LITELLM_VERSION' into $lvenv)"
+        rm -rf "$lvenv"
+        { python3 -m venv "$lvenv" && "$lvenv/bin/pip" install --quiet --disable-pip-version-check "litellm[proxy]==$LITELLM_VERSION"; } \
+          >"$BENCH_WORK/litellm-install.log" 2>&1 || true
+      fi
+      if [ -x "$lvenv/bin/litellm" ]; then have+=(litellm); else
+        skipped+=("litellm: pip install 'litellm[proxy]==$LITELLM_VERSION' failed ($(tail -n 1 "$BENCH_WORK/litellm-install.log" 2>/dev/null))")
+        say "skipping litellm: pip install failed"
+      fi
+      ;;
+    *) fail "unknown peer $p" ;;
+  esac
+done
+
+# --- one path at a time --------------------------------------------------------------
+# start_path PATH: starts PATH in front of $MOCK_ADDR; sets PATH_URL, PATH_MODEL,
+# PATH_KEY and PATH_DESC. Returns 1 (with a message in skipped) when it
+# does not come up.
+wait_http() {
+  # wait_http URL SECONDS [KEY]: until a chat request through URL answers 200.
+  local url=$1 n=$(($2 * 10)) key=${3:-} _
+  for _ in $(seq 1 "$n"); do
+    if curl -fsS -m 5 -o /dev/null "$url/v1/chat/completions" -H 'content-type: application/json' \
+      ${key:+-H "authorization: Bearer $key"} -d '{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null; then
+      return 0
+    fi
+    bench_alive
+    sleep 0.1
+  done
+  return 1
+}
+
+start_path() {
+  local p=$1 port
+  PATH_MODEL=mock-model
+  PATH_KEY=
+  port=$(bench_free_port)
+  PATH_URL=http://127.0.0.1:$port
+  case "$p" in
+    direct)
+      PATH_URL=http://$MOCK_ADDR
+      PATH_DESC="k6 → mock"
+      ;;
+    nginx)
+      mkdir -p "$BENCH_WORK/nginx"
+      cat >"$BENCH_WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $BENCH_WORK/nginx/nginx.pid;
+error_log $BENCH_WORK/nginx/error.log warn;
+worker_rlimit_nofile 20000;
+events { worker_connections 16000; }
+http {
+  access_log off;
+  client_body_temp_path $BENCH_WORK/nginx/body;
+  proxy_temp_path $BENCH_WORK/nginx/proxy;
+  upstream mock { server $MOCK_ADDR; keepalive 512; }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 120s;
+    }
+  }
+}
+CONF
+      bench_start nginx "$(command -v nginx || echo /usr/sbin/nginx)" -p "$BENCH_WORK/nginx" -c "$BENCH_WORK/nginx/nginx.conf"
+      PATH_DESC="nginx $(nginx -v 2>&1 | sed 's#.*/##'), 1 worker"
+      ;;
+    haproxy)
+      cat >"$BENCH_WORK/haproxy.cfg" <<CONF
+global
+  maxconn 20000
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+  option http-no-delay
+  http-reuse always
+frontend f
+  bind 127.0.0.1:$port
+  default_backend b
+backend b
+  server mock $MOCK_ADDR maxconn 20000
+CONF
+      bench_start haproxy "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$BENCH_WORK/haproxy.cfg"
+      PATH_DESC="haproxy $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'), 1 thread"
+      ;;
+    rathole)
+      local ctrl
+      ctrl=$(bench_free_port)
+      cat >"$BENCH_WORK/rathole-server.toml" <<CONF
+[server]
+bind_addr = "127.0.0.1:$ctrl"
+[server.services.mock]
+token = "bench"
+bind_addr = "127.0.0.1:$port"
+CONF
+      cat >"$BENCH_WORK/rathole-client.toml" <<CONF
+[client]
+remote_addr = "127.0.0.1:$ctrl"
+[client.services.mock]
+token = "bench"
+local_addr = "$MOCK_ADDR"
+CONF
+      bench_start rathole-server "$rathole" --server "$BENCH_WORK/rathole-server.toml"
+      bench_start rathole-client "$rathole" --client "$BENCH_WORK/rathole-client.toml"
+      PATH_DESC="rathole $RATHOLE_VERSION, server + client"
+      ;;
+    litellm)
+      cat >"$BENCH_WORK/litellm.yaml" <<CONF
+model_list:
+  - model_name: mock-model
+    litellm_params:
+      model: openai/mock-model
+      api_base: http://$MOCK_ADDR/v1
+      api_key: sk-none
+CONF
+      bench_start litellm env LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
+        LITELLM_TELEMETRY=False "$lvenv/bin/litellm" --config "$BENCH_WORK/litellm.yaml" \
+        --host 127.0.0.1 --port "$port"
+      PATH_KEY=sk-bench
+      PATH_DESC="LiteLLM proxy $LITELLM_VERSION, 1 worker"
+      ;;
+    iop-*)
+      local driver=${p#iop-}
+      bench_iop "$driver" "$MOCK_ADDR"
+      PATH_URL=http://$IOP_INGRESS
+      PATH_MODEL=$iop_model
+      PATH_DESC="Edge + Node, $driver, $iop_model"
+      return 0
+      ;;
+  esac
+  if ! wait_http "$PATH_URL" 60 "$PATH_KEY"; then
+    skipped+=("$p: did not answer a chat request through it within 60 s")
+    return 1
+  fi
+}
+
+# Which IOP model: the raw tunnel when the Node serves it.
+iop_model=${IOP_MODEL:-}
+paths=()
+for p in "${have[@]}"; do
+  if [ "$p" = iop ]; then paths+=(iop-uring iop-epoll); else paths+=("$p"); fi
+done
+
+declare -A fig
+for sc in "${scenarios[@]}"; do
+  bench_scenario "$sc" && [ "$script" != long-streams.js ] || fail "scenario $sc: use stream, qps or nonstream"
+  k6_env+=(-e DURATION="$DURATION")
+  for p in "${paths[@]}"; do
+    bench_stop_all
+    bench_mock mock "${mock_flags[@]}"
+    if [ -z "$iop_model" ] && [[ $p == iop-* ]]; then
+      bench_iop uring "$MOCK_ADDR"
+      if bench_model_ok "http://$IOP_INGRESS" mock-chat; then iop_model=mock-chat; else
+        iop_model=mock-ollama
+        skipped+=("iop mock-chat (raw tunnel): $BENCH_MODEL_WHY — IOP ran mock-ollama (a normalized run: Ollama NDJSON translated to OpenAI SSE by the Edge) instead")
+      fi
+      bench_stop_all
+      bench_mock mock "${mock_flags[@]}"
+    fi
+    start_path "$p" || continue
+    say "$sc through $p ($PATH_DESC): $PATH_URL"
+    json=$out_dir/k6/peers-$sc-$p.json
+    rc=0
+    bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
+      -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
+    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: k6 exited with status $rc (99: a threshold failed: some requests failed; see the error rate)")
+    fig[$sc,$p,desc]=$PATH_DESC
+    fig[$sc,$p,json]=$json
+  done
+done
+bench_stop_all
+
+# --- the report ----------------------------------------------------------------------
+ratio() {
+  # ratio A B [INVERT]: A / B (or B / A with INVERT) with 2 decimals, "-" if unknown.
+  python3 -c '
+import sys
+a, b, inv = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+try:
+    a, b = float(a), float(b)
+    r = (b / a) if inv else (a / b)
+    print(f"{r:.2f}×")
+except Exception:
+    print("-")' "$1" "$2" "${3:-0}"
+}
+md=$out_dir/peers.md
+{
+  bench_md_header "IOP and its peers, side by side" "$command_line"
+  echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then k6 for $DURATION; every proxy on 127.0.0.1"
+  echo "- **IOP ÷ peer:** IOP's figure (io_uring) divided by the peer's — above 1× is better for throughput; for latency the ratio is peer ÷ IOP, so above 1× is better too"
+  echo
+  for sc in "${scenarios[@]}"; do
+    bench_scenario "$sc"
+    iop_json=${fig[$sc,iop-uring,json]:-}
+    echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
+    echo
+    case "$script" in
+      chat-stream.js)
+        echo "| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | IOP ÷ peer (tokens/s) | IOP ÷ peer (TTFB p50) |"
+        echo "|---|---|---|---|---|---|---|---|"
+        ;;
+      *)
+        echo "| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | IOP ÷ peer (QPS) | IOP ÷ peer (p99) |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        ;;
+    esac
+    for p in "${paths[@]}"; do
+      j=${fig[$sc,$p,json]:-}
+      [ -n "$j" ] && [ -f "$j" ] || continue
+      name="$p (${fig[$sc,$p,desc]})"
+      case "$script" in
+        chat-stream.js)
+          echo "| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'tokens/s (all streams)')" "$(bench_headline "$j" 'tokens/s (all streams)')") | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'ttfb p50 ms')" "$(bench_headline "$j" 'ttfb p50 ms')" 1) |"
+          ;;
+        *)
+          echo "| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" QPS)" "$(bench_headline "$j" QPS)") | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'p99 ms')" "$(bench_headline "$j" 'p99 ms')" 1) |"
+          ;;
+      esac
+    done
+    echo
+  done
+  if [ ${#skipped[@]} -gt 0 ]; then
+    echo "Notes:"
+    echo
+    printf -- '- %s\n' "${skipped[@]}"
+  fi
+} >"$md"
+cat "$md" >&2
+say "wrote $md"
