@@ -341,7 +341,7 @@ fn node_commands_answer_through_the_edge() {
         let answer = single(within(stream.collect()).await);
         assert!(answer.ok, "{answer:?}");
         let result = answer.capabilities.expect("capabilities");
-        assert_eq!(result.adapters.len(), 12);
+        assert_eq!(result.adapters.len(), 13);
         let ol = result.adapters.iter().find(|a| a.adapter == "ol").unwrap();
         assert!(ol.supports_terminate_session);
         let probe = result.probe.expect("probe");

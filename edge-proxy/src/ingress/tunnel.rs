@@ -120,6 +120,8 @@ async fn relay(
 ) -> u16 {
     let mut status = 0u16;
     let mut started = false;
+    // Usage frames are candidates; the `end` frame carries the final one.
+    let mut last_usage = None;
     loop {
         let frame = monoio::select! {
             frame = stream.next() => frame,
@@ -156,13 +158,9 @@ async fn relay(
                 }
                 stream.grant(len);
             }
-            Frame::Usage(usage) => {
-                shared
-                    .metrics
-                    .usage(lease.group(), &lease.provider().id, &usage);
-            }
+            Frame::Usage(usage) => last_usage = Some(usage),
             Frame::End(end) => {
-                if let Some(usage) = end.usage.as_ref() {
+                if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
                     shared
                         .metrics
                         .usage(lease.group(), &lease.provider().id, usage);

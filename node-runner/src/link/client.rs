@@ -23,11 +23,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use framing::frame::FrameDecoder;
-use framing::link::{CloseReason, Outgoing, coalesce};
+use framing::link::{CloseReason, Outgoing};
 use framing::timer::{ClockSource, TimerKey};
-use monoio::io::{
-    AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
-};
+use framing::write_batch::WriteBatch;
+use monoio::io::{AsyncWriteRent, CancelableAsyncReadRent, Canceller, Splitable};
 use monoio::net::TcpStream;
 use proto::v1::{
     CancelKind, CancelResponse, CancelStatus, NodeConfigPayload, RegisterRejectReason,
@@ -248,14 +247,15 @@ impl Link {
         mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
         mut rx: UnboundedReceiver<Outgoing>,
     ) {
-        let mut batch = BytesMut::new();
+        let mut batch = WriteBatch::new();
         while let Some(cmd) = rx.recv().await {
-            // Whatever else is already queued goes out in the same write.
-            let close = coalesce(&mut batch, cmd, || rx.try_recv().ok());
+            // Whatever else is already queued goes out in the same write:
+            // small frames copied together, tunnel bodies as their own
+            // slices, all in one `writev` (zero copy for bodies).
+            let close = batch.fill(cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
-                let (result, returned) = write_half.write_all(batch).await;
-                batch = returned;
-                batch.clear();
+                let slices = batch.take().into_vec();
+                let result = super::iovec::write_all(&mut write_half, slices).await;
                 if result.is_err() {
                     self.session
                         .borrow_mut()

@@ -3,6 +3,7 @@
 //! timer wheel ([`timers`]).
 
 mod client;
+mod iovec;
 pub mod session;
 pub mod supervisor;
 pub mod timers;

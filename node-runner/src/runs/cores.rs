@@ -34,7 +34,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use proto::Envelope;
-use proto::v1::{CancelKind, NodeConfigPayload, envelope::Msg};
+use proto::v1::{CancelKind, NodeConfigPayload, ProviderTunnelRequest, RunRequest, envelope::Msg};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::{FrameTx, GenShared, Outbox, RunManager, RunnerConfig};
@@ -265,7 +265,10 @@ impl Router {
     pub fn route(&mut self, envelope: &Envelope) -> Route {
         let stream_id = envelope.stream_id;
         match &envelope.msg {
-            Some(Msg::RunRequest(request)) => {
+            Some(Msg::RunRequest(RunRequest { run_id, .. }))
+            | Some(Msg::ProviderTunnelRequest(ProviderTunnelRequest {
+                tunnel_id: run_id, ..
+            })) => {
                 let core = match self.owners.get_mut(&stream_id) {
                     Some(owner) => {
                         owner.pending += 1;
@@ -277,7 +280,7 @@ impl Router {
                             stream_id,
                             Owner {
                                 core,
-                                run_id: request.run_id.clone(),
+                                run_id: run_id.clone(),
                                 pending: 1,
                             },
                         );

@@ -41,6 +41,7 @@ mod relay;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod tunnels;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -51,8 +52,7 @@ use std::time::Duration;
 use proto::Envelope;
 use proto::v1::{
     AdapterKind, CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
-    NodeCommandRequest, NodeConfigPayload, ProviderTunnelFrame, RunRequest, envelope::Msg,
-    provider_tunnel_frame::Frame,
+    NodeCommandRequest, NodeConfigPayload, RunRequest, envelope::Msg,
 };
 
 pub use self::cores::{CoreInbox, CoreMsg, Cores, DoneTx, serve_core};
@@ -95,6 +95,8 @@ struct Slot {
 struct ActiveRun {
     run_id: String,
     cancel: Option<local_sync::oneshot::Sender<()>>,
+    /// A tunnel's body window (runs have none).
+    credit: Option<crate::tunnel::Credit>,
 }
 
 /// Who this connection is, for `TRANSPORT_STATUS` (F14).
@@ -124,6 +126,8 @@ pub struct RunManager {
     /// by the generation's cores.
     shared: Arc<GenShared>,
     done: DoneTx,
+    /// Window and chunk size of this connection's tunnels.
+    tunnel_limits: crate::tunnel::TunnelLimits,
 }
 
 impl RunManager {
@@ -140,6 +144,7 @@ impl RunManager {
         outbox: Outbox,
         done: DoneTx,
     ) -> Rc<Self> {
+        let outbox_max_frame_len = outbox.max_frame_len();
         let slots: HashMap<String, Slot> = payload
             .providers
             .iter()
@@ -178,6 +183,7 @@ impl RunManager {
             closed: Cell::new(false),
             shared,
             done,
+            tunnel_limits: crate::tunnel::TunnelLimits::from_config(payload, outbox_max_frame_len),
         })
     }
 
@@ -227,20 +233,8 @@ impl RunManager {
                 ),
             },
             Some(Msg::NodeCommandRequest(request)) => self.command(stream_id, request),
-            Some(Msg::ProviderTunnelRequest(_)) => {
-                let error = failure(
-                    FailureCode::Unsupported,
-                    FailureSide::Node,
-                    "the raw provider tunnel is not served by this node yet",
-                );
-                let frame = ProviderTunnelFrame {
-                    frame: Some(Frame::Error(error)),
-                };
-                self.outbox
-                    .send_msg(stream_id, Msg::ProviderTunnelFrame(frame));
-            }
-            // Credit flow control arrives with the tunnel; runs are small.
-            Some(Msg::WindowUpdate(_)) => {}
+            Some(Msg::ProviderTunnelRequest(request)) => self.start_tunnel(stream_id, request),
+            Some(Msg::WindowUpdate(update)) => self.grant(stream_id, update.increment),
             _ => tracing::debug!(stream_id, "unexpected work frame ignored"),
         }
     }
@@ -303,6 +297,7 @@ impl RunManager {
             ActiveRun {
                 run_id: request.run_id.clone(),
                 cancel: Some(cancel_tx),
+                credit: None,
             },
         );
         self.record(&info, Transition::Started { at_ms: unix_ms() });

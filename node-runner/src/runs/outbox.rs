@@ -21,6 +21,7 @@ pub type FrameTx = tokio::sync::mpsc::UnboundedSender<Outgoing>;
 pub struct Outbox {
     tx: FrameTx,
     encoder: Rc<RefCell<FrameEncoder>>,
+    max_frame_len: usize,
 }
 
 impl std::fmt::Debug for Outbox {
@@ -35,7 +36,13 @@ impl Outbox {
         Self {
             tx,
             encoder: Rc::new(RefCell::new(FrameEncoder::new(max_frame_len))),
+            max_frame_len,
         }
+    }
+
+    /// The largest frame it encodes.
+    pub fn max_frame_len(&self) -> usize {
+        self.max_frame_len
     }
 
     /// Queues `envelope`; false if it could not be encoded or the writer is
@@ -53,6 +60,22 @@ impl Outbox {
     /// Queues an encoded frame.
     pub fn send_frame(&self, frame: Bytes) -> bool {
         self.tx.send(Outgoing::Frame(frame)).is_ok()
+    }
+
+    /// Queues a tunnel body frame: its head is encoded here, the body goes
+    /// to the writer as its own slice, never copied.
+    pub fn send_body(&self, stream_id: u64, body: Bytes) -> bool {
+        match self
+            .encoder
+            .borrow_mut()
+            .encode_tunnel_body(stream_id, body)
+        {
+            Ok(frame) => self.tx.send(Outgoing::Body(frame)).is_ok(),
+            Err(error) => {
+                tracing::error!(%error, stream_id, "could not encode a tunnel body for the edge");
+                false
+            }
+        }
     }
 
     /// Asks the writer to flush and close the connection.

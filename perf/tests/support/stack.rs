@@ -87,6 +87,11 @@ nodes:
         base_url: http://{mock}
         targets: [m]
         headers: {{x-mock-status: "503"}}
+      - id: oa-big
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "3000000"}}
       - id: rejects
         kind: openai_compat
         base_url: http://{mock}
@@ -143,6 +148,9 @@ model_groups:
   - name: mixed
     target: m
     providers: [oa, ol]
+  - name: big
+    target: m
+    providers: [oa-big]
 queue:
   max_waiting: 4
   timeout_ms: 400

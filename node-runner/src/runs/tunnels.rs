@@ -1,0 +1,174 @@
+//! Raw provider tunnels on the run manager (F16): admission, the stream's
+//! credit window, cancel, and the frames to the Edge.
+//!
+//! A tunnel is admitted like a run — the adapter must exist, be usable and
+//! have capacity (shared by runs and tunnels of that adapter) — and then
+//! [`run_tunnel`] relays the provider's response. Non-body frames are
+//! encoded on this core; body slices go to the link writer as their own
+//! slices, never copied ([`Outbox::send_body`]). The stream's
+//! `WindowUpdate`s feed its [`Credit`]; `CANCEL_RUN` or the link's end
+//! cancels it.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{
+    FailureCode, FailureSide, ProviderTunnelFrame, ProviderTunnelRequest, envelope::Msg,
+};
+
+use super::{ActiveRun, Outbox, Outcome, RunManager, unix_ms};
+use crate::adapter::failure;
+use crate::store::{RunInfo, Transition};
+use crate::tunnel::{Credit, TunnelOutcome, TunnelSink, TunnelTarget, run_tunnel};
+
+/// Sends a tunnel's frames to the Edge, until the connection closed.
+struct FrameSink<'a> {
+    outbox: &'a Outbox,
+    stream_id: u64,
+    closed: &'a Cell<bool>,
+}
+
+impl TunnelSink for FrameSink<'_> {
+    fn frame(&mut self, frame: ProviderTunnelFrame) {
+        if !self.closed.get() {
+            self.outbox
+                .send_msg(self.stream_id, Msg::ProviderTunnelFrame(frame));
+        }
+    }
+
+    fn body(&mut self, body: Bytes) {
+        if !self.closed.get() {
+            self.outbox.send_body(self.stream_id, body);
+        }
+    }
+}
+
+impl RunManager {
+    /// Admits and starts one tunnel on `stream_id`.
+    pub(super) fn start_tunnel(self: &Rc<Self>, stream_id: u64, request: ProviderTunnelRequest) {
+        let info = Arc::new(RunInfo {
+            run_id: request.tunnel_id.clone(),
+            adapter: request.adapter.clone(),
+            target: request.target.clone(),
+            session_id: None,
+            background: false,
+            created_at_ms: unix_ms(),
+        });
+        let admitted = self.admit_tunnel(stream_id, &request);
+        let (adapter, request_timeout_ms, lease) = match admitted {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                self.record(
+                    &info,
+                    Transition::Rejected {
+                        at_ms: unix_ms(),
+                        error: refusal.message.clone(),
+                    },
+                );
+                let frame = ProviderTunnelFrame {
+                    frame: Some(Frame::Error(refusal)),
+                };
+                self.outbox
+                    .send_msg(stream_id, Msg::ProviderTunnelFrame(frame));
+                let _ = self.done.send(stream_id);
+                return;
+            }
+        };
+        let credit = Credit::new(self.tunnel_limits.window_for(&request));
+        let (cancel_tx, cancel_rx) = local_sync::oneshot::channel::<()>();
+        self.runs.borrow_mut().insert(
+            stream_id,
+            ActiveRun {
+                run_id: request.tunnel_id.clone(),
+                cancel: Some(cancel_tx),
+                credit: Some(credit.clone()),
+            },
+        );
+        self.record(&info, Transition::Started { at_ms: unix_ms() });
+        let manager = Rc::clone(self);
+        monoio::spawn(async move {
+            let target = TunnelTarget::of(&adapter, request_timeout_ms);
+            let mut sink = FrameSink {
+                outbox: &manager.outbox,
+                stream_id,
+                closed: &manager.closed,
+            };
+            let cancel = async {
+                let _ = cancel_rx.await;
+            };
+            let limits = manager.tunnel_limits;
+            let outcome = run_tunnel(
+                &manager.client,
+                Some(target),
+                request,
+                limits,
+                &credit,
+                cancel,
+                &mut sink,
+            )
+            .await;
+            let outcome = match outcome {
+                TunnelOutcome::Completed { .. } => Outcome::Completed,
+                TunnelOutcome::Failed(failure) => Outcome::Failed(failure.message),
+                TunnelOutcome::Cancelled => Outcome::Cancelled,
+            };
+            manager.finish(stream_id, &info, &outcome, lease);
+        });
+    }
+
+    /// More credit for a tunnel's body (its client drained that much).
+    pub(super) fn grant(&self, stream_id: u64, increment: u32) {
+        if let Some(credit) = self
+            .runs
+            .borrow()
+            .get(&stream_id)
+            .and_then(|run| run.credit.as_ref())
+        {
+            credit.grant(increment);
+        }
+    }
+
+    /// The adapter, its hard timeout and a unit of its capacity; or the
+    /// typed refusal, before any provider call.
+    fn admit_tunnel(
+        &self,
+        stream_id: u64,
+        request: &ProviderTunnelRequest,
+    ) -> Result<(crate::adapter::AnyAdapter, u64, super::Lease), proto::v1::ExecutionFailure> {
+        if self.runs.borrow().contains_key(&stream_id) {
+            return Err(failure(
+                FailureCode::InvalidRequest,
+                FailureSide::Client,
+                format!("stream {stream_id} already carries a run"),
+            ));
+        }
+        let Some(slot) = self.slots.get(&request.adapter) else {
+            return Err(failure(
+                FailureCode::UnknownAdapter,
+                FailureSide::Client,
+                format!("no adapter named {:?} on this node", request.adapter),
+            ));
+        };
+        let adapter = slot.adapter.as_ref().map_err(|why| {
+            failure(
+                FailureCode::Internal,
+                FailureSide::Node,
+                format!("adapter {:?} is misconfigured: {why}", request.adapter),
+            )
+        })?;
+        let lease = self.shared.try_lease(slot.index).ok_or_else(|| {
+            failure(
+                FailureCode::OverCapacity,
+                FailureSide::Node,
+                format!(
+                    "adapter {:?} is at its max_concurrency of {}",
+                    request.adapter, slot.max_concurrency
+                ),
+            )
+        })?;
+        Ok((adapter.clone(), slot.request_timeout_ms, lease))
+    }
+}
