@@ -33,8 +33,8 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::sync::oneshot;
 
 pub use self::stream::{CommandStream, RunStream, is_terminal};
-pub use self::tunnel::TunnelStream;
 use self::stream::{StreamHandle, cancel_answer};
+pub use self::tunnel::TunnelStream;
 use crate::link::inbox::CoreMsg;
 use crate::link::streams::StreamKind;
 use crate::pool::Lease;
