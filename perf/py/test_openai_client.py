@@ -31,11 +31,9 @@ import pytest
 BASE_URL = os.environ.get("IOP_BASE_URL", "http://127.0.0.1:8080/v1")
 MOCK_URL = os.environ.get("IOP_MOCK_URL", "http://127.0.0.1:8000")
 
-# Marks for the tests of the raw tunnel (mock-chat), all in this one place.
+# Marks for the tests of the raw tunnel (mock-chat), all in this one place
+# (e.g. an xfail while the tunnel is being reworked).
 TUNNEL_MARKS: list = []
-# The Node answers tunnels with "the raw provider tunnel is not served by this
-# node yet" (502) until it is wired; delete this line once it is.
-TUNNEL_MARKS.append(pytest.mark.xfail(reason="raw tunnel not wired yet", strict=False))
 
 TUNNEL = pytest.param("mock-chat", marks=TUNNEL_MARKS, id="mock-chat")
 NORMALIZED = pytest.param("mock-ollama", id="mock-ollama")
