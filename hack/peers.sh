@@ -115,9 +115,15 @@ wait_http() {
       ${key:+-H "authorization: Bearer $key"} -d '{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null; then
       return 0
     fi
-    bench_alive
+    # a peer that exits is skipped, not a failure of the whole run
+    local i
+    for i in "${!bench_pids[@]}"; do
+      kill -0 "${bench_pids[$i]}" 2>/dev/null ||
+        { PATH_WHY="${bench_names[$i]} exited: $(tail -n 1 "$BENCH_WORK/${bench_names[$i]}.log")"; return 1; }
+    done
     sleep 0.1
   done
+  PATH_WHY="did not answer a chat request through it within $2 s"
   return 1
 }
 
@@ -165,7 +171,7 @@ CONF
     haproxy)
       cat >"$BENCH_WORK/haproxy.cfg" <<CONF
 global
-  maxconn 20000
+  maxconn 9000
   nbthread 1
 defaults
   mode http
@@ -178,7 +184,7 @@ frontend f
   bind 127.0.0.1:$port
   default_backend b
 backend b
-  server mock $MOCK_ADDR maxconn 20000
+  server mock $MOCK_ADDR maxconn 9000
 CONF
       bench_start haproxy "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$BENCH_WORK/haproxy.cfg"
       PATH_DESC="haproxy $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'), 1 thread"
@@ -229,7 +235,7 @@ CONF
       ;;
   esac
   if ! wait_http "$PATH_URL" 60 "$PATH_KEY"; then
-    skipped+=("$p: did not answer a chat request through it within 60 s")
+    skipped+=("$p: $PATH_WHY")
     return 1
   fi
 }

@@ -256,6 +256,7 @@ bench_md_header() {
   local commit dirty=""
   commit=$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   git -C "$bench_root" diff --quiet HEAD -- . 2>/dev/null || dirty=" (working tree had uncommitted changes)"
+  [ -z "${IOP_NO_BUILD:-}${IOP_BIN_DIR:-}" ] || dirty+="; binaries NOT rebuilt for this run (IOP_NO_BUILD/IOP_BIN_DIR): they may be older than this commit"
   cat <<MD
 # $1
 
