@@ -51,4 +51,5 @@ hack/openai-client-test.sh
 step "fuzz harness compiles (cargo-fuzz layout; see hack/fuzz.sh)"
 cargo check --quiet --manifest-path framing/fuzz/Cargo.toml --target-dir target/fuzz-check
 
+step "k6 smoke: 10 s of streaming chat through Edge + Node, error rate 0 (hack/loadtest.sh smoke)"; hack/loadtest.sh smoke
 printf '\nall checks passed in %ss\n' "$((SECONDS - started))"
