@@ -178,15 +178,30 @@ fn a_busy_node_that_answers_within_the_wait_is_never_closed() {
                 )
                 .unwrap();
         };
-        let mut recv = |stream: &mut TcpStream| -> Envelope {
+        // The next envelope, or `None` if none arrives within `wait`.
+        let mut recv_within = |stream: &mut TcpStream, wait: Duration| -> Option<Envelope> {
+            stream.set_read_timeout(Some(wait)).unwrap();
             loop {
                 if let Some(env) = dec.decode(&mut buf).unwrap() {
-                    return env;
+                    return Some(env);
                 }
                 let mut chunk = [0u8; 4096];
-                let n = std::io::Read::read(stream, &mut chunk).expect("edge is alive");
-                assert!(n > 0, "the edge closed a busy but live node");
-                buf.extend_from_slice(&chunk[..n]);
+                match std::io::Read::read(stream, &mut chunk) {
+                    Ok(n) => {
+                        assert!(n > 0, "the edge closed a busy but live node");
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        return None;
+                    }
+                    Err(e) => panic!("edge is alive: {e}"),
+                }
             }
         };
         send(
@@ -196,18 +211,29 @@ fn a_busy_node_that_answers_within_the_wait_is_never_closed() {
                 ..Default::default()
             }),
         );
-        assert!(matches!(recv(&mut stream).msg, Some(Msg::RegisterResponse(r)) if r.accepted));
+        assert!(
+            matches!(recv_within(&mut stream, PATIENCE).expect("an envelope from the edge").msg, Some(Msg::RegisterResponse(r)) if r.accepted)
+        );
         send(
             &mut stream,
             Msg::NodeReadyRequest(NodeReadyRequest::default()),
         );
-        recv(&mut stream);
+        recv_within(&mut stream, PATIENCE).expect("an envelope from the edge");
         next_event(&mut events);
         next_event(&mut events);
 
         for round in 0..8 {
-            clock.advance(30_000);
-            let Some(Msg::HeartbeatPing(ping)) = recv(&mut stream).msg else {
+            // The next ping: answering the last one late (44 s) already
+            // made the next one due, so it may be on its way; otherwise
+            // the 30 s interval brings it.
+            let envelope = match recv_within(&mut stream, Duration::from_millis(300)) {
+                Some(envelope) => envelope,
+                None => {
+                    clock.advance(30_000);
+                    recv_within(&mut stream, PATIENCE).expect("a ping")
+                }
+            };
+            let Some(Msg::HeartbeatPing(ping)) = envelope.msg else {
                 panic!("expected a ping")
             };
             clock.advance(44_000); // busy: no answer for 44 s

@@ -208,3 +208,37 @@ fn a_node_killed_mid_tunnel_cuts_the_client_stream_and_frees_the_lease() {
     );
     wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
 }
+
+#[test]
+fn a_mixed_pool_picks_the_wire_by_the_chosen_providers_kind() {
+    // `mixed-big` lists an OpenAI-compatible provider (raw tunnel) and an
+    // Ollama one (normalized run). The pool picks the least loaded; the
+    // chosen provider's kind alone decides the wire (F17).
+    let driver = *drivers().last().unwrap();
+    let stack = Stack::start(driver, "tunnel-mixed");
+    let edge = stack.edge.ingress_addr;
+    let mut first = open_stream(edge, "/v1/chat/completions", &chat("mixed-big", true), "");
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let mut buf = [0u8; 4096];
+        let n = first.read(&mut buf).unwrap();
+        assert!(n > 0, "the first stream ended early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Tie → config order: the tunnel, whose bytes are the mock's own.
+    assert!(String::from_utf8_lossy(&seen).contains("\"id\":\"chatcmpl-mock-"));
+    // The tunnel holds a lease, so the next request goes to the Ollama
+    // provider, normalized by the Edge (its ids are the Edge's run ids).
+    let second = read_all(open_stream(
+        edge,
+        "/v1/chat/completions",
+        &chat("mixed-big", false),
+        "",
+    ));
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.contains("\"id\":\"chatcmpl-run-"), "{second}");
+    drop(first);
+    wait_until("every lease released", || {
+        stack.edge.pools.outstanding() == 0
+    });
+}

@@ -325,6 +325,27 @@ pub(crate) fn release_after_end(mut upstream: impl Upstream, lease: crate::pool:
     });
 }
 
+/// Counts a request's provider-reported usage (F18) and logs it: one
+/// `usage` line per request, labelled by model group and provider id.
+pub(crate) fn record_usage(
+    shared: &IngressShared,
+    lease: &crate::pool::Lease,
+    usage: &proto::v1::Usage,
+) {
+    let provider = &lease.provider().id;
+    shared.metrics.usage(lease.group(), provider, usage);
+    tracing::info!(
+        event = "usage",
+        model = lease.group(),
+        provider = %provider,
+        input_tokens = usage.input_tokens,
+        output_tokens = usage.output_tokens,
+        reasoning_tokens = usage.reasoning_tokens,
+        cached_input_tokens = usage.cached_input_tokens,
+        "usage"
+    );
+}
+
 /// Seconds since the Unix epoch, for `created` fields.
 pub(crate) fn unix_s() -> u64 {
     std::time::SystemTime::now()

@@ -100,9 +100,7 @@ pub(crate) async fn serve(
         return status;
     }
     if let Some(usage) = out.usage.as_ref() {
-        shared
-            .metrics
-            .usage(lease.group(), &lease.provider().id, usage);
+        super::record_usage(shared, &lease, usage);
     }
     if !request.stream && status == 200 {
         let body = match api {

@@ -161,9 +161,7 @@ async fn relay(
             Frame::Usage(usage) => last_usage = Some(usage),
             Frame::End(end) => {
                 if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
-                    shared
-                        .metrics
-                        .usage(lease.group(), &lease.provider().id, usage);
+                    super::record_usage(shared, lease, usage);
                 }
                 if !started {
                     // A head-less end: nothing to relay.

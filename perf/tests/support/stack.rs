@@ -151,6 +151,9 @@ model_groups:
   - name: big
     target: m
     providers: [oa-big]
+  - name: mixed-big
+    target: m
+    providers: [oa-big, ol]
 queue:
   max_waiting: 4
   timeout_ms: 400
