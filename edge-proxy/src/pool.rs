@@ -76,6 +76,8 @@ pub struct Group {
     /// The target (model) on the providers.
     pub target: String,
     providers: Vec<Arc<Provider>>,
+    /// Each provider's weight, aligned with `providers`.
+    weights: Vec<u32>,
 }
 
 impl Group {
@@ -181,10 +183,18 @@ impl Pools {
                     .iter()
                     .filter_map(|id| providers.get(id.as_str()).cloned())
                     .collect();
+                let weights = group
+                    .providers
+                    .iter()
+                    .zip(&group.weights)
+                    .filter(|(id, _)| providers.contains_key(id.as_str()))
+                    .map(|(_, w)| *w)
+                    .collect();
                 let entry = Group {
                     name: group.name.clone(),
                     target: group.target.clone(),
                     providers: members,
+                    weights,
                 };
                 (group.name.clone(), (Arc::from(group.name.as_str()), entry))
             })
@@ -283,23 +293,21 @@ impl Pools {
         group: &Group,
         registry: &NodeRegistry<D>,
     ) -> Result<Option<Lease>, AcquireError> {
-        let mut ready: Vec<(&Arc<Provider>, u64)> = group
+        let mut ready: Vec<(&Arc<Provider>, u32, u64)> = group
             .providers
             .iter()
-            .filter_map(|p| match registry.node_state(&p.node_id) {
-                NodeState::Ready { generation, .. } => Some((p, generation)),
+            .zip(&group.weights)
+            .filter_map(|(p, &weight)| match registry.node_state(&p.node_id) {
+                NodeState::Ready { generation, .. } => Some((p, weight, generation)),
                 _ => None,
             })
             .collect();
         if ready.is_empty() {
             return Err(AcquireError::Unavailable(group.name.clone()));
         }
-        // Least loaded relative to capacity first; stable, so config order
-        // breaks ties.
-        ready.sort_by_key(|(p, _)| {
-            (u64::from(p.outstanding()) << 32) / u64::from(p.max_concurrency.max(1))
-        });
-        for (provider, generation) in ready {
+        // Least loaded first; stable, so config order breaks ties.
+        ready.sort_by_key(|(p, weight, _)| load_key(p.outstanding(), p.max_concurrency, *weight));
+        for (provider, _, generation) in ready {
             if provider.try_take() {
                 return Ok(Some(Lease {
                     provider: Arc::clone(provider),
@@ -314,11 +322,40 @@ impl Pools {
     }
 }
 
+/// A provider's load for selection: outstanding requests relative to its
+/// capacity times its weight (weighted least-outstanding). With equal
+/// weights, requests spread in proportion to `max_concurrency`; a weight
+/// of 2 gives a provider twice the share of an equal one.
+pub fn load_key(outstanding: u32, max_concurrency: u32, weight: u32) -> u64 {
+    let share = u64::from(max_concurrency.max(1)) * u64::from(weight.max(1));
+    (u64::from(outstanding) << 32) / share
+}
+
 /// Counts one queued request for as long as it lives.
 struct Waiting<'a>(&'a AtomicUsize);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_key;
+
+    #[test]
+    fn weights_and_capacity_scale_a_providers_share() {
+        // Equal capacity and weight: the less loaded wins.
+        assert!(load_key(1, 8, 1) < load_key(2, 8, 1));
+        // Twice the weight: two outstanding weigh like one.
+        assert_eq!(load_key(2, 8, 2), load_key(1, 8, 1));
+        // Twice the capacity, same weight: likewise.
+        assert_eq!(load_key(2, 16, 1), load_key(1, 8, 1));
+        // Idle is idle, whatever the weight (ties go to config order).
+        assert_eq!(load_key(0, 8, 1), load_key(0, 64, 1000));
+        // No overflow at the extremes.
+        assert!(load_key(u32::MAX, 1, 1) > load_key(u32::MAX - 1, 1, 1));
+        let _ = load_key(u32::MAX, u32::MAX, 1000);
     }
 }

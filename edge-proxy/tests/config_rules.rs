@@ -409,3 +409,32 @@ fn queue_limits() {
         (1024, 30_000)
     );
 }
+
+#[test]
+fn group_weights_name_listed_providers_within_bounds() {
+    let weighted = |weights: &str| {
+        with(
+            "    providers: [p1, p3]\n",
+            &format!("    providers: [p1, p3]\n    weights: {{ {weights} }}\n"),
+        )
+    };
+    let config = parse(&weighted("p3: 5")).expect("valid weights");
+    let group = config.model_group("m1").expect("m1");
+    assert_eq!(group.weights, vec![1, 5], "unset weights are 1");
+    assert!(parse(&weighted("p1: 1000")).is_ok());
+    assert_line(
+        &weighted("p1: 1001"),
+        "model_groups[0].weights.p1",
+        "1001 is out of range 1..=1000",
+    );
+    assert_line(
+        &weighted("p1: 0"),
+        "model_groups[0].weights.p1",
+        "0 is out of range 1..=1000",
+    );
+    assert_line(
+        &weighted("p2: 3"),
+        "model_groups[0].weights.p2",
+        "provider \"p2\" is not in this group's providers",
+    );
+}

@@ -71,6 +71,9 @@ pub const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 30_000;
 /// Largest `queue.timeout_ms` (1 h).
 pub const MAX_QUEUE_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 
+/// Largest `model_groups[].weights` value.
+pub const MAX_WEIGHT: u64 = 1000;
+
 /// Longest node id, provider id, adapter name or model group name.
 pub const MAX_ID_LEN: usize = 128;
 /// Longest target (model) name.
@@ -250,4 +253,7 @@ pub struct ModelGroup {
     pub target: String,
     /// Provider ids, each existing, no repeats.
     pub providers: Vec<String>,
+    /// Selection weight of each provider, aligned with `providers` (1 when
+    /// not configured, at most [`MAX_WEIGHT`]).
+    pub weights: Vec<u32>,
 }

@@ -105,6 +105,8 @@ pub(crate) struct RawModelGroup {
     pub(crate) name: String,
     pub(crate) target: Option<String>,
     pub(crate) providers: Vec<String>,
+    #[serde(default)]
+    pub(crate) weights: std::collections::BTreeMap<String, u64>,
 }
 
 /// `queue:`.

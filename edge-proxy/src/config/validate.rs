@@ -554,10 +554,26 @@ impl Checker {
                     self.fail(ppath, msg);
                 }
             }
+            for id in group.weights.keys() {
+                if !group.providers.contains(id) {
+                    let msg = format!("provider {id:?} is not in this group's providers");
+                    self.fail(format!("{path}.weights.{id}"), msg);
+                }
+            }
+            let weights = group
+                .providers
+                .iter()
+                .map(|id| {
+                    let weight = group.weights.get(id).copied();
+                    let field = format!("{path}.weights.{id}");
+                    narrow(self.range(&field, weight, 1, 1, MAX_WEIGHT))
+                })
+                .collect();
             out.push(ModelGroup {
                 name: group.name,
                 target,
                 providers: group.providers,
+                weights,
             });
         }
         out
