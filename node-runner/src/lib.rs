@@ -63,5 +63,6 @@ pub mod commands;
 pub mod link;
 pub mod provider_http;
 pub mod runs;
+pub mod stall;
 pub mod store;
 pub mod tunnel;

@@ -40,6 +40,8 @@ mod outbox;
 mod relay;
 mod shared;
 #[cfg(test)]
+mod stall_tests;
+#[cfg(test)]
 mod tests;
 mod tunnels;
 
@@ -57,11 +59,12 @@ use proto::v1::{
 
 pub use self::cores::{CoreInbox, CoreMsg, Cores, DoneTx, serve_core};
 pub use self::outbox::{FrameTx, Outbox};
-pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay};
+pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay, relay_watched};
 pub use self::shared::{Capacity, GenShared, Lease};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
 use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
+use crate::stall::{CLOSE_GRACE, HealthCheck, Watchdog};
 use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
 
 /// F20: the stall timeout a wire value of 0 means, in ms.
@@ -307,6 +310,7 @@ impl RunManager {
             session_id: request.session_id,
             stall_timeout_ms,
         };
+        let watchdog = self.watchdog(&adapter, &spec.target, stall_timeout_ms);
         let manager = Rc::clone(self);
         monoio::spawn(async move {
             let stop = async move {
@@ -324,7 +328,8 @@ impl RunManager {
             };
             let outbox = manager.outbox.clone();
             let closed = &manager.closed;
-            let (outcome, rest) = relay(adapter.execute(spec), stop, |event| {
+            let open = adapter.execute(spec);
+            let (outcome, rest) = relay_watched(open, stop, Some(watchdog), |event| {
                 if !closed.get() {
                     outbox.send_msg(stream_id, Msg::RunEvent(event));
                 }
@@ -336,6 +341,27 @@ impl RunManager {
                 let _ = EventSource::next(&mut rest).await;
             }
         });
+    }
+
+    /// The stall watchdog of a run or tunnel on `adapter`/`target` (F21):
+    /// the effective timeout, the exact-target probe under the adapter's
+    /// probe bound, and this connection's observation sequence (F23).
+    fn watchdog(
+        &self,
+        adapter: &AnyAdapter,
+        target: &str,
+        stall_timeout_ms: u64,
+    ) -> Watchdog<TargetHealth> {
+        Watchdog {
+            timeout_ms: stall_timeout_ms,
+            grace: CLOSE_GRACE,
+            probe_timeout: adapter.config().health_timeout(),
+            health: TargetHealth {
+                adapter: adapter.clone(),
+                target: target.to_owned(),
+                shared: Arc::clone(&self.shared),
+            },
+        }
     }
 
     /// Checks a run against the adapter table and its capacity (F9, F20);
@@ -561,6 +587,26 @@ impl RunManager {
                 transition,
             });
         }
+    }
+}
+
+/// The exact-target probe and sequence of a stalled stream on this
+/// connection.
+#[derive(Debug)]
+pub(crate) struct TargetHealth {
+    adapter: AnyAdapter,
+    target: String,
+    shared: Arc<GenShared>,
+}
+
+impl HealthCheck for TargetHealth {
+    async fn probe(&self) -> proto::v1::ProviderHealth {
+        let timeout = self.adapter.config().health_timeout();
+        self.adapter.probe_health(&self.target, timeout).await
+    }
+
+    fn next_seq(&self) -> Option<u64> {
+        Some(self.shared.next_health_seq())
     }
 }
 

@@ -1,12 +1,13 @@
 //! One run's event relay: adapter events in, numbered `RunEvent`s out,
 //! exactly one terminal, whatever ends the run first.
 
-use std::future::Future;
+use std::future::{Future, pending};
 use std::pin::pin;
 
 use proto::v1::{FailureCode, FailureSide, RunEvent, RunEventKind};
 
 use crate::adapter::{EventStream, RuntimeEvent, failure};
+use crate::stall::{Activity, HealthCheck, NoHealth, Watchdog, evidence};
 
 /// A source of adapter events ([`EventStream`] in production, fakes in
 /// tests).
@@ -14,6 +15,17 @@ use crate::adapter::{EventStream, RuntimeEvent, failure};
 pub trait EventSource {
     /// The next event; `None` when the source has ended.
     async fn next(&mut self) -> Option<RuntimeEvent>;
+
+    /// Closes the source after a stall claim (F21's close-grace fence):
+    /// completes once the provider's return is confirmed. Dropping the
+    /// provider response closes its connection at once, so the default
+    /// confirms immediately.
+    async fn close(self)
+    where
+        Self: Sized,
+    {
+        drop(self);
+    }
 }
 
 impl EventSource for EventStream {
@@ -42,6 +54,17 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// Relays one run without a stall watchdog (an unbound path); see
+/// [`relay_watched`].
+pub async fn relay<S, O, T>(open: O, stop: T, emit: impl FnMut(RunEvent)) -> (Outcome, Option<S>)
+where
+    S: EventSource,
+    O: Future<Output = S>,
+    T: Future<Output = Stop>,
+{
+    relay_watched(open, stop, None::<Watchdog<NoHealth>>, emit).await
+}
+
 /// Relays one run: waits for `open` (the adapter's `execute`), then passes
 /// each event to `emit` numbered from 1, until the terminal. `stop` ends
 /// the run early at any point, including while `open` is pending.
@@ -49,21 +72,31 @@ pub enum Outcome {
 /// Exactly one terminal reaches `emit`, and it is the last thing that does:
 /// the adapter's, or `cancelled` / a `HARD_TIMEOUT` error on `stop`, or a
 /// synthesized `MISSING_TERMINAL` error when the source ends without one
-/// (F11). Dropping the source on stop drops its provider response, which
-/// closes the provider connection.
+/// (F11), or — with a `watchdog` — a `RESPONSE_STALLED` error when no
+/// adapter event came for its timeout (F21, armed from the start,
+/// `open` included). Dropping the source on stop drops its provider
+/// response, which closes the provider connection.
+///
+/// Ties: polled in the order stop, source, watchdog, so a stop (hard
+/// deadline, cancel, link close) ready together with the stall wins, and
+/// an event already there is progress. Once the stall is claimed, `stop`
+/// is no longer looked at and the source is closed: nothing else is sent
+/// (see [`crate::stall`] for the evidence gathered before the terminal).
 ///
 /// Returns the outcome and, after a `complete`, the source, so the caller
 /// can read the rest of the provider body (keep-alive) after it released
 /// the run's capacity.
-pub async fn relay<S, O, T>(
+pub async fn relay_watched<S, O, T, H>(
     open: O,
     stop: T,
+    watchdog: Option<Watchdog<H>>,
     mut emit: impl FnMut(RunEvent),
 ) -> (Outcome, Option<S>)
 where
     S: EventSource,
     O: Future<Output = S>,
     T: Future<Output = Stop>,
+    H: HealthCheck,
 {
     let mut stop = pin!(stop);
     let mut seq = 0u64;
@@ -71,14 +104,45 @@ where
         seq += 1;
         emit(event.into_run_event(seq));
     };
+    let activity = Activity::new();
+    let stalled = async {
+        match &watchdog {
+            Some(w) => activity.expired(w.timeout()).await,
+            None => pending().await,
+        }
+    };
+    let mut stalled = pin!(stalled);
+    // Boxed so that a stall while the provider call is pending can drop it
+    // inside the fence.
+    let mut open = Box::pin(open);
     let mut source = monoio::select! {
-        source = open => source,
+        biased;
         why = &mut stop => return (stopped(why, &mut send), None),
+        source = &mut open => source,
+        () = &mut stalled => {
+            let failure = match &watchdog {
+                Some(w) => evidence(w, async move { drop(open) }).await,
+                None => unreachable!("no watchdog, no stall"),
+            };
+            return (stall(failure, &mut send), None);
+        },
     };
     loop {
         let next = monoio::select! {
-            next = source.next() => next,
+            biased;
             why = &mut stop => return (stopped(why, &mut send), None),
+            next = source.next() => Ok(next),
+            () = &mut stalled => Err(()),
+        };
+        let next = match next {
+            Ok(next) => next,
+            Err(()) => {
+                let failure = match &watchdog {
+                    Some(w) => evidence(w, source.close()).await,
+                    None => unreachable!("no watchdog, no stall"),
+                };
+                return (stall(failure, &mut send), None);
+            }
         };
         let Some(event) = next else {
             let missing = failure(
@@ -94,6 +158,7 @@ where
             RuntimeEvent::Complete { .. } => Outcome::Completed,
             RuntimeEvent::Error(failure) => Outcome::Failed(failure.message.clone()),
             _ => {
+                activity.touch();
                 send(event);
                 continue;
             }
@@ -102,6 +167,13 @@ where
         let rest = (outcome == Outcome::Completed).then_some(source);
         return (outcome, rest);
     }
+}
+
+/// Emits the stall terminal.
+fn stall(failure: proto::v1::ExecutionFailure, send: &mut impl FnMut(RuntimeEvent)) -> Outcome {
+    let outcome = Outcome::Failed(failure.message.clone());
+    send(RuntimeEvent::Error(failure));
+    outcome
 }
 
 /// Emits the terminal for an outside stop.

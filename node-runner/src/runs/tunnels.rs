@@ -22,7 +22,9 @@ use proto::v1::{
 use super::{ActiveRun, Outbox, Outcome, RunManager, unix_ms};
 use crate::adapter::failure;
 use crate::store::{RunInfo, Transition};
-use crate::tunnel::{Credit, TunnelOutcome, TunnelSink, TunnelTarget, run_tunnel};
+use crate::tunnel::{
+    Credit, TunnelOutcome, TunnelSink, TunnelTarget, effective_stall_timeout_ms, run_tunnel_watched,
+};
 
 /// Sends a tunnel's frames to the Edge, until the connection closed.
 struct FrameSink<'a> {
@@ -88,6 +90,11 @@ impl RunManager {
             },
         );
         self.record(&info, Transition::Started { at_ms: unix_ms() });
+        // An invalid raw value is refused by the tunnel before any provider
+        // call; the default is only a placeholder for that path.
+        let stall_timeout_ms =
+            effective_stall_timeout_ms(&request).unwrap_or(crate::tunnel::DEFAULT_STALL_TIMEOUT_MS);
+        let watchdog = self.watchdog(&adapter, &request.target, stall_timeout_ms);
         let manager = Rc::clone(self);
         monoio::spawn(async move {
             let target = TunnelTarget::of(&adapter, request_timeout_ms);
@@ -100,13 +107,14 @@ impl RunManager {
                 let _ = cancel_rx.await;
             };
             let limits = manager.tunnel_limits;
-            let outcome = run_tunnel(
+            let outcome = run_tunnel_watched(
                 &manager.client,
                 Some(target),
                 request,
                 limits,
                 &credit,
                 cancel,
+                Some(watchdog),
                 &mut sink,
             )
             .await;

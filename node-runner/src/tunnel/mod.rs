@@ -69,11 +69,16 @@
 //! `PROVIDER`). Either way the provider response is dropped at once, which
 //! closes its connection: the provider sees the client leave.
 //!
+//! # Stall (F21)
+//! [`run_tunnel_watched`] adds the stall watchdog: every sink call
+//! (status, headers, body, usage) is progress; the raw stall timeout is
+//! validated here and [`effective_stall_timeout_ms`] gives the value the
+//! run manager arms. A stall is an `error` terminal coded
+//! `RESPONSE_STALLED` with the evidence of [`crate::stall`].
+//!
 //! # Not here
 //! Admission by `max_concurrency`, routing `WindowUpdate`s and cancels to
-//! the stream, the stall watchdog (every sink call is progress; the raw
-//! stall timeout is validated here, [`effective_stall_timeout_ms`] gives the
-//! value to arm), the run store record and frame encoding are the run
+//! the stream, the run store record and frame encoding are the run
 //! manager's and the link's.
 
 mod credit;
@@ -101,6 +106,7 @@ pub use usage::MAX_JSON_USAGE_BODY;
 
 use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};
 use crate::provider_http::{ProviderClient, ProviderResponse};
+use crate::stall::{Activity, HealthCheck, NoHealth, Watchdog, evidence};
 use request::{Prepared, is_hop_by_hop, prepare};
 use sse_tap::{Seen, SseTap};
 use usage::JsonTap;
@@ -122,6 +128,10 @@ pub trait TunnelSink {
     fn frame(&mut self, frame: ProviderTunnelFrame);
     /// A body slice: provider bytes, uncopied.
     fn body(&mut self, body: Bytes);
+    /// The tunnel waits for credit (`true`) or got it again (`false`): the
+    /// client, not the provider, holds the stream, so the stall watchdog
+    /// is held too.
+    fn hold(&mut self, _waiting: bool) {}
 }
 
 /// Per-connection tunnel settings, from the `NodeConfigPayload`.
@@ -221,13 +231,8 @@ pub fn effective_stall_timeout_ms(request: &ProviderTunnelRequest) -> Option<u64
     }
 }
 
-/// Runs one tunnel to its terminal; see the module docs for the frames and
-/// the stops. `target` is `None` when the request's adapter is unknown.
-/// `credit` is the stream's window (build it with
-/// [`TunnelLimits::window_for`] and feed it the stream's `WindowUpdate`s);
-/// `cancel` completes on CANCEL_RUN or when the link closes.
-///
-/// Exactly one terminal reaches `sink`, last.
+/// Runs one tunnel to its terminal without a stall watchdog (an unbound
+/// path); see [`run_tunnel_watched`].
 pub async fn run_tunnel<S: TunnelSink>(
     client: &ProviderClient,
     target: Option<TunnelTarget<'_>>,
@@ -235,6 +240,43 @@ pub async fn run_tunnel<S: TunnelSink>(
     limits: TunnelLimits,
     credit: &Credit,
     cancel: impl Future<Output = ()>,
+    sink: &mut S,
+) -> TunnelOutcome {
+    run_tunnel_watched(
+        client,
+        target,
+        request,
+        limits,
+        credit,
+        cancel,
+        None::<Watchdog<NoHealth>>,
+        sink,
+    )
+    .await
+}
+
+/// Runs one tunnel to its terminal; see the module docs for the frames and
+/// the stops. `target` is `None` when the request's adapter is unknown.
+/// `credit` is the stream's window (build it with
+/// [`TunnelLimits::window_for`] and feed it the stream's `WindowUpdate`s);
+/// `cancel` completes on CANCEL_RUN or when the link closes. With a
+/// `watchdog` (armed with [`effective_stall_timeout_ms`]), a tunnel with
+/// no sink call for its timeout — connect and head included — ends with a
+/// `RESPONSE_STALLED` error carrying the [`crate::stall`] evidence; the
+/// provider response is dropped at the claim, so its return is confirmed
+/// inside the close grace.
+///
+/// Exactly one terminal reaches `sink`, last. A cancel or hard deadline
+/// ready together with a stall wins.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
+    client: &ProviderClient,
+    target: Option<TunnelTarget<'_>>,
+    request: ProviderTunnelRequest,
+    limits: TunnelLimits,
+    credit: &Credit,
+    cancel: impl Future<Output = ()>,
+    watchdog: Option<Watchdog<H>>,
     sink: &mut S,
 ) -> TunnelOutcome {
     let prepared = match prepare(target, &request) {
@@ -248,18 +290,31 @@ pub async fn run_tunnel<S: TunnelSink>(
             ms => monoio::time::sleep(Duration::from_millis(ms)).await,
         }
     };
-    let relay = Relay {
+    let activity = Activity::new();
+    let stalled = async {
+        match &watchdog {
+            Some(w) => activity.expired(w.timeout()).await,
+            None => pending().await,
+        }
+    };
+    let mut watched = Watched {
         sink: &mut *sink,
+        activity: &activity,
+    };
+    let relay = Relay {
+        sink: &mut watched,
         credit,
         max_chunk: limits.max_body_chunk.max(1),
     };
     let stopped = monoio::select! {
+        biased;
         outcome = relay.run(client, prepared, &request) => return outcome,
-        () = cancel => None,
-        () = deadline => Some(hard_ms),
+        () = cancel => Stopped::Cancelled,
+        () = deadline => Stopped::HardTimeout(hard_ms),
+        () = stalled => Stopped::Stalled,
     };
     match stopped {
-        None => {
+        Stopped::Cancelled => {
             sink.frame(error_frame(failure(
                 FailureCode::Cancelled,
                 FailureSide::Edge,
@@ -267,7 +322,7 @@ pub async fn run_tunnel<S: TunnelSink>(
             )));
             TunnelOutcome::Cancelled
         }
-        Some(ms) => fail(
+        Stopped::HardTimeout(ms) => fail(
             sink,
             failure(
                 FailureCode::HardTimeout,
@@ -275,6 +330,44 @@ pub async fn run_tunnel<S: TunnelSink>(
                 format!("the tunnel exceeded its hard timeout of {ms} ms"),
             ),
         ),
+        Stopped::Stalled => {
+            let Some(watchdog) = &watchdog else {
+                unreachable!("no watchdog, no stall");
+            };
+            // The relay, and with it the provider response, was dropped
+            // when the select ended: the return is confirmed.
+            let failure = evidence(watchdog, async {}).await;
+            fail(sink, failure)
+        }
+    }
+}
+
+/// What ended a tunnel from outside its relay.
+enum Stopped {
+    Cancelled,
+    HardTimeout(u64),
+    Stalled,
+}
+
+/// A sink whose every call is progress for the watchdog.
+struct Watched<'a, S> {
+    sink: &'a mut S,
+    activity: &'a Activity,
+}
+
+impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
+    fn frame(&mut self, frame: ProviderTunnelFrame) {
+        self.activity.touch();
+        self.sink.frame(frame);
+    }
+
+    fn body(&mut self, body: Bytes) {
+        self.activity.touch();
+        self.sink.body(body);
+    }
+
+    fn hold(&mut self, waiting: bool) {
+        self.activity.hold(waiting);
     }
 }
 
@@ -345,7 +438,7 @@ impl<S: TunnelSink> Relay<'_, S> {
         let mut seen = Seen::default();
         loop {
             // Read only with credit: a spent window pauses this provider.
-            credit.ready().await;
+            wait_credit(credit, send.sink).await;
             let next = response.next_chunk().await;
             match (next, &mut tap) {
                 (Some(Ok(chunk)), Tap::Plain) => send.body(chunk).await,
@@ -393,6 +486,16 @@ impl<S: TunnelSink> Relay<'_, S> {
     }
 }
 
+/// Waits for credit, holding the stall watchdog meanwhile.
+async fn wait_credit(credit: &Credit, sink: &mut impl TunnelSink) {
+    if credit.available() > 0 {
+        return;
+    }
+    sink.hold(true);
+    credit.ready().await;
+    sink.hold(false);
+}
+
 /// Hands body bytes to the sink in slices that fit the credit and the
 /// chunk limit.
 struct Sender<'a, S> {
@@ -404,7 +507,7 @@ struct Sender<'a, S> {
 impl<S: TunnelSink> Sender<'_, S> {
     async fn body(&mut self, mut bytes: Bytes) {
         while !bytes.is_empty() {
-            self.credit.ready().await;
+            wait_credit(self.credit, self.sink).await;
             let credit = usize::try_from(self.credit.available()).unwrap_or(usize::MAX);
             let n = bytes.len().min(self.max_chunk).min(credit);
             // `split_to` shares the buffer: no copy, also for the whole.
