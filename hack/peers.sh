@@ -13,15 +13,17 @@
 #             Edge + Node (crates.io; cargo install into target/peers/rathole)
 #   litellm   LiteLLM proxy (PyPI, pinned; a venv in target/peers/litellm-venv)
 #             pointed at the mock as an OpenAI-compatible provider
-#   iop       Edge + Node, IOP_IO_DRIVER=uring and =epoll, model $IOP_MODEL
-#             (mock-chat, the raw tunnel, when the Node serves it; otherwise
-#             mock-ollama, a normalized run)
+#   iop       Edge + Node, IOP_IO_DRIVER=uring and =epoll, for each model in
+#             $IOP_MODELS (default "mock-chat mock-ollama": the raw provider
+#             tunnel, then a normalized run where the Edge translates Ollama
+#             NDJSON to OpenAI SSE); path names iop-DRIVER-MODEL. A model that
+#             does not stream through the Node is skipped with a note.
 # A peer that cannot be installed is skipped with a message (and a line in
 # the result file), never a failure. Everything listens on 127.0.0.1 and is
 # stopped on exit.
 #
 # Env: DURATION (k6 duration per path, default 10s), PEERS (default
-# "direct nginx haproxy rathole litellm iop"), IOP_MODEL, VUS, RATE,
+# "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
 # CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path) and the k6 summaries to bench-results/k6/peers-*.json.
@@ -226,11 +228,12 @@ CONF
       PATH_DESC="LiteLLM proxy $LITELLM_VERSION, 1 worker"
       ;;
     iop-*)
-      local driver=${p#iop-}
+      local rest=${p#iop-}
+      local driver=${rest%%-*} model=${rest#*-}
       bench_iop "$driver" "$MOCK_ADDR"
       PATH_URL=http://$IOP_INGRESS
-      PATH_MODEL=$iop_model
-      PATH_DESC="Edge + Node, $driver, $iop_model"
+      PATH_MODEL=$model
+      PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}"
       return 0
       ;;
   esac
@@ -240,11 +243,16 @@ CONF
   fi
 }
 
-# Which IOP model: the raw tunnel when the Node serves it.
-iop_model=${IOP_MODEL:-}
+# Which IOP models: each one is checked once (one streaming request) before
+# its first path; one that does not stream is skipped with a note.
+read -r -a iop_models <<<"${IOP_MODELS:-${IOP_MODEL:-mock-chat mock-ollama}}"
+declare -A iop_kind=([mock-chat]="(raw tunnel)" [mock-ollama]="(normalized)")
+declare -A iop_ok
 paths=()
 for p in "${have[@]}"; do
-  if [ "$p" = iop ]; then paths+=(iop-uring iop-epoll); else paths+=("$p"); fi
+  if [ "$p" = iop ]; then
+    for m in "${iop_models[@]}"; do paths+=("iop-uring-$m" "iop-epoll-$m"); done
+  else paths+=("$p"); fi
 done
 
 declare -A fig
@@ -254,14 +262,18 @@ for sc in "${scenarios[@]}"; do
   for p in "${paths[@]}"; do
     bench_stop_all
     bench_mock mock "${mock_flags[@]}"
-    if [ -z "$iop_model" ] && [[ $p == iop-* ]]; then
-      bench_iop uring "$MOCK_ADDR"
-      if bench_model_ok "http://$IOP_INGRESS" mock-chat; then iop_model=mock-chat; else
-        iop_model=mock-ollama
-        skipped+=("iop mock-chat (raw tunnel): $BENCH_MODEL_WHY — IOP ran mock-ollama (a normalized run: Ollama NDJSON translated to OpenAI SSE by the Edge) instead")
+    if [[ $p == iop-* ]]; then
+      m=${p#iop-*-}
+      if [ -z "${iop_ok[$m]:-}" ]; then
+        bench_iop uring "$MOCK_ADDR"
+        if bench_model_ok "http://$IOP_INGRESS" "$m"; then iop_ok[$m]=1; else
+          iop_ok[$m]=0
+          skipped+=("iop $m: $BENCH_MODEL_WHY — not run")
+        fi
+        bench_stop_all
+        bench_mock mock "${mock_flags[@]}"
       fi
-      bench_stop_all
-      bench_mock mock "${mock_flags[@]}"
+      [ "${iop_ok[$m]}" = 1 ] || continue
     fi
     start_path "$p" || continue
     say "$sc through $p ($PATH_DESC): $PATH_URL"
@@ -293,35 +305,43 @@ md=$out_dir/peers.md
 {
   bench_md_header "IOP and its peers, side by side" "$command_line"
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then k6 for $DURATION; every proxy on 127.0.0.1"
-  echo "- **IOP ÷ peer:** IOP's figure (io_uring) divided by the peer's — above 1× is better for throughput; for latency the ratio is peer ÷ IOP, so above 1× is better too"
+  echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
     bench_scenario "$sc"
-    iop_json=${fig[$sc,iop-uring,json]:-}
+    refs=()
+    for m in "${iop_models[@]}"; do
+      [ -f "${fig[$sc,iop-uring-$m,json]:-}" ] && refs+=("$m")
+    done
     echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
     echo
     case "$script" in
-      chat-stream.js)
-        echo "| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | IOP ÷ peer (tokens/s) | IOP ÷ peer (TTFB p50) |"
-        echo "|---|---|---|---|---|---|---|---|"
-        ;;
-      *)
-        echo "| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | IOP ÷ peer (QPS) | IOP ÷ peer (p99) |"
-        echo "|---|---|---|---|---|---|---|---|---|"
-        ;;
+      chat-stream.js) head="| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate |"; rule="|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms' ;;
+      *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"; rule="|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
+    for m in "${refs[@]}"; do
+      head+=" $m io_uring ÷ row (${k1%% (*}) | $m io_uring ÷ row (${k2% ms}) |"
+      rule+="---|---|"
+    done
+    echo "$head"
+    echo "$rule"
     for p in "${paths[@]}"; do
       j=${fig[$sc,$p,json]:-}
       [ -n "$j" ] && [ -f "$j" ] || continue
       name="$p (${fig[$sc,$p,desc]})"
       case "$script" in
         chat-stream.js)
-          echo "| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'tokens/s (all streams)')" "$(bench_headline "$j" 'tokens/s (all streams)')") | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'ttfb p50 ms')" "$(bench_headline "$j" 'ttfb p50 ms')" 1) |"
+          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) |"
           ;;
         *)
-          echo "| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" QPS)" "$(bench_headline "$j" QPS)") | $([ -n "$iop_json" ] && ratio "$(bench_headline "$iop_json" 'p99 ms')" "$(bench_headline "$j" 'p99 ms')" 1) |"
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) |"
           ;;
       esac
+      for m in "${refs[@]}"; do
+        r=${fig[$sc,iop-uring-$m,json]}
+        row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1) |"
+      done
+      echo "$row"
     done
     echo
   done
