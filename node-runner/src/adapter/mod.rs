@@ -34,10 +34,12 @@
 //!   closes the connection (the provider sees the client leave).
 //!
 //! # Not here
-//! The stall watchdog (F20–F22), admission by `max_concurrency` and cancel
-//! belong to the run manager; [`ExecuteSpec::stall_timeout_ms`] is carried
-//! for it. `probe_health` is a plain bounded GET of the configured path; the
-//! exact-target probe comes with liveness.
+//! The stall watchdog (F20–F23, [`crate::stall`]), admission by
+//! `max_concurrency` and cancel belong to the run manager;
+//! [`ExecuteSpec::stall_timeout_ms`] is carried for it. `probe_health` is a
+//! plain bounded GET of the adapter's configured path: the stall probe
+//! passes the stalled stream's target, but no adapter probes per target
+//! yet.
 
 mod ollama;
 mod openai;

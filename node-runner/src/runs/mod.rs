@@ -23,6 +23,13 @@
 //! - **Validation before any provider call (F20).** Unknown adapter,
 //!   unknown target, an invalid raw stall timeout or input the adapter
 //!   cannot send end the run before a byte goes to the provider.
+//! - **Stall watchdog (F21–F23).** Every admitted run and tunnel is
+//!   watched with its effective stall timeout ([`relay_watched`],
+//!   [`crate::tunnel::run_tunnel_watched`]); a stall is one
+//!   `RESPONSE_STALLED` terminal with the evidence of [`crate::stall`]
+//!   (close-grace fence and exact adapter/target probe, joined) and this
+//!   connection's next `health_observation_seq` ([`GenShared`]). One
+//!   monoio sleep per stream, re-armed on expiry; progress is one store.
 //! - **Cancel (F12)** stops only the named run: its task stops, its
 //!   provider response is dropped (closing that provider connection), and
 //!   its terminal is `cancelled`. A link that closes cancels every run of
