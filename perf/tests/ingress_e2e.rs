@@ -24,7 +24,7 @@ fn raw(addr: SocketAddr, request: &[u8], until: Option<&str>) -> String {
     let mut all = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        match socket.read(&mut buf) {
+        match read_some(&mut socket, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => all.extend_from_slice(&buf[..n]),
         }

@@ -5,7 +5,7 @@
 //! `run_refused`, `run_ended`, `command_started`, each with `core`).
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -386,7 +386,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
-            match from.read(&mut buf) {
+            match read_some(&mut from, &mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     if to.write_all(&buf[..n]).is_err() {

@@ -145,7 +145,7 @@ fn a_slow_reader_pauses_only_its_own_stream() {
     // A ~300 MB stream whose client reads its head and then stops.
     let mut slow = open_stream(edge, "/v1/chat/completions", &chat("big", true), "");
     let mut head = [0u8; 4096];
-    let n = slow.read(&mut head).unwrap();
+    let n = read_some(&mut slow, &mut head).unwrap();
     assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
     let completed_before = completed();
     // Another stream on the same node runs to its end meanwhile.
@@ -196,7 +196,7 @@ fn a_node_killed_mid_tunnel_cuts_the_client_stream_and_frees_the_lease() {
     let edge = stack.edge.ingress_addr;
     let mut stream = open_stream(edge, "/v1/chat/completions", &chat("big", true), "");
     let mut head = [0u8; 4096];
-    let n = stream.read(&mut head).unwrap();
+    let n = read_some(&mut stream, &mut head).unwrap();
     assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
     stack.kill_node();
     // The Edge cuts the body (no last chunk) and closes: the client sees a
@@ -221,7 +221,7 @@ fn a_mixed_pool_picks_the_wire_by_the_chosen_providers_kind() {
     let mut seen = Vec::new();
     while !String::from_utf8_lossy(&seen).contains("data: ") {
         let mut buf = [0u8; 4096];
-        let n = first.read(&mut buf).unwrap();
+        let n = read_some(&mut first, &mut buf).unwrap();
         assert!(n > 0, "the first stream ended early");
         seen.extend_from_slice(&buf[..n]);
     }

@@ -404,3 +404,14 @@ pub(crate) fn text(events: &[RunEvent], kind: RunEventKind) -> String {
         .map(|e| e.text.as_str())
         .collect()
 }
+
+/// `read` that retries when a signal interrupts it (std's `read` does not;
+/// `read_exact` and `read_to_end` do).
+pub(crate) fn read_some(socket: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match socket.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
