@@ -156,6 +156,10 @@ fn a_slow_but_steady_stream_never_stalls() {
 fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
     for driver in drivers() {
         let stack = start(driver, "stall-tunnel");
+        // A run stalls first on this connection: runs and tunnels share
+        // its sequence, so the tunnel's observation is the second.
+        let run = block_on(submit(&stack, "stalls"));
+        assert_stall(&stall_failure(&run), ProviderHealth::Available, 1);
         let edge = &stack.edge;
         let lease = block_on(edge.pools.acquire("stalls", &edge.registry)).expect("a lease");
         let body = serde_json::json!({
@@ -199,7 +203,47 @@ fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
         let Some(Frame::Error(failure)) = frames.last() else {
             panic!("an error terminal last: {frames:?}");
         };
-        assert_stall(failure, ProviderHealth::Available, 1);
+        assert_stall(failure, ProviderHealth::Available, 2);
         assert!(failure.retryable, "the response was dropped at the claim");
+    }
+}
+
+#[test]
+fn a_tunnel_stalled_after_its_head_cuts_the_client_stream() {
+    // Through the front door: the head and two tokens reached the client,
+    // so the Edge can only cut the stream — never a clean end.
+    use std::io::Write;
+    for driver in drivers() {
+        let stack = start(driver, "stall-http");
+        let body = serde_json::json!({
+            "model": "stalls",
+            "stream": true,
+            "messages": [{"role": "user", "content": "hello"}],
+        })
+        .to_string();
+        let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+            .unwrap();
+        write!(
+            socket,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut response = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match read_some(&mut socket, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+            }
+        }
+        let response = String::from_utf8_lossy(&response);
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.contains("data: "), "{response}");
+        assert!(!response.contains("[DONE]"), "{response}");
+        assert!(!response.ends_with("0\r\n\r\n"), "no clean end: {response}");
+        wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
     }
 }
