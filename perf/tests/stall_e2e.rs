@@ -47,6 +47,9 @@ model_groups:
   - name: stalls
     target: m
     providers: [stalls]
+  - name: steady
+    target: m
+    providers: [steady]
 queue:
   max_waiting: 4
   timeout_ms: 400
@@ -245,5 +248,54 @@ fn a_tunnel_stalled_after_its_head_cuts_the_client_stream() {
         assert!(!response.contains("[DONE]"), "{response}");
         assert!(!response.ends_with("0\r\n\r\n"), "no clean end: {response}");
         wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
+    }
+}
+
+#[test]
+fn a_tunnel_waiting_on_its_client_does_not_stall() {
+    // A tiny window the client leaves spent for longer than the stall
+    // timeout: the client, not the provider, holds the stream, so the
+    // watchdog is held and the tunnel still ends cleanly.
+    for driver in drivers() {
+        let stack = start(driver, "stall-credit");
+        let edge = &stack.edge;
+        let lease = block_on(edge.pools.acquire("steady", &edge.registry)).expect("a lease");
+        let body = serde_json::json!({
+            "model": "m",
+            "stream": true,
+            "messages": [{"role": "user", "content": "hello"}],
+        })
+        .to_string();
+        let request = ProviderTunnelRequest {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            body: body.into(),
+            response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+            initial_window: 16,
+            ..ProviderTunnelRequest::default()
+        };
+        let frames = block_on(async {
+            let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
+                .await
+                .expect("tunnel opened");
+            let mut frames = Vec::new();
+            let mut held = false;
+            while let Some(frame) = within(tunnel.next()).await {
+                if let Frame::Body(_) = &frame {
+                    if !held {
+                        held = true;
+                        tokio::time::sleep(std::time::Duration::from_millis(3 * STALL_MS)).await;
+                    }
+                    tunnel.grant(1 << 20);
+                }
+                frames.push(frame);
+            }
+            frames
+        });
+        drop(lease);
+        assert!(
+            matches!(frames.last(), Some(Frame::End(_))),
+            "a clean end: {frames:?}"
+        );
     }
 }
