@@ -43,7 +43,17 @@ nodes:
         response_stall_timeout_ms: {STALL_MS}
         health_probe: {{path: /health}}
         headers: {{x-mock-tokens: "8", x-mock-delay-ms: "100"}}
+      - id: stalls-head
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        response_stall_timeout_ms: {STALL_MS}
+        health_probe: {{path: /health, timeout_ms: 200}}
+        headers: {{x-mock-headers-delay-ms: "600000"}}
 model_groups:
+  - name: stalls-head
+    target: m
+    providers: [stalls-head]
   - name: stalls
     target: m
     providers: [stalls]
@@ -215,34 +225,9 @@ fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
 fn a_tunnel_stalled_after_its_head_cuts_the_client_stream() {
     // Through the front door: the head and two tokens reached the client,
     // so the Edge can only cut the stream — never a clean end.
-    use std::io::Write;
     for driver in drivers() {
         let stack = start(driver, "stall-http");
-        let body = serde_json::json!({
-            "model": "stalls",
-            "stream": true,
-            "messages": [{"role": "user", "content": "hello"}],
-        })
-        .to_string();
-        let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
-        socket
-            .set_read_timeout(Some(std::time::Duration::from_secs(15)))
-            .unwrap();
-        write!(
-            socket,
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut response = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match read_some(&mut socket, &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => response.extend_from_slice(&buf[..n]),
-            }
-        }
-        let response = String::from_utf8_lossy(&response);
+        let response = http_chat(&stack, "stalls");
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.contains("data: "), "{response}");
         assert!(!response.contains("[DONE]"), "{response}");
@@ -298,4 +283,73 @@ fn a_tunnel_waiting_on_its_client_does_not_stall() {
             "a clean end: {frames:?}"
         );
     }
+}
+
+#[test]
+fn a_tunnel_stalled_before_its_head_is_one_error_frame_with_unknown_health() {
+    // The provider never answers its head; its probe (which carries the
+    // provider's headers, so the mock delays it too) times out: the
+    // evidence is fail-closed UNKNOWN/HEALTH_UNKNOWN.
+    for driver in drivers() {
+        let stack = start(driver, "stall-head");
+        let edge = &stack.edge;
+        let lease = block_on(edge.pools.acquire("stalls-head", &edge.registry)).expect("a lease");
+        let request = ProviderTunnelRequest {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            body: b"{}".to_vec().into(),
+            response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+            ..ProviderTunnelRequest::default()
+        };
+        let frames = block_on(async {
+            let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
+                .await
+                .expect("tunnel opened");
+            let mut frames = Vec::new();
+            while let Some(frame) = within(tunnel.next()).await {
+                frames.push(frame);
+            }
+            frames
+        });
+        drop(lease);
+        assert_eq!(frames.len(), 1, "a lone terminal: {frames:?}");
+        let Some(Frame::Error(failure)) = frames.last() else {
+            panic!("an error terminal: {frames:?}");
+        };
+        assert_stall(failure, ProviderHealth::Unknown, 1);
+        // Through the front door, nothing was sent yet: an HTTP error.
+        let response = http_chat(&stack, "stalls-head");
+        assert!(response.starts_with("HTTP/1.1 5"), "{response}");
+        wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
+    }
+}
+
+/// A streamed chat request to the Edge's ingress; the whole response.
+fn http_chat(stack: &Stack, model: &str) -> String {
+    use std::io::Write;
+    let body = serde_json::json!({
+        "model": model,
+        "stream": true,
+        "messages": [{"role": "user", "content": "hello"}],
+    })
+    .to_string();
+    let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    write!(
+        socket,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match read_some(&mut socket, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&response).into_owned()
 }
