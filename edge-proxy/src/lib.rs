@@ -34,7 +34,7 @@
 //!
 //! Ingress, pools, leases, the overlay and StreamGate come next.
 
-// `deny`, not `forbid`: the one exception is `ingress::iovec`, which
+// `deny`, not `forbid`: the one exception is `iovec`, which
 // implements monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,6 +43,7 @@ pub mod config;
 pub mod dispatch;
 pub mod events;
 pub mod ingress;
+mod iovec;
 pub mod link;
 pub mod pool;
 pub mod registry;

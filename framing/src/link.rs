@@ -26,7 +26,7 @@
 
 use std::fmt;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use proto::v1::RegisterRejectReason;
 
 use crate::frame::BodyFrame;
@@ -192,8 +192,8 @@ impl fmt::Display for CloseReason {
 
 /// What a link driver's writer is asked to do, in order.
 ///
-/// Writers batch these with [`WriteBatch`](crate::write_batch::WriteBatch)
-/// (zero copy for bodies) or [`coalesce`] (copies everything).
+/// Writers batch these with [`WriteBatch`](crate::write_batch::WriteBatch):
+/// small frames copied together, bodies as their own slices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outgoing {
     /// Write this encoded frame.
@@ -203,37 +203,6 @@ pub enum Outgoing {
     Body(BodyFrame),
     /// Flush what came before, then shut the connection down.
     Close,
-}
-
-/// Appends `first` and every command `next` yields without waiting to
-/// `batch`, so what is already queued goes out in one write. Stops at the
-/// first [`Outgoing::Close`] and returns whether it saw one.
-///
-/// Only small control frames should take this path, so copying them into
-/// one batch costs less than a syscall each. An [`Outgoing::Body`] is copied
-/// too (head, then body) so this stays correct for any command; writers that
-/// carry tunnel bodies use [`WriteBatch`](crate::write_batch::WriteBatch),
-/// which passes bodies as their own slices.
-pub fn coalesce(
-    batch: &mut BytesMut,
-    first: Outgoing,
-    mut next: impl FnMut() -> Option<Outgoing>,
-) -> bool {
-    let mut command = first;
-    loop {
-        match command {
-            Outgoing::Frame(frame) => batch.extend_from_slice(&frame),
-            Outgoing::Body(frame) => {
-                batch.extend_from_slice(&frame.head);
-                batch.extend_from_slice(&frame.body);
-            }
-            Outgoing::Close => return true,
-        }
-        match next() {
-            Some(queued) => command = queued,
-            None => return false,
-        }
-    }
 }
 
 /// The stable snake_case name of a registration rejection reason, for logs
@@ -309,42 +278,6 @@ mod tests {
         assert_eq!(hb.poll(30_000), HeartbeatAction::SendPing(1));
         assert!(!hb.on_pong(7, 30_001));
         assert_eq!(hb.poll(75_000), HeartbeatAction::TimedOut);
-    }
-
-    #[test]
-    fn coalesce_batches_queued_frames_and_stops_at_close() {
-        let mut queue = vec![
-            Outgoing::Frame(Bytes::from_static(b"b")),
-            Outgoing::Close,
-            Outgoing::Frame(Bytes::from_static(b"never")),
-        ]
-        .into_iter();
-        let mut batch = BytesMut::new();
-        assert!(coalesce(
-            &mut batch,
-            Outgoing::Frame(Bytes::from_static(b"a")),
-            || queue.next()
-        ));
-        assert_eq!(&batch[..], b"ab");
-        assert_eq!(
-            queue.next(),
-            Some(Outgoing::Frame(Bytes::from_static(b"never")))
-        );
-
-        let mut batch = BytesMut::new();
-        assert!(!coalesce(
-            &mut batch,
-            Outgoing::Frame(Bytes::from_static(b"x")),
-            || None
-        ));
-        assert_eq!(&batch[..], b"x");
-
-        let body = crate::frame::FrameEncoder::default()
-            .encode_tunnel_body(2, Bytes::from_static(b"body"))
-            .unwrap();
-        let mut batch = BytesMut::new();
-        assert!(!coalesce(&mut batch, Outgoing::Body(body.clone()), || None));
-        assert_eq!(&batch[..], [&body.head[..], b"body"].concat());
     }
 
     #[test]

@@ -118,6 +118,27 @@ fn assert_stall(f: &ExecutionFailure, health: ProviderHealth, seq: u64) {
     assert_eq!(f.health_observation_seq, Some(seq), "{f:?}");
 }
 
+/// A streamed chat completion with one user message.
+const CHAT_STREAM: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
+
+/// A tunnel request for `POST /v1/chat/completions` with `body`, carrying
+/// the leased provider's stall timeout and a credit window (0 = default).
+fn chat_tunnel(
+    lease: &edge_proxy::pool::Lease,
+    body: &'static str,
+    initial_window: u32,
+) -> ProviderTunnelRequest {
+    ProviderTunnelRequest {
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        body: body.as_bytes().to_vec().into(),
+        response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+        initial_window,
+        ..ProviderTunnelRequest::default()
+    }
+}
+
 #[test]
 fn a_stalled_run_ends_with_one_typed_stall_and_the_sequence_counts() {
     for driver in drivers() {
@@ -175,19 +196,7 @@ fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
         assert_stall(&stall_failure(&run), ProviderHealth::Available, 1);
         let edge = &stack.edge;
         let lease = block_on(edge.pools.acquire("stalls", &edge.registry)).expect("a lease");
-        let body = serde_json::json!({
-            "model": "m",
-            "stream": true,
-            "messages": [{"role": "user", "content": "hello"}],
-        })
-        .to_string();
-        let request = ProviderTunnelRequest {
-            method: "POST".into(),
-            path: "/v1/chat/completions".into(),
-            body: body.into(),
-            response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
-            ..ProviderTunnelRequest::default()
-        };
+        let request = chat_tunnel(&lease, CHAT_STREAM, 0);
         let frames = block_on(async {
             let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
                 .await
@@ -245,20 +254,7 @@ fn a_tunnel_waiting_on_its_client_does_not_stall() {
         let stack = start(driver, "stall-credit");
         let edge = &stack.edge;
         let lease = block_on(edge.pools.acquire("steady", &edge.registry)).expect("a lease");
-        let body = serde_json::json!({
-            "model": "m",
-            "stream": true,
-            "messages": [{"role": "user", "content": "hello"}],
-        })
-        .to_string();
-        let request = ProviderTunnelRequest {
-            method: "POST".into(),
-            path: "/v1/chat/completions".into(),
-            body: body.into(),
-            response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
-            initial_window: 16,
-            ..ProviderTunnelRequest::default()
-        };
+        let request = chat_tunnel(&lease, CHAT_STREAM, 16);
         let frames = block_on(async {
             let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
                 .await
@@ -294,13 +290,7 @@ fn a_tunnel_stalled_before_its_head_is_one_error_frame_with_unknown_health() {
         let stack = start(driver, "stall-head");
         let edge = &stack.edge;
         let lease = block_on(edge.pools.acquire("stalls-head", &edge.registry)).expect("a lease");
-        let request = ProviderTunnelRequest {
-            method: "POST".into(),
-            path: "/v1/chat/completions".into(),
-            body: b"{}".to_vec().into(),
-            response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
-            ..ProviderTunnelRequest::default()
-        };
+        let request = chat_tunnel(&lease, "{}", 0);
         let frames = block_on(async {
             let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
                 .await

@@ -40,7 +40,7 @@ use monoio::io::{
 use monoio::net::TcpStream;
 
 use super::error::ApiError;
-use super::iovec;
+use crate::iovec;
 
 /// Bounds on client requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

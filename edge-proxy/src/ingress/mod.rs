@@ -19,7 +19,6 @@
 
 pub mod error;
 pub mod http;
-mod iovec;
 pub mod metrics;
 mod normalized;
 pub mod openai;

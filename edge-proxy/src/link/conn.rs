@@ -16,12 +16,11 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use framing::frame::FrameDecoder;
-use framing::link::{CloseReason, Outgoing, coalesce, reject_reason_name};
+use framing::link::{CloseReason, Outgoing, reject_reason_name};
 use framing::timer::TimerKey;
+use framing::write_batch::WriteBatch;
 use monoio::buf::IoBufMut;
-use monoio::io::{
-    AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
-};
+use monoio::io::{AsyncWriteRent, CancelableAsyncReadRent, Canceller, Splitable};
 use monoio::net::TcpStream;
 use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
@@ -278,15 +277,16 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
         mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
     ) {
-        let mut batch = BytesMut::new();
+        let mut batch = WriteBatch::new();
         while let Some(cmd) = rx.recv().await {
-            // Whatever else is already queued goes out in the same write.
-            let close = coalesce(&mut batch, cmd, || rx.try_recv().ok());
+            // Whatever else is already queued goes out in the same writev.
+            let close = batch.fill(cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
-                let (result, returned) = write_half.write_all(batch).await;
-                batch = returned;
-                batch.clear();
-                if result.is_err() {
+                let slices = batch.take().into_vec();
+                if crate::iovec::write_all(&mut write_half, slices)
+                    .await
+                    .is_err()
+                {
                     self.session
                         .borrow_mut()
                         .handle_closed(CloseReason::IoError, &self.registrar());

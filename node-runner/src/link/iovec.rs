@@ -10,7 +10,7 @@
 //! hands the kernel only a copy of the iovecs; [`write_all`] therefore
 //! drives `writev` itself.)
 //!
-//! The Edge has the same forty lines (`edge_proxy::ingress::iovec`): the
+//! The Edge has the same forty lines (`edge-proxy/src/iovec.rs`): the
 //! Edge and the Node share no runtime code by design (DESIGN.md), and
 //! `framing`, which they do share, is runtime-free and has no `unsafe`.
 

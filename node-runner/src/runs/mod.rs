@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use proto::Envelope;
 use proto::v1::{
-    AdapterKind, CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
+    CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,
     NodeCommandRequest, NodeConfigPayload, RunRequest, envelope::Msg,
 };
 
@@ -94,7 +94,6 @@ pub struct RunnerConfig {
 #[derive(Debug)]
 struct Slot {
     adapter: Result<AnyAdapter, String>,
-    kind: AdapterKind,
     /// The provider's index in the payload (its [`Capacity`]).
     index: usize,
     max_concurrency: u32,
@@ -169,7 +168,6 @@ impl RunManager {
                 }
                 let slot = Slot {
                     adapter,
-                    kind: provider.kind(),
                     index,
                     max_concurrency: provider.max_concurrency,
                     request_timeout_ms: provider.request_timeout_ms,
@@ -213,15 +211,6 @@ impl RunManager {
             .get(adapter)
             .and_then(|slot| self.shared.capacity(slot.index))
             .map_or(0, Capacity::active)
-    }
-
-    /// The adapters of this connection: name, kind and the adapter (those
-    /// that could be built).
-    pub fn adapters(&self) -> impl Iterator<Item = (&str, AdapterKind, &AnyAdapter)> {
-        self.slots.iter().filter_map(|(name, slot)| {
-            let adapter = slot.adapter.as_ref().ok()?;
-            Some((name.as_str(), slot.kind, adapter))
-        })
     }
 
     /// Handles one work frame from the Edge.

@@ -1,6 +1,8 @@
 //! Vectored writes of `Bytes` slices without copying them (DESIGN.md, "The
-//! zero-copy data path"): a chunk's size line, the body slice as received
-//! from the node, and the CRLF go to the kernel as one `writev`.
+//! zero-copy data path"), for both of the Edge's writers: an ingress chunk
+//! (size line, the body slice as received from the node, CRLF) and a node
+//! link batch (`framing::write_batch::WriteBatch`) each go to the kernel as
+//! one `writev`.
 //!
 //! monoio's `writev` takes ownership of an [`IoVecBuf`] until the operation
 //! completes (also when the future is dropped mid-flight), so the buffer
