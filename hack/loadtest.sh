@@ -132,13 +132,13 @@ run_k6() {
   say "k6 $script: $path, driver $driver, model $model, $base"
   if [ "$script" = long-streams.js ]; then
     local port=${base##*:} csv=$BENCH_WORK/$name.csv
-    bench_start "k6-$name" env K6_NO_USAGE_REPORT=true "$K6" run --quiet --no-color "${k6_env[@]}" \
+    procs_start "k6-$name" env K6_NO_USAGE_REPORT=true "$K6" run --quiet --no-color "${k6_env[@]}" \
       -e BASE_URL="$base" -e MODEL="$model" -e LABEL="$path $driver $model" -e SUMMARY_JSON="$json" \
       "$bench_root/perf/k6/$script"
     local k6pid
-    k6pid=$(bench_pid "k6-$name")
-    local specs=(k6="$k6pid" mock="$(bench_pid mock)")
-    if [ "$path" = iop ]; then specs+=(edge="$(bench_pid edge)" node="$(bench_pid node)"); else specs+=(edge="$(bench_pid mock)" node="$(bench_pid mock)"); fi
+    k6pid=$(procs_pid "k6-$name")
+    local specs=(k6="$k6pid" mock="$(procs_pid mock)")
+    if [ "$path" = iop ]; then specs+=(edge="$(procs_pid edge)" node="$(procs_pid node)"); else specs+=(edge="$(procs_pid mock)" node="$(procs_pid mock)"); fi
     bench_sampler_start "$csv" "$port" "${specs[@]}"
     wait "$k6pid" || rc=$?
     bench_sampler_stop
@@ -160,7 +160,7 @@ run_k6() {
 
 status=0
 for driver in $DRIVERS; do
-  bench_stop_all
+  bench_stop
   bench_mock mock "${mock_flags[@]}"
   bench_iop "$driver" "$MOCK_ADDR"
   say "stack up ($driver; Edge log says driver: ${IOP_DRIVER_SEEN:-?}): ingress http://$IOP_INGRESS, mock http://$MOCK_ADDR"
@@ -175,7 +175,7 @@ for driver in $DRIVERS; do
 done
 if [ "$scenario" != smoke ]; then
   # The direct path (client → mock, OpenAI shape) in the same run, for scale.
-  bench_stop_all
+  bench_stop
   bench_mock mock "${mock_flags[@]}"
   run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
 fi

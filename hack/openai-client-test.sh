@@ -63,8 +63,10 @@ fi
 
 # --- the stack ----------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/iop-openai-test.XXXXXX")
-pids=()
-names=()
+PROCS_LOGS=$work
+PROCS_WAIT_S=15
+# shellcheck source=hack/lib/procs.sh
+. "$root/hack/lib/procs.sh"
 pytest_pid=
 cleanup() {
   local rc=$?
@@ -73,23 +75,8 @@ cleanup() {
     kill "$pytest_pid" 2>/dev/null || true
     wait "$pytest_pid" 2>/dev/null || true
   fi
-  if [ ${#pids[@]} -gt 0 ]; then
-    kill "${pids[@]}" 2>/dev/null || true
-    # Give them a moment, then make sure.
-    for _ in $(seq 1 50); do
-      kill -0 "${pids[@]}" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-  fi
-  if [ "$rc" -ne 0 ] && [ -d "$work" ]; then
-    for log in "$work"/*.log; do
-      [ -f "$log" ] || continue
-      printf '\n--- last lines of %s ---\n' "$(basename "$log")" >&2
-      tail -n 30 "$log" >&2
-    done
-  fi
+  procs_stop_all
+  if [ "$rc" -ne 0 ]; then procs_tail_logs 30; fi
   rm -rf "$work"
   exit "$rc"
 }
@@ -97,38 +84,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start() {
-  # start NAME CMD...: run CMD in the background, output to $work/NAME.log.
-  local name=$1
-  shift
-  "$@" >"$work/$name.log" 2>&1 &
-  pids+=($!)
-  names+=("$name")
-}
-
-alive() {
-  local i
-  for i in "${!pids[@]}"; do
-    kill -0 "${pids[$i]}" 2>/dev/null || fail "${names[$i]} exited early (log below)"
-  done
-}
-
-# wait_for WHAT CMD...: retry CMD for up to 15 s while everything is alive.
-wait_for() {
-  local what=$1
-  shift
-  for _ in $(seq 1 150); do
-    "$@" >/dev/null 2>&1 && return 0
-    alive
-    sleep 0.1
-  done
-  fail "timed out waiting for $what"
-}
-
 # 1. mock provider on a kernel-chosen port; it prints the bound address.
-start mock-provider "$bin_dir/iop-mock-provider" --listen 127.0.0.1:0
+procs_start mock-provider "$bin_dir/iop-mock-provider" --listen 127.0.0.1:0
 mock_line() { grep -q '^iop-mock-provider listening on ' "$work/mock-provider.log"; }
-wait_for "the mock provider's address" mock_line
+procs_wait_for "the mock provider's address" mock_line
 mock=$(sed -n 's/^iop-mock-provider listening on //p' "$work/mock-provider.log" | head -n 1)
 
 # 2. the Edge with the default config, re-pointed: listeners on port 0,
@@ -142,17 +101,17 @@ sed -e 's#ingress: 127\.0\.0\.1:8080#ingress: 127.0.0.1:0#' \
   -e 's#nodes: 127\.0\.0\.1:7070#nodes: 127.0.0.1:0#' \
   -e "s#base_url: http://127\\.0\\.0\\.1:8000#base_url: http://$mock#" \
   "$default_config" >"$work/edge.yaml"
-start edge "$bin_dir/iop-edge" --config "$work/edge.yaml" --log-format json
-wait_for "the edge's edge_started line" grep -q '"edge_started"' "$work/edge.log"
+procs_start edge "$bin_dir/iop-edge" --config "$work/edge.yaml" --log-format json
+procs_wait_for "the edge's edge_started line" grep -q '"edge_started"' "$work/edge.log"
 started=$(grep -m 1 '"edge_started"' "$work/edge.log")
 ingress=$(sed -n 's/.*"ingress":"\([^"]*\)".*/\1/p' <<<"$started")
 node_socket=$(sed -n 's/.*"node_socket":"\([^"]*\)".*/\1/p' <<<"$started")
 [ -n "$ingress" ] && [ -n "$node_socket" ] || fail "no ingress/node_socket in: $started"
 
 # 3. one node with the dev token.
-start node env IOP_NODE_TOKEN=iop-dev-token "$bin_dir/iop-node" --edge "$node_socket" \
+procs_start node env IOP_NODE_TOKEN=iop-dev-token "$bin_dir/iop-node" --edge "$node_socket" \
   --data-dir "$work/node-data" --log-format json
-wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$ingress/readyz"
+procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$ingress/readyz"
 say "stack up: mock http://$mock, edge ingress http://$ingress, node socket $node_socket"
 
 # --- the tests ----------------------------------------------------------------
@@ -166,6 +125,6 @@ status=0
 wait "$pytest_pid" || status=$?
 pytest_pid=
 # A crash during the tests is a failure even when every test passed.
-alive
+procs_alive
 [ "$status" -eq 0 ] || fail "pytest exited with status $status"
 say "passed"

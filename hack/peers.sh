@@ -119,9 +119,9 @@ wait_http() {
     fi
     # a peer that exits is skipped, not a failure of the whole run
     local i
-    for i in "${!bench_pids[@]}"; do
-      kill -0 "${bench_pids[$i]}" 2>/dev/null ||
-        { PATH_WHY="${bench_names[$i]} exited: $(tail -n 1 "$BENCH_WORK/${bench_names[$i]}.log")"; return 1; }
+    for i in "${!procs_pids[@]}"; do
+      kill -0 "${procs_pids[$i]}" 2>/dev/null ||
+        { PATH_WHY="${procs_names[$i]} exited: $(tail -n 1 "$BENCH_WORK/${procs_names[$i]}.log")"; return 1; }
     done
     sleep 0.1
   done
@@ -167,7 +167,7 @@ http {
   }
 }
 CONF
-      bench_start nginx "$(command -v nginx || echo /usr/sbin/nginx)" -p "$BENCH_WORK/nginx" -c "$BENCH_WORK/nginx/nginx.conf"
+      procs_start nginx "$(command -v nginx || echo /usr/sbin/nginx)" -p "$BENCH_WORK/nginx" -c "$BENCH_WORK/nginx/nginx.conf"
       PATH_DESC="nginx $(nginx -v 2>&1 | sed 's#.*/##'), 1 worker"
       ;;
     haproxy)
@@ -188,7 +188,7 @@ frontend f
 backend b
   server mock $MOCK_ADDR maxconn 9000
 CONF
-      bench_start haproxy "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$BENCH_WORK/haproxy.cfg"
+      procs_start haproxy "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$BENCH_WORK/haproxy.cfg"
       PATH_DESC="haproxy $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'), 1 thread"
       ;;
     rathole)
@@ -208,8 +208,8 @@ remote_addr = "127.0.0.1:$ctrl"
 token = "bench"
 local_addr = "$MOCK_ADDR"
 CONF
-      bench_start rathole-server "$rathole" --server "$BENCH_WORK/rathole-server.toml"
-      bench_start rathole-client "$rathole" --client "$BENCH_WORK/rathole-client.toml"
+      procs_start rathole-server "$rathole" --server "$BENCH_WORK/rathole-server.toml"
+      procs_start rathole-client "$rathole" --client "$BENCH_WORK/rathole-client.toml"
       PATH_DESC="rathole $RATHOLE_VERSION, server + client"
       ;;
     litellm)
@@ -221,7 +221,7 @@ model_list:
       api_base: http://$MOCK_ADDR/v1
       api_key: sk-none
 CONF
-      bench_start litellm env LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
+      procs_start litellm env LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
         LITELLM_TELEMETRY=False "$lvenv/bin/litellm" --config "$BENCH_WORK/litellm.yaml" \
         --host 127.0.0.1 --port "$port"
       PATH_KEY=sk-bench
@@ -260,7 +260,7 @@ for sc in "${scenarios[@]}"; do
   bench_scenario "$sc" && [ "$script" != long-streams.js ] || fail "scenario $sc: use stream, qps or nonstream"
   k6_env+=(-e DURATION="$DURATION")
   for p in "${paths[@]}"; do
-    bench_stop_all
+    bench_stop
     bench_mock mock "${mock_flags[@]}"
     if [[ $p == iop-* ]]; then
       m=${p#iop-*-}
@@ -270,7 +270,7 @@ for sc in "${scenarios[@]}"; do
           iop_ok[$m]=0
           skipped+=("iop $m: $BENCH_MODEL_WHY — not run")
         fi
-        bench_stop_all
+        bench_stop
         bench_mock mock "${mock_flags[@]}"
       fi
       [ "${iop_ok[$m]}" = 1 ] || continue
@@ -286,7 +286,7 @@ for sc in "${scenarios[@]}"; do
     fig[$sc,$p,json]=$json
   done
 done
-bench_stop_all
+bench_stop
 
 # --- the report ----------------------------------------------------------------------
 ratio() {

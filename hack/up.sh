@@ -42,16 +42,18 @@ cargo build --release --workspace --bins --locked
 mkdir -p "$LOGS"
 data_dir=$(mktemp -d "${TMPDIR:-/tmp}/iop-node-data.XXXXXX")
 
-pids=()
-names=()
+PROCS_LOGS=$LOGS
+PROCS_WAIT_S=15
+# shellcheck source=hack/lib/procs.sh
+. hack/lib/procs.sh
+fail() { echo "error: $*" >&2; exit 1; }
 stop() {
   local rc=$?
   trap - INT TERM EXIT
-  if [ ${#pids[@]} -gt 0 ]; then
+  if [ ${#procs_pids[@]} -gt 0 ]; then
     echo
-    echo "==> stopping ${names[*]}"
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
+    echo "==> stopping ${procs_names[*]}"
+    procs_stop_all
   fi
   echo "the node's run store stays in $data_dir (iop-node runs --data-dir $data_dir)"
   exit "$rc"
@@ -60,48 +62,14 @@ trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start() {
-  # start NAME CMD...: run CMD in the background, logging to .stack/NAME.log.
-  local name=$1
-  shift
-  "$@" >"$LOGS/$name.log" 2>&1 &
-  pids+=($!)
-  names+=("$name")
-}
+procs_start mock-provider "$bin/iop-mock-provider" --listen "$MOCK_ADDR"
+procs_wait_for "the mock provider" curl -fsS -o /dev/null "http://$MOCK_ADDR/health"
 
-check_alive() {
-  local i
-  for i in "${!pids[@]}"; do
-    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
-      echo "error: ${names[$i]} exited; last lines of $LOGS/${names[$i]}.log:" >&2
-      tail -n 20 "$LOGS/${names[$i]}.log" >&2
-      exit 1
-    fi
-  done
-}
+procs_start edge "$bin/iop-edge"
+procs_wait_for "the Edge" grep -q edge_started "$LOGS/edge.log"
 
-wait_for() {
-  # wait_for WHAT CHECK...: run CHECK until it succeeds; fail after 15 s or
-  # as soon as a started process exits.
-  local what=$1
-  shift
-  for _ in $(seq 1 150); do
-    "$@" >/dev/null 2>&1 && return 0
-    check_alive
-    sleep 0.1
-  done
-  echo "error: timed out waiting for $what; logs in $LOGS/" >&2
-  exit 1
-}
-
-start mock-provider "$bin/iop-mock-provider" --listen "$MOCK_ADDR"
-wait_for "the mock provider" curl -fsS -o /dev/null "http://$MOCK_ADDR/health"
-
-start edge "$bin/iop-edge"
-wait_for "the Edge" grep -q edge_started "$LOGS/edge.log"
-
-start node env IOP_NODE_TOKEN=iop-dev-token "$bin/iop-node" --edge "$NODE_SOCKET" --data-dir "$data_dir"
-wait_for "GET http://$INGRESS/readyz = 200" curl -fsS -o /dev/null "http://$INGRESS/readyz"
+procs_start node env IOP_NODE_TOKEN=iop-dev-token "$bin/iop-node" --edge "$NODE_SOCKET" --data-dir "$data_dir"
+procs_wait_for "GET http://$INGRESS/readyz = 200" curl -fsS -o /dev/null "http://$INGRESS/readyz"
 
 cat <<MSG
 
@@ -139,11 +107,11 @@ MSG
 # Stay up until Ctrl-C or until one of the processes exits.
 died=
 code=0
-wait -n -p died "${pids[@]}" || code=$?
-for i in "${!pids[@]}"; do
-  if [ "${pids[$i]}" = "$died" ]; then
-    echo "error: ${names[$i]} exited (status $code); last lines of $LOGS/${names[$i]}.log:" >&2
-    tail -n 20 "$LOGS/${names[$i]}.log" >&2
+wait -n -p died "${procs_pids[@]}" || code=$?
+for i in "${!procs_pids[@]}"; do
+  if [ "${procs_pids[$i]}" = "$died" ]; then
+    echo "error: ${procs_names[$i]} exited (status $code); last lines of $LOGS/${procs_names[$i]}.log:" >&2
+    tail -n 20 "$LOGS/${procs_names[$i]}.log" >&2
   fi
 done
 exit 1

@@ -2,7 +2,7 @@
 #
 # The caller sets BENCH_NAME (prefix of messages) and calls bench_init, which
 # makes a work dir ($BENCH_WORK) and a trap that stops every process started
-# with bench_start (by pid, never by name) and removes the work dir.
+# with procs_start (by pid, never by name) and removes the work dir.
 # shellcheck shell=bash
 
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -11,84 +11,27 @@ bench_target=${CARGO_TARGET_DIR:-$bench_root/target}
 say() { printf '%s: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; }
 fail() { printf '%s: FAIL: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; exit 1; }
 
-bench_pids=()
-bench_names=()
+# shellcheck source=hack/lib/procs.sh
+. "$bench_root/hack/lib/procs.sh"
 bench_sampler_pid=
 
 bench_cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  bench_stop_all
-  if [ "$rc" -ne 0 ] && [ -d "${BENCH_WORK:-}" ]; then
-    for log in "$BENCH_WORK"/*.log; do
-      [ -f "$log" ] || continue
-      printf '\n--- last lines of %s ---\n' "$(basename "$log")" >&2
-      tail -n 15 "$log" >&2
-    done
-  fi
+  bench_stop
+  if [ "$rc" -ne 0 ] && [ -d "${BENCH_WORK:-}" ]; then procs_tail_logs 15; fi
   if [ -z "${BENCH_KEEP:-}" ] && [ -d "${BENCH_WORK:-}" ]; then rm -rf "$BENCH_WORK"; fi
   exit "$rc"
 }
 
 bench_init() {
   BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/iop-${BENCH_NAME:-bench}.XXXXXX")
+  PROCS_LOGS=$BENCH_WORK
   trap bench_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   # Many streams need many descriptors (k6, the Edge, the Node, the mock).
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-}
-
-# bench_start NAME CMD...: CMD in the background, output to $BENCH_WORK/NAME.log.
-bench_start() {
-  local name=$1
-  shift
-  "$@" >"$BENCH_WORK/$name.log" 2>&1 &
-  bench_pids+=($!)
-  bench_names+=("$name")
-}
-
-# bench_pid NAME: the pid of the started process NAME.
-bench_pid() {
-  local i
-  for i in "${!bench_names[@]}"; do
-    [ "${bench_names[$i]}" = "$1" ] && { echo "${bench_pids[$i]}"; return 0; }
-  done
-  return 1
-}
-
-bench_stop_all() {
-  bench_sampler_stop
-  [ ${#bench_pids[@]} -gt 0 ] || return 0
-  kill "${bench_pids[@]}" 2>/dev/null || true
-  local _
-  for _ in $(seq 1 50); do
-    kill -0 "${bench_pids[@]}" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -9 "${bench_pids[@]}" 2>/dev/null || true
-  wait "${bench_pids[@]}" 2>/dev/null || true
-  bench_pids=()
-  bench_names=()
-}
-
-bench_alive() {
-  local i
-  for i in "${!bench_pids[@]}"; do
-    kill -0 "${bench_pids[$i]}" 2>/dev/null || fail "${bench_names[$i]} exited early (log: $(tail -n 5 "$BENCH_WORK/${bench_names[$i]}.log" 2>/dev/null))"
-  done
-}
-
-# bench_wait_for WHAT CMD...: retry CMD for up to 30 s while everything lives.
-bench_wait_for() {
-  local what=$1 _
-  shift
-  for _ in $(seq 1 300); do
-    "$@" >/dev/null 2>&1 && return 0
-    bench_alive
-    sleep 0.1
-  done
-  fail "timed out waiting for $what"
 }
 
 # bench_free_port: a port the kernel hands out now (closed again at once).
@@ -163,8 +106,8 @@ bench_bins() {
 bench_mock() {
   local name=$1
   shift
-  bench_start "$name" "$BIN_DIR/iop-mock-provider" --listen 127.0.0.1:0 "$@"
-  bench_wait_for "the mock provider's address" grep -q '^iop-mock-provider listening on ' "$BENCH_WORK/$name.log"
+  procs_start "$name" "$BIN_DIR/iop-mock-provider" --listen 127.0.0.1:0 "$@"
+  procs_wait_for "the mock provider's address" grep -q '^iop-mock-provider listening on ' "$BENCH_WORK/$name.log"
   MOCK_ADDR=$(sed -n 's/^iop-mock-provider listening on //p' "$BENCH_WORK/$name.log" | head -n 1)
 }
 
@@ -188,17 +131,17 @@ bench_iop() {
   printf '\nqueue:\n  max_waiting: %s\n  timeout_ms: 60000\n' "$conc" >>"$BENCH_WORK/edge.yaml"
   local envs=()
   [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
-  bench_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json
-  bench_wait_for "the Edge's edge_started line" grep -q '"edge_started"' "$BENCH_WORK/edge.log"
+  procs_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json
+  procs_wait_for "the Edge's edge_started line" grep -q '"edge_started"' "$BENCH_WORK/edge.log"
   local started
   started=$(grep -m 1 '"edge_started"' "$BENCH_WORK/edge.log")
   IOP_INGRESS=$(sed -n 's/.*"ingress":"\([^"]*\)".*/\1/p' <<<"$started")
   IOP_NODE_SOCKET=$(sed -n 's/.*"node_socket":"\([^"]*\)".*/\1/p' <<<"$started")
   [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
   IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
-  bench_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "$BIN_DIR/iop-node" \
+  procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "$BIN_DIR/iop-node" \
     --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json
-  bench_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
+  procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
 }
 
 # bench_model_ok BASE_URL MODEL: 0 when one streaming chat request for MODEL
@@ -248,6 +191,12 @@ bench_sampler_stop() {
     wait "$bench_sampler_pid" 2>/dev/null || true
     bench_sampler_pid=
   fi
+}
+
+# bench_stop: the sampler and every started process.
+bench_stop() {
+  bench_sampler_stop
+  procs_stop_all
 }
 
 # --- result files -------------------------------------------------------------------
