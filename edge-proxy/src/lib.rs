@@ -42,6 +42,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod events;
+pub mod health;
 pub mod ingress;
 mod iovec;
 pub mod link;

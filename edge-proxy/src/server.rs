@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use framing::link::HeartbeatConfig;
-use framing::timer::ClockSource;
+use framing::timer::{ClockSource, DriverClock};
 use proto::v1::NodeConfigPayload;
 
 use crate::config::EdgeConfig;
@@ -110,6 +110,8 @@ impl EdgeServer {
             .unzip();
         let dispatcher = Dispatcher::new(Arc::clone(&shared.registry), inboxes);
         let pools = Arc::new(Pools::new(shared.registry.directory()));
+        // The stall handoff and recovery validate against live generations.
+        pools.attach_generations(shared.registry.clone());
         let ingress = Arc::new(IngressShared {
             registry: Arc::clone(&shared.registry),
             dispatcher: dispatcher.clone(),
@@ -125,6 +127,14 @@ impl EdgeServer {
             let inbox = inbox_rxs.remove(0);
             let ingress = Arc::clone(&ingress);
             let driver = options.driver;
+            // Core 0 schedules CAPABILITIES probes for lowered providers (F25).
+            let recovery = (core == 0).then(|| {
+                (
+                    Arc::clone(&pools),
+                    dispatcher.clone(),
+                    options.clock.clone(),
+                )
+            });
             let thread = std::thread::Builder::new()
                 .name(format!("iop-edge-{core}"))
                 .spawn(move || {
@@ -145,6 +155,10 @@ impl EdgeServer {
                             .and_then(|n| Ok((n, clients.local_addr()?)));
                         let _ = bound_tx.send(addrs);
                         monoio::spawn(crate::ingress::serve_core(core, clients, ingress));
+                        if let Some((pools, dispatcher, clock)) = recovery {
+                            let clock = DriverClock::new(&clock);
+                            monoio::spawn(crate::health::recovery::run(pools, dispatcher, clock));
+                        }
                         serve_core(core, listener, shared, inbox).await;
                     });
                     if let Err(e) = run {

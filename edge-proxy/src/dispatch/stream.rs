@@ -150,6 +150,11 @@ pub struct CommandStream {
 }
 
 impl CommandStream {
+    /// The node the command went to, and that connection's generation.
+    pub fn node(&self) -> (&str, u64) {
+        (&self.handle.node_id, self.handle.generation)
+    }
+
     /// The next response; `None` after the final one.
     pub async fn next(&mut self) -> Option<NodeCommandResponse> {
         while !self.handle.ended {

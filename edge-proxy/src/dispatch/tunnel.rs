@@ -26,6 +26,12 @@ impl TunnelStream {
         &self.tunnel_id
     }
 
+    /// The node serving it, and that connection's generation (the
+    /// reception a stall terminal is validated against, F24).
+    pub fn node(&self) -> (&str, u64) {
+        (&self.handle.node_id, self.handle.generation)
+    }
+
     /// The next frame; `None` after the terminal.
     pub async fn next(&mut self) -> Option<Frame> {
         while !self.handle.ended {

@@ -8,6 +8,13 @@
 //! most the queue timeout, re-resolving each time any capacity frees (so a
 //! freed slot on *any* provider of the group serves it).
 //!
+//! Selection honours the runtime health overlay ([`crate::health`]): a
+//! provider lowered by fresh `unavailable` stall evidence on its node's
+//! current generation is skipped until a CAPABILITIES probe restores it.
+//! An admission may carry a [`Preference`] (F26): avoid one provider when a
+//! runtime-eligible alternate exists, and re-select it when none does only
+//! if the fallback flag says so ([`select`]).
+//!
 //! # Invariants
 //! - **Capacity is never exceeded.** A lease is taken by a compare-and-swap
 //!   increment below `max_concurrency`; there is no check-then-act window.
@@ -21,15 +28,24 @@
 //!   (DESIGN.md: shards publish load summaries); waiting uses a
 //!   runtime-agnostic notifier, so any core's release wakes any waiter.
 
+mod handoff;
+mod select;
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
+pub use self::select::{Preference, load_key};
 use crate::config::{EdgeConfig, ProviderKind, QueueConfig};
-use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
+pub use crate::health::StallHandoff;
+use crate::health::metrics::HealthMetrics;
+use crate::health::{GenerationView, ProviderOverlay};
+use crate::registry::{NodeDirectory, NodeRegistry};
 
 /// One provider as the pools see it: its place and its live load.
 #[derive(Debug)]
@@ -49,9 +65,21 @@ pub struct Provider {
     /// Hard deadline, 0 = none.
     pub request_timeout_ms: u64,
     outstanding: AtomicU32,
+    overlay: ProviderOverlay,
 }
 
 impl Provider {
+    /// Its runtime health overlay (F24, F25).
+    pub fn overlay(&self) -> &ProviderOverlay {
+        &self.overlay
+    }
+
+    /// Whether selection may pick it on `generation` of its node: the
+    /// overlay does not hold it unavailable there.
+    pub fn runtime_eligible(&self, generation: u64) -> bool {
+        !self.overlay.unavailable_at(generation)
+    }
+
     /// Requests holding a lease on it now.
     pub fn outstanding(&self) -> u32 {
         self.outstanding.load(Ordering::Acquire)
@@ -148,30 +176,44 @@ pub enum AcquireError {
 #[derive(Debug)]
 pub struct Pools {
     groups: HashMap<String, (Arc<str>, Group)>,
+    /// Every provider once, in config order.
+    providers: Vec<Arc<Provider>>,
     queue: QueueConfig,
     waiting: AtomicUsize,
     released: Arc<Notify>,
+    generations: OnceLock<Generations>,
+    health: HealthMetrics,
+}
+
+/// The registry's view of current generations, set once at start.
+struct Generations(Arc<dyn GenerationView>);
+
+impl std::fmt::Debug for Generations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Generations")
+    }
 }
 
 impl Pools {
     /// The groups of `config`.
     pub fn new(config: &EdgeConfig) -> Self {
         let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
+        let mut ordered = Vec::new();
         for node in config.nodes() {
             for spec in &node.providers {
-                providers.insert(
-                    &spec.id,
-                    Arc::new(Provider {
-                        id: spec.id.clone(),
-                        node_id: node.id.clone(),
-                        adapter: spec.adapter.clone(),
-                        kind: spec.kind,
-                        max_concurrency: spec.max_concurrency,
-                        response_stall_timeout_ms: spec.response_stall_timeout_ms,
-                        request_timeout_ms: spec.request_timeout_ms,
-                        outstanding: AtomicU32::new(0),
-                    }),
-                );
+                let provider = Arc::new(Provider {
+                    id: spec.id.clone(),
+                    node_id: node.id.clone(),
+                    adapter: spec.adapter.clone(),
+                    kind: spec.kind,
+                    max_concurrency: spec.max_concurrency,
+                    response_stall_timeout_ms: spec.response_stall_timeout_ms,
+                    request_timeout_ms: spec.request_timeout_ms,
+                    outstanding: AtomicU32::new(0),
+                    overlay: ProviderOverlay::default(),
+                });
+                ordered.push(Arc::clone(&provider));
+                providers.insert(&spec.id, provider);
             }
         }
         let groups = config
@@ -201,10 +243,38 @@ impl Pools {
             .collect();
         Self {
             groups,
+            health: HealthMetrics::new(ordered.iter().map(|p| p.id.clone())),
+            providers: ordered,
             queue: *config.queue(),
             waiting: AtomicUsize::new(0),
             released: Arc::new(Notify::new()),
+            generations: OnceLock::new(),
         }
+    }
+
+    /// Gives the pools the registry's view of current node generations,
+    /// which the stall handoff and recovery validate against. Until it is
+    /// attached, every handoff and probe answer is refused (fail-closed).
+    /// Later calls are ignored.
+    pub fn attach_generations(&self, view: Arc<dyn GenerationView>) {
+        let _ = self.generations.set(Generations(view));
+    }
+
+    /// The node's current generation, per the attached view.
+    pub(crate) fn current_generation(&self, node_id: &str) -> Option<u64> {
+        self.generations
+            .get()
+            .and_then(|g| g.0.current_generation(node_id))
+    }
+
+    /// Every provider once, in config order.
+    pub fn providers(&self) -> &[Arc<Provider>] {
+        &self.providers
+    }
+
+    /// The F31 health counters.
+    pub fn health_metrics(&self) -> &HealthMetrics {
+        &self.health
     }
 
     /// The group clients call `model`.
@@ -243,6 +313,19 @@ impl Pools {
         model: &str,
         registry: &NodeRegistry<D>,
     ) -> Result<Lease, AcquireError> {
+        self.acquire_preferring(model, registry, &Preference::default())
+            .await
+    }
+
+    /// [`Pools::acquire`] with a [`Preference`] (F26), applied on the first
+    /// look and on every queued re-resolution. `acquire(m, r)` is
+    /// `acquire_preferring(m, r, &Preference::default())`.
+    pub async fn acquire_preferring<D: NodeDirectory>(
+        &self,
+        model: &str,
+        registry: &NodeRegistry<D>,
+        preference: &Preference,
+    ) -> Result<Lease, AcquireError> {
         let Some((name, group)) = self.groups.get(model) else {
             return Err(AcquireError::UnknownModel(model.to_owned()));
         };
@@ -251,7 +334,7 @@ impl Pools {
         let notified = self.released.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if let Some(lease) = self.try_lease(name, group, registry)? {
+        if let Some(lease) = self.try_lease(name, group, registry, preference)? {
             return Ok(lease);
         }
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
@@ -274,7 +357,7 @@ impl Pools {
             }
             notified.set(self.released.notified());
             notified.as_mut().enable();
-            if let Some(lease) = self.try_lease(name, group, registry)? {
+            if let Some(lease) = self.try_lease(name, group, registry, preference)? {
                 return Ok(lease);
             }
         }
@@ -284,51 +367,6 @@ impl Pools {
     pub fn capacity_changed(&self) {
         self.released.notify_waiters();
     }
-
-    /// One pass over the candidates: a lease, `None` when all are full, or
-    /// `Unavailable` when no candidate's node is ready.
-    fn try_lease<D: NodeDirectory>(
-        &self,
-        name: &Arc<str>,
-        group: &Group,
-        registry: &NodeRegistry<D>,
-    ) -> Result<Option<Lease>, AcquireError> {
-        let mut ready: Vec<(&Arc<Provider>, u32, u64)> = group
-            .providers
-            .iter()
-            .zip(&group.weights)
-            .filter_map(|(p, &weight)| match registry.node_state(&p.node_id) {
-                NodeState::Ready { generation, .. } => Some((p, weight, generation)),
-                _ => None,
-            })
-            .collect();
-        if ready.is_empty() {
-            return Err(AcquireError::Unavailable(group.name.clone()));
-        }
-        // Least loaded first; stable, so config order breaks ties.
-        ready.sort_by_key(|(p, weight, _)| load_key(p.outstanding(), p.max_concurrency, *weight));
-        for (provider, _, generation) in ready {
-            if provider.try_take() {
-                return Ok(Some(Lease {
-                    provider: Arc::clone(provider),
-                    generation,
-                    target: group.target.clone(),
-                    group: Arc::clone(name),
-                    released: Arc::clone(&self.released),
-                }));
-            }
-        }
-        Ok(None)
-    }
-}
-
-/// A provider's load for selection: outstanding requests relative to its
-/// capacity times its weight (weighted least-outstanding). With equal
-/// weights, requests spread in proportion to `max_concurrency`; a weight
-/// of 2 gives a provider twice the share of an equal one.
-pub fn load_key(outstanding: u32, max_concurrency: u32, weight: u32) -> u64 {
-    let share = u64::from(max_concurrency.max(1)) * u64::from(weight.max(1));
-    (u64::from(outstanding) << 32) / share
 }
 
 /// Counts one queued request for as long as it lives.
@@ -337,25 +375,5 @@ struct Waiting<'a>(&'a AtomicUsize);
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::load_key;
-
-    #[test]
-    fn weights_and_capacity_scale_a_providers_share() {
-        // Equal capacity and weight: the less loaded wins.
-        assert!(load_key(1, 8, 1) < load_key(2, 8, 1));
-        // Twice the weight: two outstanding weigh like one.
-        assert_eq!(load_key(2, 8, 2), load_key(1, 8, 1));
-        // Twice the capacity, same weight: likewise.
-        assert_eq!(load_key(2, 16, 1), load_key(1, 8, 1));
-        // Idle is idle, whatever the weight (ties go to config order).
-        assert_eq!(load_key(0, 8, 1), load_key(0, 64, 1000));
-        // No overflow at the extremes.
-        assert!(load_key(u32::MAX, 1, 1) > load_key(u32::MAX - 1, 1, 1));
-        let _ = load_key(u32::MAX, u32::MAX, 1000);
     }
 }
