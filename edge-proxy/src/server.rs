@@ -89,6 +89,7 @@ impl EdgeServer {
         };
         let workers = crate::runtime::worker_count(requested);
         let link = *config.link();
+        let security = config.link_security().clone();
         let shared = Arc::new(LinkShared {
             registry: Arc::new(NodeRegistry::new(config)),
             bus: EventBus::new(),
@@ -101,6 +102,7 @@ impl EdgeServer {
                 tick_ms: options.tick_ms,
             },
             clock: options.clock.clone(),
+            security,
         });
         let mut addr = shared.registry.directory().listen().nodes;
         let mut ingress_addr = shared.registry.directory().listen().ingress;

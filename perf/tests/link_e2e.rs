@@ -93,6 +93,7 @@ fn start_node(
     token: &str,
 ) -> mpsc::Receiver<SupervisorExit> {
     let config = LinkClientConfig {
+        tls: None,
         edge: edge.node_addr,
         session: NodeSessionConfig {
             token: token.into(),

@@ -45,6 +45,7 @@ fn main() -> anyhow::Result<()> {
     for warning in config.warnings() {
         tracing::warn!(origin = config.origin(), "{warning}");
     }
+    let link_security = config.link_security().as_str();
     let driver = driver_from_env()?;
     let mut options = StartOptions::new(driver);
     options.workers = args.workers;
@@ -56,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         workers = server.workers,
         node_socket = %server.node_addr,
         ingress = %server.ingress_addr,
+        link_security,
         "edge_started"
     );
     server.join();

@@ -32,6 +32,7 @@ mod error;
 mod model;
 mod payload;
 mod schema;
+mod tls;
 mod token;
 mod validate;
 
@@ -43,6 +44,7 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigWarning, Issue};
 pub use model::*;
 pub use payload::{PayloadError, register_response_frame_len};
+pub use tls::{LinkSecurity, NodeLinkTls, is_trust_domain};
 pub use token::{
     ApiKeys, HashIndex, NodeRecord, NodeTable, TOKEN_HASH_LEN, TokenHash, TokenSource,
 };
@@ -65,6 +67,7 @@ pub struct EdgeConfig {
     model_groups: Vec<ModelGroup>,
     queue: QueueConfig,
     api_keys: ApiKeys,
+    link_security: LinkSecurity,
     warnings: Vec<ConfigWarning>,
 }
 
@@ -93,15 +96,23 @@ impl EdgeConfig {
     /// its path and line/column), [`ConfigError::Invalid`] with every broken
     /// rule.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let raw: schema::RawEdgeConfig =
+        let mut raw: schema::RawEdgeConfig =
             serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
                 origin: origin.to_owned(),
                 message: e.to_string(),
             })?;
-        let v = validate::validate(raw).map_err(|issues| ConfigError::Invalid {
-            origin: origin.to_owned(),
-            issues,
-        })?;
+        let raw_tls = std::mem::take(&mut raw.tls);
+        let (v, link_security) = match (validate::validate(raw), tls::validate(raw_tls)) {
+            (Ok(v), Ok(security)) => (v, security),
+            (v, security) => {
+                let mut issues = v.err().unwrap_or_default();
+                issues.extend(security.err().unwrap_or_default());
+                return Err(ConfigError::Invalid {
+                    origin: origin.to_owned(),
+                    issues,
+                });
+            }
+        };
         Ok(Self {
             origin: origin.to_owned(),
             listen: v.listen,
@@ -111,6 +122,7 @@ impl EdgeConfig {
             model_groups: v.model_groups,
             queue: v.queue,
             api_keys: ApiKeys::new(v.api_keys),
+            link_security,
             warnings: v
                 .warnings
                 .into_iter()
@@ -177,6 +189,11 @@ impl EdgeConfig {
     /// Client API keys; empty means the ingress needs none.
     pub fn api_keys(&self) -> &ApiKeys {
         &self.api_keys
+    }
+
+    /// How the node socket is secured (`tls:`, F28).
+    pub fn link_security(&self) -> &LinkSecurity {
+        &self.link_security
     }
 
     /// Things allowed but worth logging at start (plaintext tokens, nodes

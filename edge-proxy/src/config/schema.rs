@@ -30,6 +30,9 @@ pub(crate) struct RawEdgeConfig {
     pub(crate) queue: RawQueue,
     #[serde(default)]
     pub(crate) api_keys: Vec<RawApiKey>,
+    /// `tls:` for the node socket (F28), checked by `config::tls`.
+    #[serde(default)]
+    pub(crate) tls: super::tls::RawTls,
 }
 
 /// One `api_keys[]` entry: a client key, by name.

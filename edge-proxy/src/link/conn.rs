@@ -19,15 +19,15 @@ use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing, reject_reason_name};
 use framing::timer::TimerKey;
 use framing::write_batch::WriteBatch;
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncWriteRent, CancelableAsyncReadRent, Canceller, Splitable};
-use monoio::net::TcpStream;
+use monoio::io::Canceller;
 use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 
 use super::core::Core;
 use super::session::{EdgeSession, Output};
 use super::streams::{Delivered, StreamKind, StreamSink, StreamTable};
+use super::tls::IdentityRegistrar;
+use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::events::{LifecycleEvent, RunBusEvent};
 use crate::registry::{ConnRegistrar, NodeDirectory};
 
@@ -54,13 +54,24 @@ pub(crate) struct Conn<D> {
     registered: Cell<bool>,
     last_rtt_ms: Cell<Option<u64>>,
     streams: RefCell<StreamTable>,
+    /// The node id its certificate proves (mTLS only).
+    identity: Option<String>,
 }
 
 impl<D: NodeDirectory + 'static> Conn<D> {
-    /// Serves `stream` until the session closes.
-    pub(crate) async fn serve(core: Rc<Core<D>>, stream: TcpStream, peer: SocketAddr) {
-        let _ = stream.set_nodelay(true);
-        let now = core.clock.refresh();
+    /// Serves `stream` until the session closes; the registration deadline
+    /// runs from `accepted_at` (so a TLS handshake counts against it).
+    pub(crate) async fn serve(
+        core: Rc<Core<D>>,
+        stream: LinkStream,
+        peer: SocketAddr,
+        identity: Option<String>,
+        accepted_at: u64,
+    ) {
+        if let LinkStream::Plain(tcp) = &stream {
+            let _ = tcp.set_nodelay(true);
+        }
+        let now = accepted_at;
         let config = core.shared.config;
         let (tx, rx) = local_sync::mpsc::unbounded::channel();
         let conn = Rc::new(Self {
@@ -74,6 +85,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             registered: Cell::new(false),
             last_rtt_ms: Cell::new(None),
             streams: RefCell::new(StreamTable::new()),
+            identity,
             core,
         });
         conn.rearm();
@@ -187,15 +199,19 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         }
     }
 
-    fn registrar(&self) -> ConnRegistrar<'_, D> {
-        ConnRegistrar {
+    fn registrar(&self) -> IdentityRegistrar<'_, D> {
+        IdentityRegistrar {
+            inner: ConnRegistrar {
+                registry: &self.core.shared.registry,
+                home_core: self.core.id,
+                connected_since_unix_ms: self.connected_unix_ms,
+            },
+            identity: self.identity.as_deref(),
             registry: &self.core.shared.registry,
-            home_core: self.core.id,
-            connected_since_unix_ms: self.connected_unix_ms,
         }
     }
 
-    async fn read_loop(self: Rc<Self>, mut read_half: monoio::io::OwnedReadHalf<TcpStream>) {
+    async fn read_loop(self: Rc<Self>, mut read_half: LinkReader) {
         let mut decoder = FrameDecoder::new(self.core.shared.config.max_frame_len);
         let mut buf = BytesMut::new();
         // Stop reading as soon as the session has closed (the writer flushes
@@ -206,13 +222,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 buf.reserve(READ_MIN);
             }
             let handle = self.canceller.borrow().handle();
-            // Read into the spare capacity: monoio reads into a `BytesMut`
-            // at its start, which would overwrite a partial frame.
-            let (len, capacity) = (buf.len(), buf.capacity());
-            let (result, returned) = read_half
-                .cancelable_read(buf.slice_mut(len..capacity), handle)
-                .await;
-            buf = returned.into_inner();
+            // Appends after a partial frame (see `transport`).
+            let (result, returned) = read_half.read(buf, handle).await;
+            buf = returned;
             let now = self.core.clock.refresh();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
             match result {
@@ -274,7 +286,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     async fn write_loop(
         self: Rc<Self>,
-        mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
+        mut write_half: LinkWriter,
         mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
     ) {
         let mut batch = WriteBatch::new();
@@ -283,10 +295,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             let close = batch.fill(cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
                 let slices = batch.take().into_vec();
-                if crate::iovec::write_all(&mut write_half, slices)
-                    .await
-                    .is_err()
-                {
+                if write_half.write_all(slices).await.is_err() {
                     self.session
                         .borrow_mut()
                         .handle_closed(CloseReason::IoError, &self.registrar());

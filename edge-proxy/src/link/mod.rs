@@ -6,6 +6,9 @@
 //! - `core`: one core's connections, timer wheel and ticker, and its inbox.
 //! - [`streams`]: the streams (runs, commands) open on one connection.
 //! - [`inbox`]: messages from any thread to the core that owns a node.
+//! - [`tls`]: managed mode (F28): the mTLS handshake and the node's
+//!   certificate identity, checked before registration.
+//! - `transport`: plain TCP or TLS under one connection's reader and writer.
 //!
 //! Every core runs [`serve_core`] on its own `SO_REUSEPORT` listener, so the
 //! kernel spreads node connections across cores; a connection then lives on
@@ -16,6 +19,8 @@ mod core;
 pub mod inbox;
 pub mod session;
 pub mod streams;
+pub mod tls;
+mod transport;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -23,9 +28,9 @@ use std::sync::Arc;
 
 use monoio::net::{ListenerOpts, TcpListener};
 
-use self::conn::Conn;
 use self::core::Core;
 use self::session::SessionConfig;
+use crate::config::LinkSecurity;
 use crate::events::EventBus;
 use crate::registry::{NodeDirectory, NodeRegistry};
 pub use framing::timer::ClockSource;
@@ -52,6 +57,8 @@ pub struct LinkShared<D> {
     pub config: LinkServerConfig,
     /// The clock every core reads.
     pub clock: ClockSource,
+    /// Plain TCP or mTLS (F28).
+    pub security: LinkSecurity,
 }
 
 /// Binds a node-socket listener with `SO_REUSEPORT` (one per core).
@@ -73,7 +80,7 @@ pub async fn serve_core<D: NodeDirectory + 'static>(
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                monoio::spawn(Conn::serve(Rc::clone(&core), stream, peer));
+                monoio::spawn(tls::serve(Rc::clone(&core), stream, peer));
             }
             Err(error) => {
                 // Out of fds and the like: log, back off briefly, keep serving.

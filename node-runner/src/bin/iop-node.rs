@@ -23,9 +23,9 @@ use framing::frame::DEFAULT_MAX_FRAME_LEN;
 use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 use framing::link::{HeartbeatConfig, reject_reason_name};
 use framing::timer::ClockSource;
-use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise_cores};
+use node_runner::link::{LinkClientConfig, link_tls};
 use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
 use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use node_runner::store::{
@@ -56,6 +56,21 @@ struct Args {
     /// of the built-in web roots (for a private provider CA).
     #[arg(long)]
     provider_ca_file: Option<PathBuf>,
+    /// Managed mode (F28): the CA bundle (PEM) the Edge's certificate must
+    /// chain to. With --tls-cert, --tls-key and --edge-server-name the link
+    /// is mTLS; without all four it is plain TCP.
+    #[arg(long, requires_all = ["tls_cert", "tls_key", "edge_server_name"])]
+    tls_ca: Option<PathBuf>,
+    /// This node's certificate chain (PEM, leaf first); its URI SAN
+    /// `spiffe://<trust-domain>/node/<node-id>` is the node's identity.
+    #[arg(long, requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
+    /// The name the Edge's certificate must be valid for (DNS or IP).
+    #[arg(long, requires = "tls_ca")]
+    edge_server_name: Option<String>,
     /// Worker threads, one monoio runtime each (0 = one per available
     /// core). Core 0 also runs the link to the Edge.
     #[arg(long, default_value_t = 0)]
@@ -114,6 +129,20 @@ fn main() -> anyhow::Result<ExitCode> {
     let writer = StoreWriter::spawn(store, WriterConfig::default())
         .context("starting the run store writer")?;
     let tls = tls_client_config(args.provider_ca_file.as_deref())?;
+    let link_tls = match (
+        &args.tls_ca,
+        &args.tls_cert,
+        &args.tls_key,
+        &args.edge_server_name,
+    ) {
+        (Some(ca), Some(cert), Some(key), Some(name)) => Some(link_tls(ca, cert, key, name)?),
+        _ => None,
+    };
+    let link_security = if link_tls.is_some() {
+        "mtls"
+    } else {
+        "plaintext"
+    };
     let requested = std::env::var(IO_DRIVER_ENV).ok();
     let driver = IoDriver::resolve(requested.as_deref(), monoio::utils::detect_uring())?;
     let config = LinkClientConfig {
@@ -134,6 +163,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 ..ProviderClientConfig::default()
             },
         },
+        tls: link_tls,
     };
     let workers = worker_count(args.workers);
     tracing::info!(
@@ -141,6 +171,7 @@ fn main() -> anyhow::Result<ExitCode> {
         driver = driver.as_str(),
         workers,
         edge = %edge,
+        link_security,
         "node_starting"
     );
     let (cores, mut inboxes) = Cores::new(workers);

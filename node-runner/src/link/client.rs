@@ -26,7 +26,7 @@ use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing};
 use framing::timer::{ClockSource, TimerKey};
 use framing::write_batch::WriteBatch;
-use monoio::io::{AsyncWriteRent, CancelableAsyncReadRent, Canceller, Splitable};
+use monoio::io::Canceller;
 use monoio::net::TcpStream;
 use proto::v1::{
     CancelKind, CancelResponse, CancelStatus, NodeConfigPayload, RegisterRejectReason,
@@ -36,6 +36,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
 use super::timers::{CoreTimers, OnTimer};
+use super::tls::LinkTls;
+use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::runs::cores::{Configure, Route, Router};
 use crate::runs::{CoreMsg, Cores, GenShared, LinkIdentity, Outbox, RunnerConfig};
 
@@ -55,6 +57,8 @@ pub struct LinkClientConfig {
     pub clock: ClockSource,
     /// Run store and provider client settings for the runs.
     pub runner: RunnerConfig,
+    /// mTLS to the Edge (F28); `None` is plain TCP.
+    pub tls: Option<LinkTls>,
 }
 
 /// How a connection ended.
@@ -119,9 +123,10 @@ pub async fn run_connection(
         rejected: None,
         config: None,
     };
+    // The dial and the TLS handshake share the handshake deadline.
     let stream = match monoio::time::timeout(
         Duration::from_millis(config.session.handshake_timeout_ms.max(1)),
-        TcpStream::connect(config.edge),
+        dial(config),
     )
     .await
     {
@@ -135,7 +140,6 @@ pub async fn run_connection(
             return end;
         }
     };
-    let _ = stream.set_nodelay(true);
     let now = timers.now();
     let (tx, rx) = unbounded_channel();
     let (done, done_rx) = unbounded_channel();
@@ -178,6 +182,28 @@ pub async fn run_connection(
     link.end.borrow().clone()
 }
 
+/// Connects to the Edge and, in managed mode, completes the mTLS handshake
+/// (a failure is logged as `node_tls_failed` with its reason).
+async fn dial(config: &LinkClientConfig) -> std::io::Result<LinkStream> {
+    let mut stream = TcpStream::connect(config.edge).await?;
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &config.tls else {
+        return Ok(LinkStream::Plain(stream));
+    };
+    let mut session = super::tls::session(tls)?;
+    if let Err(error) = super::transport::handshake(&mut stream, &mut session).await {
+        tracing::warn!(
+            event = "node_tls_failed",
+            edge = %config.edge,
+            reason = super::tls::handshake_failure(&error),
+            detail = %error,
+            "node_tls_failed"
+        );
+        return Err(error);
+    }
+    Ok(LinkStream::Tls(stream, Box::new(session)))
+}
+
 /// Cores report each finished run stream: forget its owner.
 async fn done_loop(router: Rc<RefCell<Router>>, mut done: UnboundedReceiver<u64>) {
     while let Some(stream_id) = done.recv().await {
@@ -186,11 +212,7 @@ async fn done_loop(router: Rc<RefCell<Router>>, mut done: UnboundedReceiver<u64>
 }
 
 impl Link {
-    async fn read_loop(
-        self: Rc<Self>,
-        mut read_half: monoio::io::OwnedReadHalf<TcpStream>,
-        max_frame_len: usize,
-    ) {
+    async fn read_loop(self: Rc<Self>, mut read_half: LinkReader, max_frame_len: usize) {
         let mut decoder = FrameDecoder::new(max_frame_len);
         let mut buf = BytesMut::with_capacity(READ_RESERVE);
         // Stop reading as soon as the session has closed (the writer flushes
@@ -201,13 +223,9 @@ impl Link {
                 buf.reserve(READ_RESERVE);
             }
             let handle = self.canceller.borrow().handle();
-            // Read into the spare capacity: monoio reads into a `BytesMut`
-            // at its start, which would overwrite a partial frame.
-            let (len, capacity) = (buf.len(), buf.capacity());
-            let (result, returned) = read_half
-                .cancelable_read(monoio::buf::IoBufMut::slice_mut(buf, len..capacity), handle)
-                .await;
-            buf = returned.into_inner();
+            // Appends after a partial frame (see `transport`).
+            let (result, returned) = read_half.read(buf, handle).await;
+            buf = returned;
             let now = self.timers.now();
             match result {
                 Ok(0) => self
@@ -244,7 +262,7 @@ impl Link {
 
     async fn write_loop(
         self: Rc<Self>,
-        mut write_half: monoio::io::OwnedWriteHalf<TcpStream>,
+        mut write_half: LinkWriter,
         mut rx: UnboundedReceiver<Outgoing>,
     ) {
         let mut batch = WriteBatch::new();
@@ -255,7 +273,7 @@ impl Link {
             let close = batch.fill(cmd, || rx.try_recv().ok());
             if !batch.is_empty() {
                 let slices = batch.take().into_vec();
-                let result = super::iovec::write_all(&mut write_half, slices).await;
+                let result = write_half.write_all(slices).await;
                 if result.is_err() {
                     self.session
                         .borrow_mut()

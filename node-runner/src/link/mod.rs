@@ -7,5 +7,8 @@ mod iovec;
 pub mod session;
 pub mod supervisor;
 pub mod timers;
+pub mod tls;
+mod transport;
 
 pub use client::{ConnectionEnd, LinkClientConfig, run_connection};
+pub use tls::{LinkTls, LinkTlsError, link_tls};

@@ -1,0 +1,322 @@
+//! The byte stream under one node connection: plain TCP, or TLS over TCP
+//! driven sans-IO through a `rustls::Connection` (F28).
+//!
+//! ```text
+//!   TCP read half ──ciphertext──▶ rustls (Rc<RefCell>) ──plaintext──▶ frame buffer
+//!   frame slices  ──plaintext───▶ rustls (same session) ──ciphertext──▶ TCP write half
+//! ```
+//!
+//! The reader and the writer are separate tasks, as for plain TCP; they
+//! share the rustls session through a `RefCell` that is never borrowed
+//! across an await, and each owns its half of the socket. So the read stays
+//! cancelable (the writer cancels it on close) and no `unsafe` is needed —
+//! unlike splitting a `monoio-rustls` stream, whose halves alias one
+//! session through an `UnsafeCell`.
+//!
+//! TLS records the reader makes rustls queue (a key update answer) go out
+//! with the writer's next flush; the link's heartbeat guarantees one.
+//!
+//! Plain TCP keeps the zero-copy vectored writes; under TLS every byte is
+//! encrypted, so slices are copied into rustls (one copy, no way around it)
+//! and flushed with one socket write per batch.
+//!
+//! The Edge and the Node each have this file (`node-runner/src/link/transport.rs`):
+//! they share no runtime code by design (see `crate::iovec`).
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use monoio::buf::IoBufMut;
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
+    OwnedReadHalf, OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+use rustls::Connection;
+
+/// Ciphertext read from the socket at once (a little over one TLS record).
+const CIPHER_READ: usize = 18 * 1024;
+/// Ciphertext gathered from rustls before one socket write.
+const CIPHER_WRITE: usize = 64 * 1024;
+/// Free space kept in the frame buffer while draining plaintext.
+const PLAIN_MIN: usize = 4 * 1024;
+
+/// One connection's stream, before it is split into its reader and writer.
+pub(crate) enum LinkStream {
+    /// Plain TCP (unmanaged/dev).
+    Plain(TcpStream),
+    /// TLS with a completed handshake (boxed: a session is large).
+    Tls(TcpStream, Box<Connection>),
+}
+
+impl LinkStream {
+    /// The reader and the writer halves.
+    pub(crate) fn into_split(self) -> (LinkReader, LinkWriter) {
+        match self {
+            Self::Plain(stream) => {
+                let (read, write) = stream.into_split();
+                (
+                    LinkReader {
+                        half: read,
+                        tls: None,
+                    },
+                    LinkWriter {
+                        half: write,
+                        tls: None,
+                    },
+                )
+            }
+            Self::Tls(stream, session) => {
+                let session = Rc::new(RefCell::new(*session));
+                let (read, write) = stream.into_split();
+                (
+                    LinkReader {
+                        half: read,
+                        tls: Some(TlsRead {
+                            session: Rc::clone(&session),
+                            cipher: Vec::with_capacity(CIPHER_READ),
+                        }),
+                    },
+                    LinkWriter {
+                        half: write,
+                        tls: Some(TlsWrite {
+                            session,
+                            cipher: Vec::with_capacity(CIPHER_WRITE),
+                        }),
+                    },
+                )
+            }
+        }
+    }
+}
+
+struct TlsRead {
+    session: Rc<RefCell<Connection>>,
+    cipher: Vec<u8>,
+}
+
+struct TlsWrite {
+    session: Rc<RefCell<Connection>>,
+    cipher: Vec<u8>,
+}
+
+/// The reading half of a [`LinkStream`].
+pub(crate) struct LinkReader {
+    half: OwnedReadHalf<TcpStream>,
+    tls: Option<TlsRead>,
+}
+
+impl LinkReader {
+    /// Appends what arrives to `buf` (after its current bytes); `Ok(0)` is
+    /// the end of the stream. Cancelable through `handle`.
+    pub(crate) async fn read(
+        &mut self,
+        buf: BytesMut,
+        handle: CancelHandle,
+    ) -> (io::Result<usize>, BytesMut) {
+        match &mut self.tls {
+            None => {
+                // monoio reads into a `BytesMut` at its start: read into the
+                // spare capacity, which would otherwise overwrite a partial frame.
+                let (len, capacity) = (buf.len(), buf.capacity());
+                let (result, returned) = self
+                    .half
+                    .cancelable_read(buf.slice_mut(len..capacity), handle)
+                    .await;
+                (result, returned.into_inner())
+            }
+            Some(tls) => tls.read(&mut self.half, buf, handle).await,
+        }
+    }
+}
+
+impl TlsRead {
+    async fn read(
+        &mut self,
+        half: &mut OwnedReadHalf<TcpStream>,
+        mut buf: BytesMut,
+        handle: CancelHandle,
+    ) -> (io::Result<usize>, BytesMut) {
+        let start = buf.len();
+        loop {
+            match drain_plaintext(&mut self.session.borrow_mut(), &mut buf) {
+                Ok(Drained::CloseNotify) => return (Ok(buf.len() - start), buf),
+                Ok(Drained::More) if buf.len() > start => return (Ok(buf.len() - start), buf),
+                Ok(Drained::More) => {}
+                Err(error) => return (Err(error), buf),
+            }
+            let mut cipher = std::mem::take(&mut self.cipher);
+            cipher.clear();
+            let (result, returned) = half.cancelable_read(cipher, handle.clone()).await;
+            self.cipher = returned;
+            match result {
+                Ok(0) => return (Ok(buf.len() - start), buf),
+                Ok(_) => {}
+                Err(error) => return (Err(error), buf),
+            }
+            if let Err(error) = feed(&mut self.session.borrow_mut(), &self.cipher, &mut buf) {
+                return (Err(error), buf);
+            }
+        }
+    }
+}
+
+enum Drained {
+    /// rustls has no more plaintext now.
+    More,
+    /// The peer sent `close_notify`: the stream has ended cleanly.
+    CloseNotify,
+}
+
+/// Moves every decrypted byte rustls holds into `buf`.
+fn drain_plaintext(session: &mut Connection, buf: &mut BytesMut) -> io::Result<Drained> {
+    loop {
+        if buf.capacity() - buf.len() < PLAIN_MIN {
+            buf.reserve(PLAIN_MIN);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let result = session.reader().read(&mut buf[len..]);
+        match result {
+            Ok(0) => {
+                buf.truncate(len);
+                return Ok(Drained::CloseNotify);
+            }
+            Ok(n) => buf.truncate(len + n),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                buf.truncate(len);
+                return Ok(Drained::More);
+            }
+            Err(error) => {
+                buf.truncate(len);
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Hands `cipher` to rustls, draining plaintext as it goes so rustls'
+/// bounded plaintext buffer never refuses input.
+fn feed(session: &mut Connection, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<()> {
+    while !cipher.is_empty() {
+        session.read_tls(&mut cipher)?;
+        session
+            .process_new_packets()
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        if let Drained::CloseNotify = drain_plaintext(session, buf)? {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The writing half of a [`LinkStream`].
+pub(crate) struct LinkWriter {
+    half: OwnedWriteHalf<TcpStream>,
+    tls: Option<TlsWrite>,
+}
+
+impl LinkWriter {
+    /// Writes every slice, in order.
+    pub(crate) async fn write_all(&mut self, slices: Vec<Bytes>) -> io::Result<()> {
+        match &mut self.tls {
+            None => crate::iovec::write_all(&mut self.half, slices).await,
+            Some(tls) => {
+                for slice in slices {
+                    let mut rest = &slice[..];
+                    while !rest.is_empty() {
+                        let n = tls.session.borrow_mut().writer().write(rest)?;
+                        rest = &rest[n..];
+                        if n == 0 {
+                            // rustls' send buffer is full: make room.
+                            tls.flush(&mut self.half).await?;
+                        }
+                    }
+                }
+                tls.flush(&mut self.half).await
+            }
+        }
+    }
+
+    /// Ends the stream: `close_notify` under TLS, then a TCP shutdown.
+    pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
+        if let Some(tls) = &mut self.tls {
+            tls.session.borrow_mut().send_close_notify();
+            let _ = tls.flush(&mut self.half).await;
+        }
+        self.half.shutdown().await
+    }
+}
+
+impl TlsWrite {
+    /// Writes out every TLS record rustls has queued.
+    async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>) -> io::Result<()> {
+        loop {
+            let mut cipher = std::mem::take(&mut self.cipher);
+            cipher.clear();
+            {
+                let mut session = self.session.borrow_mut();
+                while session.wants_write() && cipher.len() < CIPHER_WRITE {
+                    session.write_tls(&mut cipher)?;
+                }
+            }
+            if cipher.is_empty() {
+                self.cipher = cipher;
+                return Ok(());
+            }
+            let (result, returned) = half.write_all(cipher).await;
+            self.cipher = returned;
+            result?;
+        }
+    }
+}
+
+/// Runs a TLS handshake on `stream` to completion (no deadline: the caller
+/// bounds it). Application data that arrives with the peer's last flight
+/// stays buffered in the session.
+pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) -> io::Result<()> {
+    let mut cipher = Vec::with_capacity(CIPHER_READ);
+    let mut out = Vec::new();
+    loop {
+        while session.wants_write() {
+            out.clear();
+            session.write_tls(&mut out)?;
+            let (result, returned) = stream.write_all(out).await;
+            out = returned;
+            result?;
+        }
+        if !session.is_handshaking() {
+            return Ok(());
+        }
+        cipher.clear();
+        let (result, returned) = stream.read(cipher).await;
+        cipher = returned;
+        if result? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed the connection during the TLS handshake",
+            ));
+        }
+        let mut rest = &cipher[..];
+        while !rest.is_empty() {
+            session.read_tls(&mut rest)?;
+            if let Err(error) = session.process_new_packets() {
+                // Tell the peer why (the alert rustls queued), then fail.
+                while session.wants_write() {
+                    out.clear();
+                    if session.write_tls(&mut out).is_err() {
+                        break;
+                    }
+                    let (sent, returned) = stream.write_all(out).await;
+                    out = returned;
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                return Err(io::Error::new(io::ErrorKind::InvalidData, error));
+            }
+        }
+    }
+}
