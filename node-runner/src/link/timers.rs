@@ -1,6 +1,6 @@
-//! The link core's timer wheel and the ticker that drives it.
+//! A core's timer wheel and the ticker that drives it.
 //!
-//! The link's timers (the handshake deadline, then the heartbeat interval
+//! The link core's timers (the handshake deadline, then the heartbeat interval
 //! and wait) live on one [`TimerWheel`] per core, as on the Edge
 //! (`edge-proxy/src/link/core.rs`). A connection keeps a single entry,
 //! armed at the session's `poll_timeout()` and moved with
@@ -12,11 +12,22 @@
 //! The wheel reads time from the core's [`DriverClock`] (coarse in
 //! production, a [`framing::timer::SharedManualClock`] in tests): no test
 //! sleeps for a heartbeat to fire.
+//!
+//! Every run core has one too (built in [`crate::runs::serve_core`]): the
+//! stall watchdogs of its runs and tunnels ([`crate::stall`]) and their
+//! close-grace and probe bounds live there. [`CoreTimers::sleep_until`] and
+//! [`CoreTimers::timeout`] are the wheel's futures for such bounds: woken by
+//! the ticker (or a test's [`CoreTimers::poll`]), never by a monoio sleep.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+use framing::timer::Clock;
 
 use framing::timer::{ClockSource, DriverClock, TimerKey, TimerWheel};
 
@@ -59,6 +70,12 @@ impl CoreTimers {
     /// Reads the core's clock now, in ms.
     pub fn now(&self) -> u64 {
         self.clock.refresh()
+    }
+
+    /// The clock's reading as of its last refresh (the last poll): one
+    /// load, no clock read. What a token stores as its activity time.
+    pub fn coarse_now(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Timers armed now.
@@ -110,6 +127,44 @@ impl CoreTimers {
         now
     }
 
+    /// A future that completes at the first poll at or after `deadline`
+    /// (ms on this clock); at once if the clock is already there. Dropping
+    /// it disarms its entry.
+    pub fn sleep_until(self: &Rc<Self>, deadline: u64) -> Sleep {
+        let state = Rc::new(SleepState::default());
+        if deadline <= self.now() {
+            state.fired.set(true);
+            return Sleep {
+                timers: Rc::clone(self),
+                state,
+                key: None,
+            };
+        }
+        let target = Rc::clone(&state);
+        let key = self.arm(None, Some(deadline), || target as Rc<dyn OnTimer>);
+        Sleep {
+            timers: Rc::clone(self),
+            state,
+            key,
+        }
+    }
+
+    /// Runs `future` for at most `ms` from now on this wheel: `Some(output)`
+    /// if it completed first (it is polled first, so a tie goes to it),
+    /// `None` once the deadline fired.
+    pub async fn timeout<F: Future>(self: &Rc<Self>, ms: u64, future: F) -> Option<F::Output> {
+        let deadline = self.now().saturating_add(ms);
+        let mut sleep = pin!(self.sleep_until(deadline));
+        let mut future = pin!(future);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = future.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            sleep.as_mut().poll(cx).map(|()| None)
+        })
+        .await
+    }
+
     /// Ends [`run`](Self::run) at its next wake-up (within a tick).
     pub fn stop(&self) {
         self.stopped.set(true);
@@ -126,6 +181,64 @@ impl CoreTimers {
                 None => self.tick,
             };
             monoio::time::sleep(sleep.max(Duration::from_millis(1))).await;
+        }
+    }
+}
+
+impl fmt::Debug for SleepState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SleepState")
+            .field("fired", &self.fired.get())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct SleepState {
+    fired: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl OnTimer for SleepState {
+    fn on_timer(self: Rc<Self>, _now: u64) {
+        self.fired.set(true);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// A deadline on a [`CoreTimers`] wheel ([`CoreTimers::sleep_until`]).
+pub struct Sleep {
+    timers: Rc<CoreTimers>,
+    state: Rc<SleepState>,
+    key: Option<TimerKey>,
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep")
+            .field("fired", &self.state.fired.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.state.fired.get() {
+            return Poll::Ready(());
+        }
+        self.state.waker.set(Some(cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if !self.state.fired.get() {
+            self.timers.arm(self.key.take(), None, || unreachable!());
         }
     }
 }
@@ -168,6 +281,44 @@ mod tests {
         let key = timers.arm(moved, Some(300), target);
         assert_eq!(timers.len(), 1);
         assert_eq!(timers.arm(key, None, target), None);
+        assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn a_wheel_sleep_fires_only_when_the_clock_reaches_it() {
+        let clock = SharedManualClock::new(0);
+        let timers = CoreTimers::new(&ClockSource::Manual(clock.clone()), 5);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut sleep = Box::pin(timers.sleep_until(10));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        clock.advance(9);
+        timers.poll();
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        clock.advance(1);
+        timers.poll();
+        assert!(sleep.as_mut().poll(&mut cx).is_ready());
+        assert!(timers.is_empty());
+        // A sleep dropped before its deadline leaves nothing on the wheel.
+        drop(timers.sleep_until(100));
+        assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn a_wheel_timeout_prefers_the_future_on_a_tie() {
+        let clock = SharedManualClock::new(0);
+        let timers = CoreTimers::new(&ClockSource::Manual(clock.clone()), 5);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut pending = Box::pin(timers.timeout(5, std::future::pending::<()>()));
+        assert!(pending.as_mut().poll(&mut cx).is_pending());
+        clock.advance(5);
+        timers.poll();
+        assert_eq!(pending.as_mut().poll(&mut cx), Poll::Ready(None));
+        let mut past = Box::pin(timers.sleep_until(5));
+        assert!(past.as_mut().poll(&mut cx).is_ready(), "already due");
+        let mut ready = Box::pin(timers.timeout(0, std::future::ready(7)));
+        assert_eq!(ready.as_mut().poll(&mut cx), Poll::Ready(Some(7)));
         assert!(timers.is_empty());
     }
 }

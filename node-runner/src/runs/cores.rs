@@ -38,6 +38,7 @@ use proto::v1::{CancelKind, NodeConfigPayload, ProviderTunnelRequest, RunRequest
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::{FrameTx, GenShared, Outbox, RunManager, RunnerConfig};
+use crate::link::timers::CoreTimers;
 use crate::provider_http::ProviderClient;
 
 /// Where a core reports the streams of runs it has finished (their
@@ -149,6 +150,11 @@ impl Cores {
 pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
     let core = inbox.core;
     let client = ProviderClient::new(runner.provider.clone());
+    // The core's timer wheel (stall watchdogs, close grace, probe bounds,
+    // hard deadlines) on the core's clock; its ticker lives as long as
+    // this loop.
+    let timers = CoreTimers::new(&runner.provider.clock, crate::stall::STALL_TICK_MS);
+    monoio::spawn(Rc::clone(&timers).run());
     let mut current: Option<Rc<RunManager>> = None;
     while let Some(msg) = inbox.rx.recv().await {
         match msg {
@@ -171,6 +177,7 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
                     runner.store.clone(),
                     Outbox::new(frames, max_frame_len),
                     done,
+                    Rc::clone(&timers),
                 ));
             }
             CoreMsg::Work {
@@ -200,6 +207,7 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
     if let Some(manager) = current.take() {
         manager.shutdown();
     }
+    timers.stop();
 }
 
 /// The core for new work: the one with the fewest runs in flight; among

@@ -28,8 +28,10 @@
 //!   [`crate::tunnel::run_tunnel_watched`]); a stall is one
 //!   `RESPONSE_STALLED` terminal with the evidence of [`crate::stall`]
 //!   (close-grace fence and exact adapter/target probe, joined) and this
-//!   connection's next `health_observation_seq` ([`GenShared`]). One
-//!   monoio sleep per stream, re-armed on expiry; progress is one store.
+//!   connection's next `health_observation_seq` ([`GenShared`]). The
+//!   watchdogs live on the core's timer wheel ([`CoreTimers`], one per
+//!   core, built by [`serve_core`]), as do the runs' hard deadlines;
+//!   progress is one store.
 //! - **Cancel (F12)** stops only the named run: its task stops, its
 //!   provider response is dropped (closing that provider connection), and
 //!   its terminal is `cancelled`. A link that closes cancels every run of
@@ -56,7 +58,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 use proto::Envelope;
 use proto::v1::{
@@ -71,7 +72,7 @@ pub use self::shared::{Capacity, GenShared, Lease};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
 use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
-use crate::stall::{CLOSE_GRACE, HealthCheck, Watchdog};
+use crate::stall::{CLOSE_GRACE, CoreTimers, HealthCheck, StallKind, Watchdog};
 use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
 
 /// F20: the stall timeout a wire value of 0 means, in ms.
@@ -137,13 +138,18 @@ pub struct RunManager {
     done: DoneTx,
     /// Window and chunk size of this connection's tunnels.
     tunnel_limits: crate::tunnel::TunnelLimits,
+    /// The core's timer wheel: stall watchdogs, close grace, probe bounds,
+    /// hard deadlines.
+    timers: Rc<CoreTimers>,
 }
 
 impl RunManager {
     /// The manager on `core` for the connection `shared`, configured by
     /// `payload`. A provider whose adapter cannot be built is kept, refusing
     /// its runs with the reason, so the Edge learns why. Finished run
-    /// streams are reported on `done`.
+    /// streams are reported on `done`. Its timers live on `timers`, the
+    /// core's wheel.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         core: usize,
         payload: &NodeConfigPayload,
@@ -152,6 +158,7 @@ impl RunManager {
         store: Option<StoreHandle>,
         outbox: Outbox,
         done: DoneTx,
+        timers: Rc<CoreTimers>,
     ) -> Rc<Self> {
         let outbox_max_frame_len = outbox.max_frame_len();
         let slots: HashMap<String, Slot> = payload
@@ -192,6 +199,7 @@ impl RunManager {
             shared,
             done,
             tunnel_limits: crate::tunnel::TunnelLimits::from_config(payload, outbox_max_frame_len),
+            timers,
         })
     }
 
@@ -306,9 +314,10 @@ impl RunManager {
             session_id: request.session_id,
             stall_timeout_ms,
         };
-        let watchdog = self.watchdog(&adapter, &spec.target, stall_timeout_ms);
+        let watchdog = self.watchdog(StallKind::Run, &adapter, &spec.target, stall_timeout_ms);
         let manager = Rc::clone(self);
         monoio::spawn(async move {
+            let timers = Rc::clone(&manager.timers);
             let stop = async move {
                 let cancelled = async {
                     let _ = cancel_rx.await;
@@ -316,10 +325,10 @@ impl RunManager {
                 };
                 match hard_timeout_ms {
                     0 => cancelled.await,
-                    ms => monoio::select! {
-                        stop = cancelled => stop,
-                        _ = monoio::time::sleep(Duration::from_millis(ms)) => Stop::HardTimeout(ms),
-                    },
+                    ms => timers
+                        .timeout(ms, cancelled)
+                        .await
+                        .unwrap_or(Stop::HardTimeout(ms)),
                 }
             };
             let outbox = manager.outbox.clone();
@@ -344,11 +353,14 @@ impl RunManager {
     /// probe bound, and this connection's observation sequence (F23).
     fn watchdog(
         &self,
+        kind: StallKind,
         adapter: &AnyAdapter,
         target: &str,
         stall_timeout_ms: u64,
     ) -> Watchdog<TargetHealth> {
         Watchdog {
+            timers: Rc::clone(&self.timers),
+            kind,
             timeout_ms: stall_timeout_ms,
             grace: CLOSE_GRACE,
             probe_timeout: adapter.config().health_timeout(),

@@ -17,9 +17,11 @@ pub trait EventSource {
     async fn next(&mut self) -> Option<RuntimeEvent>;
 
     /// Closes the source after a stall claim (F21's close-grace fence):
-    /// completes once the provider's return is confirmed. Dropping the
-    /// provider response closes its connection at once, so the default
-    /// confirms immediately.
+    /// completes once the provider's return is confirmed. The relay awaits
+    /// it for at most the close grace; a close that has not returned by
+    /// then leaves the stall not `retryable`. The default drops the source
+    /// (for an [`EventStream`], its provider response, which closes the
+    /// connection) and returns.
     async fn close(self)
     where
         Self: Sized,
@@ -74,8 +76,8 @@ where
 /// synthesized `MISSING_TERMINAL` error when the source ends without one
 /// (F11), or — with a `watchdog` — a `RESPONSE_STALLED` error when no
 /// adapter event came for its timeout (F21, armed from the start,
-/// `open` included). Dropping the source on stop drops its provider
-/// response, which closes the provider connection.
+/// `open` included, on the watchdog's core wheel). Dropping the source on
+/// stop drops its provider response, which closes the provider connection.
 ///
 /// Ties: polled in the order stop, source, watchdog, so a stop (hard
 /// deadline, cancel, link close) ready together with the stall wins, and
@@ -104,10 +106,10 @@ where
         seq += 1;
         emit(event.into_run_event(seq));
     };
-    let activity = Activity::new();
+    let activity = watchdog.as_ref().map(Watchdog::start);
     let stalled = async {
-        match &watchdog {
-            Some(w) => activity.expired(w.timeout()).await,
+        match &activity {
+            Some(activity) => activity.stalled().await,
             None => pending().await,
         }
     };
@@ -120,10 +122,7 @@ where
         why = &mut stop => return (stopped(why, &mut send), None),
         source = &mut open => source,
         () = &mut stalled => {
-            let failure = match &watchdog {
-                Some(w) => evidence(w, async move { drop(open) }).await,
-                None => unreachable!("no watchdog, no stall"),
-            };
+            let failure = claim(&watchdog, &activity, async move { drop(open) }).await;
             return (stall(failure, &mut send), None);
         },
     };
@@ -134,15 +133,9 @@ where
             next = source.next() => Ok(next),
             () = &mut stalled => Err(()),
         };
-        let next = match next {
-            Ok(next) => next,
-            Err(()) => {
-                let failure = match &watchdog {
-                    Some(w) => evidence(w, source.close()).await,
-                    None => unreachable!("no watchdog, no stall"),
-                };
-                return (stall(failure, &mut send), None);
-            }
+        let Ok(next) = next else {
+            let failure = claim(&watchdog, &activity, source.close()).await;
+            return (stall(failure, &mut send), None);
         };
         let Some(event) = next else {
             let missing = failure(
@@ -154,11 +147,15 @@ where
             send(RuntimeEvent::Error(missing));
             return (outcome, None);
         };
+        // A terminal type wins over its payload: a `complete` carrying
+        // usage ends the run; only a non-terminal event is progress.
         let outcome = match &event {
             RuntimeEvent::Complete { .. } => Outcome::Completed,
             RuntimeEvent::Error(failure) => Outcome::Failed(failure.message.clone()),
             _ => {
-                activity.touch();
+                if let Some(activity) = &activity {
+                    activity.touch();
+                }
                 send(event);
                 continue;
             }
@@ -166,6 +163,18 @@ where
         send(event);
         let rest = (outcome == Outcome::Completed).then_some(source);
         return (outcome, rest);
+    }
+}
+
+/// The stall claim: the fence (`close`) and the probe, joined.
+async fn claim<H: HealthCheck>(
+    watchdog: &Option<Watchdog<H>>,
+    activity: &Option<Activity>,
+    close: impl Future<Output = ()>,
+) -> proto::v1::ExecutionFailure {
+    match (watchdog, activity) {
+        (Some(w), Some(a)) => evidence(w, a, close).await,
+        _ => unreachable!("no watchdog, no stall"),
     }
 }
 

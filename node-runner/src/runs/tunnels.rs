@@ -94,7 +94,12 @@ impl RunManager {
         // call; the default is only a placeholder for that path.
         let stall_timeout_ms =
             effective_stall_timeout_ms(&request).unwrap_or(crate::tunnel::DEFAULT_STALL_TIMEOUT_MS);
-        let watchdog = self.watchdog(&adapter, &request.target, stall_timeout_ms);
+        let watchdog = self.watchdog(
+            crate::stall::StallKind::Tunnel,
+            &adapter,
+            &request.target,
+            stall_timeout_ms,
+        );
         let manager = Rc::clone(self);
         monoio::spawn(async move {
             let target = TunnelTarget::of(&adapter, request_timeout_ms);

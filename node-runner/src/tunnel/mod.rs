@@ -70,10 +70,15 @@
 //! closes its connection: the provider sees the client leave.
 //!
 //! # Stall (F21)
-//! [`run_tunnel_watched`] adds the stall watchdog: every sink call
-//! (status, headers, body, usage) is progress; the raw stall timeout is
-//! validated here and [`effective_stall_timeout_ms`] gives the value the
-//! run manager arms. A stall is an `error` terminal coded
+//! [`run_tunnel_watched`] adds the stall watchdog (on the core's timer
+//! wheel): every sink call (status, headers, body, usage) is progress, and
+//! a tunnel waiting for credit is held; the raw stall timeout is validated
+//! here and [`effective_stall_timeout_ms`] gives the value the run manager
+//! arms. At the claim the sink is fenced (nothing more reaches the Edge)
+//! and the relay is told to close through its [`CloseSignal`]: it drops
+//! the provider response (closing the connection) at its next await and
+//! returns, and that return, seen inside the close grace, is what makes
+//! the stall `retryable`. A stall is an `error` terminal coded
 //! `RESPONSE_STALLED` with the evidence of [`crate::stall`].
 //!
 //! # Not here
@@ -84,6 +89,8 @@
 mod credit;
 mod request;
 mod sse_tap;
+#[cfg(test)]
+mod stall_tests;
 #[cfg(test)]
 mod tests;
 mod usage;
@@ -106,7 +113,7 @@ pub use usage::MAX_JSON_USAGE_BODY;
 
 use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};
 use crate::provider_http::{ProviderClient, ProviderResponse};
-use crate::stall::{Activity, HealthCheck, NoHealth, Watchdog, evidence};
+use crate::stall::{Activity, CloseSignal, HealthCheck, NoHealth, Watchdog, evidence};
 use request::{Prepared, is_hop_by_hop, prepare};
 use sse_tap::{Seen, SseTap};
 use usage::JsonTap;
@@ -262,9 +269,9 @@ pub async fn run_tunnel<S: TunnelSink>(
 /// `cancel` completes on CANCEL_RUN or when the link closes. With a
 /// `watchdog` (armed with [`effective_stall_timeout_ms`]), a tunnel with
 /// no sink call for its timeout — connect and head included — ends with a
-/// `RESPONSE_STALLED` error carrying the [`crate::stall`] evidence; the
-/// provider response is dropped at the claim, so its return is confirmed
-/// inside the close grace.
+/// `RESPONSE_STALLED` error carrying the [`crate::stall`] evidence; at the
+/// claim the relay is closed explicitly and its return awaited within the
+/// close grace (see the module docs).
 ///
 /// Exactly one terminal reaches `sink`, last. A cancel or hard deadline
 /// ready together with a stall wins.
@@ -290,28 +297,50 @@ pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
             ms => monoio::time::sleep(Duration::from_millis(ms)).await,
         }
     };
-    let activity = Activity::new();
+    let activity = watchdog.as_ref().map(Watchdog::start);
     let stalled = async {
-        match &watchdog {
-            Some(w) => activity.expired(w.timeout()).await,
+        match &activity {
+            Some(activity) => activity.stalled().await,
             None => pending().await,
         }
     };
-    let mut watched = Watched {
-        sink: &mut *sink,
-        activity: &activity,
-    };
-    let relay = Relay {
-        sink: &mut watched,
-        credit,
-        max_chunk: limits.max_body_chunk.max(1),
-    };
-    let stopped = monoio::select! {
-        biased;
-        outcome = relay.run(client, prepared, &request) => return outcome,
-        () = cancel => Stopped::Cancelled,
-        () = deadline => Stopped::HardTimeout(hard_ms),
-        () = stalled => Stopped::Stalled,
+    let close = CloseSignal::new();
+    let fenced = std::cell::Cell::new(false);
+    // The relay borrows the sink: it lives in this block, and the
+    // terminals of outside stops go out after it (dropped or returned).
+    let stopped = {
+        let mut watched = Watched {
+            sink: &mut *sink,
+            activity: activity.as_ref(),
+            fenced: &fenced,
+        };
+        let relay = Relay {
+            sink: &mut watched,
+            credit,
+            max_chunk: limits.max_body_chunk.max(1),
+            close: &close,
+        };
+        let mut relay = std::pin::pin!(relay.run(client, prepared, &request));
+        let stopped = monoio::select! {
+            biased;
+            outcome = &mut relay => return outcome,
+            () = cancel => Stopped::Cancelled,
+            () = deadline => Stopped::HardTimeout(hard_ms),
+            () = stalled => Stopped::Stalled(None),
+        };
+        match (stopped, &watchdog, &activity) {
+            (Stopped::Stalled(_), Some(watchdog), Some(activity)) => {
+                // The claim: fence the output, tell the relay to close,
+                // and confirm its return (joined with the probe).
+                fenced.set(true);
+                close.signal();
+                let returned = async {
+                    let _ = relay.await;
+                };
+                Stopped::Stalled(Some(evidence(watchdog, activity, returned).await))
+            }
+            (stopped, ..) => stopped,
+        }
     };
     match stopped {
         Stopped::Cancelled => {
@@ -330,13 +359,10 @@ pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
                 format!("the tunnel exceeded its hard timeout of {ms} ms"),
             ),
         ),
-        Stopped::Stalled => {
-            let Some(watchdog) = &watchdog else {
+        Stopped::Stalled(failure) => {
+            let Some(failure) = failure else {
                 unreachable!("no watchdog, no stall");
             };
-            // The relay, and with it the provider response, was dropped
-            // when the select ended: the return is confirmed.
-            let failure = evidence(watchdog, async {}).await;
             fail(sink, failure)
         }
     }
@@ -346,29 +372,54 @@ pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
 enum Stopped {
     Cancelled,
     HardTimeout(u64),
-    Stalled,
+    /// With the evidence once gathered.
+    Stalled(Option<ExecutionFailure>),
 }
 
-/// A sink whose every call is progress for the watchdog.
+/// A sink whose every call is progress for the watchdog, and which drops
+/// everything once the stall is claimed (`fenced`).
 struct Watched<'a, S> {
     sink: &'a mut S,
-    activity: &'a Activity,
+    activity: Option<&'a Activity>,
+    fenced: &'a std::cell::Cell<bool>,
 }
 
 impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
     fn frame(&mut self, frame: ProviderTunnelFrame) {
-        self.activity.touch();
+        if self.fenced.get() {
+            return;
+        }
+        if let Some(activity) = self.activity {
+            activity.touch();
+        }
         self.sink.frame(frame);
     }
 
     fn body(&mut self, body: Bytes) {
-        self.activity.touch();
+        if self.fenced.get() {
+            return;
+        }
+        if let Some(activity) = self.activity {
+            activity.touch();
+        }
         self.sink.body(body);
     }
 
     fn hold(&mut self, waiting: bool) {
-        self.activity.hold(waiting);
+        if let Some(activity) = self.activity {
+            activity.hold(waiting);
+        }
     }
+}
+
+/// The relay's return after a stall claim closed it (its provider
+/// response dropped); the watcher sends the stall terminal.
+fn closed() -> TunnelOutcome {
+    TunnelOutcome::Failed(failure(
+        FailureCode::ResponseStalled,
+        FailureSide::Provider,
+        "closed after a stall",
+    ))
 }
 
 fn fail(sink: &mut impl TunnelSink, failure: ExecutionFailure) -> TunnelOutcome {
@@ -402,6 +453,8 @@ struct Relay<'a, S> {
     sink: &'a mut S,
     credit: &'a Credit,
     max_chunk: usize,
+    /// Asked after a stall claim: every provider await gives way to it.
+    close: &'a CloseSignal,
 }
 
 impl<S: TunnelSink> Relay<'_, S> {
@@ -415,10 +468,12 @@ impl<S: TunnelSink> Relay<'_, S> {
             sink,
             credit,
             max_chunk,
+            close,
         } = self;
-        let mut response = match client.request(prepared.request).await {
-            Ok(response) => response,
-            Err(error) => return fail(sink, transport_failure(&error)),
+        let mut response = match close.or_close(client.request(prepared.request)).await {
+            Some(Ok(response)) => response,
+            Some(Err(error)) => return fail(sink, transport_failure(&error)),
+            None => return closed(),
         };
         let status = response.status();
         let mut tap = choose_tap(&response, request);
@@ -438,8 +493,14 @@ impl<S: TunnelSink> Relay<'_, S> {
         let mut seen = Seen::default();
         loop {
             // Read only with credit: a spent window pauses this provider.
-            wait_credit(credit, send.sink).await;
-            let next = response.next_chunk().await;
+            let read = async {
+                wait_credit(credit, send.sink).await;
+                response.next_chunk().await
+            };
+            let Some(next) = close.or_close(read).await else {
+                drop(response);
+                return closed();
+            };
             match (next, &mut tap) {
                 (Some(Ok(chunk)), Tap::Plain) => send.body(chunk).await,
                 (Some(Ok(chunk)), Tap::Json(json)) => {
