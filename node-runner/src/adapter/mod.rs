@@ -36,13 +36,18 @@
 //! # Not here
 //! The stall watchdog (F20–F23, [`crate::stall`]), admission by
 //! `max_concurrency` and cancel belong to the run manager;
-//! [`ExecuteSpec::stall_timeout_ms`] is carried for it. `probe_health` is a
-//! plain bounded GET of the adapter's configured path: the stall probe
-//! passes the stalled stream's target, but no adapter probes per target
-//! yet.
+//! [`ExecuteSpec::stall_timeout_ms`] is carried for it.
+//!
+//! # Health probe
+//! [`Adapter::probe_health`] is the bounded exact-target probe of the
+//! [`probe`] module (the stall evidence of F21/F22 and the `CAPABILITIES`
+//! recovery probe of F25 both use it): what each kind asks and how the
+//! answer maps to `AVAILABLE` / `UNAVAILABLE` / `UNKNOWN` is documented
+//! there.
 
 mod ollama;
 mod openai;
+pub mod probe;
 #[cfg(test)]
 mod tests;
 
@@ -191,7 +196,8 @@ pub struct AdapterConfig {
     pub supports_tunnel: bool,
     /// Extra request headers added to every provider request.
     pub headers: Vec<(String, bytes::Bytes)>,
-    /// Health probe path; empty means the adapter's default.
+    /// Health probe path (`health_probe.path`); empty means the kind's
+    /// default (see [`probe`]).
     pub health_path: String,
     /// Health probe bound in ms; 0 means [`DEFAULT_HEALTH_TIMEOUT_MS`].
     pub health_timeout_ms: u64,
@@ -278,14 +284,6 @@ impl AdapterConfig {
             .body(body))
     }
 
-    /// The configured health probe path, or the adapter's `default`.
-    fn health_path_or<'a>(&'a self, default: &'a str) -> &'a str {
-        match self.health_path.as_str() {
-            "" => default,
-            path => path,
-        }
-    }
-
     /// A `method path` request to this provider, with the configured
     /// headers (e.g. the Ollama API tunnel of the node commands, F14).
     pub fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
@@ -313,8 +311,9 @@ pub trait Adapter {
     async fn terminate_session(&self, target: &str, session_id: &str)
     -> Result<(), TerminateError>;
 
-    /// One bounded health probe: `Available` on 2xx, `Unavailable` on 5xx
-    /// or a refused connection, `Unknown` on timeout or anything else.
+    /// One exact-target health probe of `target`, bounded by `timeout`;
+    /// fail-closed (see [`probe`] for what is asked and the mapping). Its
+    /// result is evidence only: never progress, never a retry grant.
     async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth;
 }
 
@@ -627,31 +626,4 @@ async fn drain(mut response: ProviderResponse) {
         }
     };
     let _ = monoio::time::timeout(DRAIN_AFTER_COMPLETE, rest).await;
-}
-
-/// A bounded GET of `path`; see [`Adapter::probe_health`].
-async fn probe(
-    client: &ProviderClient,
-    config: &AdapterConfig,
-    path: &str,
-    timeout: Duration,
-) -> ProviderHealth {
-    let request = config.request("GET", path);
-    let exchange = async {
-        let mut response = client.request(request).await?;
-        let status = response.status();
-        while let Some(chunk) = response.next_chunk().await {
-            chunk?;
-        }
-        Ok::<u16, ProviderError>(status)
-    };
-    match monoio::time::timeout(timeout, exchange).await {
-        Ok(Ok(status)) if (200..300).contains(&status) => ProviderHealth::Available,
-        Ok(Ok(status)) if status >= 500 => ProviderHealth::Unavailable,
-        Ok(Ok(_)) => ProviderHealth::Unknown,
-        Ok(Err(ProviderError::ConnectRefused | ProviderError::ConnectFailed { .. })) => {
-            ProviderHealth::Unavailable
-        }
-        Ok(Err(_)) | Err(_) => ProviderHealth::Unknown,
-    }
 }

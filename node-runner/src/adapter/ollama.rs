@@ -33,8 +33,6 @@ use crate::provider_http::ProviderClient;
 
 /// Chat path.
 const CHAT_PATH: &str = "/api/chat";
-/// Health path when the config gives none (Ollama has no `/health`).
-const DEFAULT_HEALTH_PATH: &str = "/api/tags";
 /// OpenAI-style parameters that are Ollama `options` under the same name.
 const OPTION_KEYS: [&str; 7] = [
     "temperature",
@@ -141,9 +139,9 @@ impl Adapter for OllamaAdapter {
         Ok(())
     }
 
-    async fn probe_health(&self, _target: &str, timeout: Duration) -> ProviderHealth {
-        let path = self.config.health_path_or(DEFAULT_HEALTH_PATH);
-        probe(&self.client, &self.config, path, timeout).await
+    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+        let plan = probe::ProbePlan::new(&self.config, None, probe::Listing::OllamaTags);
+        probe::probe_target(&self.client, &self.config, &plan, target, timeout).await
     }
 }
 

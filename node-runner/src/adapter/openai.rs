@@ -14,7 +14,6 @@
 //! `prompt_tokens_details.cached_tokens`) is filled only when the provider
 //! reported it, for both flavors. Nothing is estimated.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -28,13 +27,8 @@ use super::{
 };
 use crate::provider_http::ProviderClient;
 
-mod chunk;
-use chunk::{Chunk, ChunkJson};
-
 /// Chat completions path.
 const CHAT_PATH: &str = "/v1/chat/completions";
-/// Health path when the config gives none.
-const DEFAULT_HEALTH_PATH: &str = "/health";
 
 /// Which OpenAI-compatible server this is. Both parse the same way; the
 /// flavor names the instance (and vLLM is where the usage breakdown is
@@ -114,9 +108,13 @@ impl Adapter for OpenAiAdapter {
         Err(TerminateError::Unsupported)
     }
 
-    async fn probe_health(&self, _target: &str, timeout: Duration) -> ProviderHealth {
-        let path = self.config.health_path_or(DEFAULT_HEALTH_PATH);
-        probe(&self.client, &self.config, path, timeout).await
+    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+        let liveness = match self.flavor {
+            OpenAiFlavor::OpenAiCompat => None,
+            OpenAiFlavor::Vllm => Some(probe::VLLM_HEALTH_PATH),
+        };
+        let plan = probe::ProbePlan::new(&self.config, liveness, probe::Listing::OpenAiModels);
+        probe::probe_target(&self.client, &self.config, &plan, target, timeout).await
     }
 }
 
@@ -159,21 +157,13 @@ impl SseParser {
                 });
                 return;
             }
-            // UTF-8 first, as a `Value` parse checked it (skipped fields too).
-            let parsed = std::str::from_utf8(event.data)
-                .map_err(|e| malformed(format_args!("chunk is not JSON ({e})")))
-                .and_then(|data| {
-                    ChunkJson::parse(data)
-                        .map_err(|e| malformed(format_args!("chunk is not JSON ({e})")))
-                });
-            match parsed {
-                Ok(ChunkJson::Object(chunk)) => {
-                    if let Err(f) = state.chunk(chunk, out) {
+            match serde_json::from_slice::<Value>(event.data) {
+                Ok(value) => {
+                    if let Err(f) = state.chunk(&value, out) {
                         failed = Some(f);
                     }
                 }
-                Ok(ChunkJson::NotObject) => failed = Some(malformed("chunk is not a JSON object")),
-                Err(f) => failed = Some(f),
+                Err(e) => failed = Some(malformed(format_args!("chunk is not JSON ({e})"))),
             }
         });
         if let Err(e) = result
@@ -205,48 +195,59 @@ impl ChunkState {
     /// One `chat.completion.chunk`.
     fn chunk(
         &mut self,
-        chunk: Chunk<'_>,
+        value: &Value,
         out: &mut VecDeque<RuntimeEvent>,
     ) -> Result<(), proto::v1::ExecutionFailure> {
-        if let Some(error) = chunk.error {
-            let kind = error.kind.as_deref().unwrap_or("unknown");
+        if !value.is_object() {
+            return Err(malformed("chunk is not a JSON object"));
+        }
+        if let Some(error) = value.get("error") {
+            let kind = error
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
             return Err(failure(
                 FailureCode::ProviderHttpStatus,
                 FailureSide::Provider,
                 format!("provider reported an error mid-stream (type {kind})"),
             ));
         }
-        if let Some(choice) = chunk.choice {
-            if let Some(reasoning) =
-                non_empty(choice.reasoning_content).or_else(|| non_empty(choice.reasoning))
-            {
-                out.push_back(RuntimeEvent::ReasoningDelta(reasoning.into_owned()));
+        if let Some(choice) = value
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        {
+            let delta = choice.get("delta");
+            let text = |key: &str| {
+                delta
+                    .and_then(|d| d.get(key))
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+            };
+            if let Some(reasoning) = text("reasoning_content").or_else(|| text("reasoning")) {
+                out.push_back(RuntimeEvent::ReasoningDelta(reasoning.to_owned()));
             }
-            if let Some(content) = non_empty(choice.content) {
-                out.push_back(RuntimeEvent::Delta(content.into_owned()));
+            if let Some(content) = text("content") {
+                out.push_back(RuntimeEvent::Delta(content.to_owned()));
             }
-            if let Some(reason) = choice.finish_reason {
-                reason.as_ref().clone_into(&mut self.finish_reason);
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                reason.clone_into(&mut self.finish_reason);
             }
         }
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(usage.into());
+        if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage_of(usage));
         }
         Ok(())
     }
 }
 
-/// `text` unless it is empty.
-fn non_empty(text: Option<Cow<'_, str>>) -> Option<Cow<'_, str>> {
-    text.filter(|s| !s.is_empty())
-}
-
 /// The usage of an OpenAI `usage` object; breakdown only when present.
-#[cfg(test)]
 pub(super) fn usage_of(usage: &Value) -> Usage {
-    chunk::usage_from(usage)
-        .ok()
-        .flatten()
-        .map(Usage::from)
-        .unwrap_or_default()
+    let count = |v: Option<&Value>| v.and_then(Value::as_u64);
+    Usage {
+        input_tokens: count(usage.get("prompt_tokens")).unwrap_or(0),
+        output_tokens: count(usage.get("completion_tokens")).unwrap_or(0),
+        reasoning_tokens: count(usage.pointer("/completion_tokens_details/reasoning_tokens")),
+        cached_input_tokens: count(usage.pointer("/prompt_tokens_details/cached_tokens")),
+    }
 }

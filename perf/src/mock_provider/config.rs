@@ -7,8 +7,10 @@ use super::knobs::Knobs;
 pub struct MockConfig {
     /// Knob defaults; each request may override them (see [`Knobs`]).
     pub knobs: Knobs,
-    /// Model names listed by `GET /v1/models`, `GET /api/tags` and `GET /api/ps`.
-    /// Generation routes accept any model and echo it back.
+    /// Model names listed by `GET /v1/models`, `GET /api/tags` and `GET /api/ps`
+    /// (what the Node's exact-target health probe looks for). Generation
+    /// routes accept any model and echo it back. The default lists
+    /// `mock-model` and `m`, the short target the e2e stacks configure.
     pub models: Vec<String>,
     /// Whether `GET /health` starts out answering 503.
     pub unhealthy: bool,
@@ -18,7 +20,7 @@ impl Default for MockConfig {
     fn default() -> Self {
         Self {
             knobs: Knobs::default(),
-            models: vec!["mock-model".to_owned()],
+            models: vec!["mock-model".to_owned(), "m".to_owned()],
             unhealthy: false,
         }
     }

@@ -11,7 +11,8 @@
 //! Behaviour is steered per request by [`Knobs`] (`x-mock-<knob>` headers or
 //! `?<knob>=` query parameters) over the defaults of a [`MockConfig`]; the
 //! test-control routes under `/mock/` expose [`Stats`] (`GET /mock/stats`),
-//! toggle health (`POST /mock/health?status=up|down`) and reset counters
+//! toggle health (`POST /mock/health?status=up|down`; down answers 503 on
+//! `/health`, `/v1/models` and `/api/tags`) and reset counters
 //! (`POST /mock/reset`).
 //!
 //! It is test and benchmark infrastructure, not IOP's data path; it must

@@ -139,6 +139,15 @@ pub(crate) async fn handle(
         Route::OllamaChat => ollama::chat(&ctx, &knobs, &body),
         Route::OllamaShow => ollama::show(&ctx, &body),
         Route::OllamaPull => ollama::pull(&ctx, &knobs, &body),
+        // A provider toggled down fails its model lists too (what the
+        // Node's exact-target probe reads), not only `/health`.
+        Route::Models | Route::OllamaTags if !ctx.stats.healthy() => {
+            Ok(Generated::full(error_response(
+                flavor,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "mock provider is down",
+            )))
+        }
         Route::Models => Ok(Generated::full(openai_models(&ctx))),
         Route::OllamaTags => Ok(Generated::full(ollama::tags(&ctx))),
         Route::OllamaPs => Ok(Generated::full(ollama::ps(&ctx))),
