@@ -14,6 +14,7 @@
 //! `prompt_tokens_details.cached_tokens`) is filled only when the provider
 //! reported it, for both flavors. Nothing is estimated.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ use super::{
     TerminateError, failure, json_object, malformed, messages_json, probe,
 };
 use crate::provider_http::ProviderClient;
+
+mod chunk;
+use chunk::{Chunk, ChunkJson};
 
 /// Chat completions path.
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -157,13 +161,21 @@ impl SseParser {
                 });
                 return;
             }
-            match serde_json::from_slice::<Value>(event.data) {
-                Ok(value) => {
-                    if let Err(f) = state.chunk(&value, out) {
+            // UTF-8 first, as a `Value` parse checked it (skipped fields too).
+            let parsed = std::str::from_utf8(event.data)
+                .map_err(|e| malformed(format_args!("chunk is not JSON ({e})")))
+                .and_then(|data| {
+                    ChunkJson::parse(data)
+                        .map_err(|e| malformed(format_args!("chunk is not JSON ({e})")))
+                });
+            match parsed {
+                Ok(ChunkJson::Object(chunk)) => {
+                    if let Err(f) = state.chunk(chunk, out) {
                         failed = Some(f);
                     }
                 }
-                Err(e) => failed = Some(malformed(format_args!("chunk is not JSON ({e})"))),
+                Ok(ChunkJson::NotObject) => failed = Some(malformed("chunk is not a JSON object")),
+                Err(f) => failed = Some(f),
             }
         });
         if let Err(e) = result
@@ -195,59 +207,48 @@ impl ChunkState {
     /// One `chat.completion.chunk`.
     fn chunk(
         &mut self,
-        value: &Value,
+        chunk: Chunk<'_>,
         out: &mut VecDeque<RuntimeEvent>,
     ) -> Result<(), proto::v1::ExecutionFailure> {
-        if !value.is_object() {
-            return Err(malformed("chunk is not a JSON object"));
-        }
-        if let Some(error) = value.get("error") {
-            let kind = error
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown");
+        if let Some(error) = chunk.error {
+            let kind = error.kind.as_deref().unwrap_or("unknown");
             return Err(failure(
                 FailureCode::ProviderHttpStatus,
                 FailureSide::Provider,
                 format!("provider reported an error mid-stream (type {kind})"),
             ));
         }
-        if let Some(choice) = value
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| c.first())
-        {
-            let delta = choice.get("delta");
-            let text = |key: &str| {
-                delta
-                    .and_then(|d| d.get(key))
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-            };
-            if let Some(reasoning) = text("reasoning_content").or_else(|| text("reasoning")) {
-                out.push_back(RuntimeEvent::ReasoningDelta(reasoning.to_owned()));
+        if let Some(choice) = chunk.choice {
+            if let Some(reasoning) =
+                non_empty(choice.reasoning_content).or_else(|| non_empty(choice.reasoning))
+            {
+                out.push_back(RuntimeEvent::ReasoningDelta(reasoning.into_owned()));
             }
-            if let Some(content) = text("content") {
-                out.push_back(RuntimeEvent::Delta(content.to_owned()));
+            if let Some(content) = non_empty(choice.content) {
+                out.push_back(RuntimeEvent::Delta(content.into_owned()));
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                reason.clone_into(&mut self.finish_reason);
+            if let Some(reason) = choice.finish_reason {
+                reason.as_ref().clone_into(&mut self.finish_reason);
             }
         }
-        if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage_of(usage));
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage.into());
         }
         Ok(())
     }
 }
 
+/// `text` unless it is empty.
+fn non_empty(text: Option<Cow<'_, str>>) -> Option<Cow<'_, str>> {
+    text.filter(|s| !s.is_empty())
+}
+
 /// The usage of an OpenAI `usage` object; breakdown only when present.
+#[cfg(test)]
 pub(super) fn usage_of(usage: &Value) -> Usage {
-    let count = |v: Option<&Value>| v.and_then(Value::as_u64);
-    Usage {
-        input_tokens: count(usage.get("prompt_tokens")).unwrap_or(0),
-        output_tokens: count(usage.get("completion_tokens")).unwrap_or(0),
-        reasoning_tokens: count(usage.pointer("/completion_tokens_details/reasoning_tokens")),
-        cached_input_tokens: count(usage.pointer("/prompt_tokens_details/cached_tokens")),
-    }
+    chunk::usage_from(usage)
+        .ok()
+        .flatten()
+        .map(Usage::from)
+        .unwrap_or_default()
 }
