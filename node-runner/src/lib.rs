@@ -50,6 +50,8 @@
 //!   (F9, F10, F13, F18).
 //! - [`commands`]: the node commands — `CAPABILITIES` with the exact-target
 //!   probe, `TRANSPORT_STATUS`, and the Ollama API tunnel (F14, F25).
+//! - [`metrics`] and [`admin`]: the F30 stall metrics and log event, served
+//!   as Prometheus text on the admin port (`--admin-addr`).
 //!
 //! The tunnel handler and the stall watchdog come next.
 
@@ -59,8 +61,10 @@
 #![warn(missing_docs)]
 
 pub mod adapter;
+pub mod admin;
 pub mod commands;
 pub mod link;
+pub mod metrics;
 pub mod provider_http;
 pub mod runs;
 pub mod stall;

@@ -9,6 +9,9 @@
 //! the link supervisor and serves work; cores 1..N serve work (see
 //! `node_runner::runs::cores`).
 //!
+//! `--admin-addr` (default `127.0.0.1:9100`, `off` to disable) serves
+//! `GET /metrics` and `GET /healthz` (`node_runner::admin`).
+//!
 //! `iop-node runs --data-dir DIR [--limit N] [--json]` lists the most recent
 //! runs in the local run store (F15), newest first, and exits.
 
@@ -23,9 +26,11 @@ use framing::frame::DEFAULT_MAX_FRAME_LEN;
 use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 use framing::link::{HeartbeatConfig, reject_reason_name};
 use framing::timer::ClockSource;
+use node_runner::admin::{self, AdminAddr, AdminState, DEFAULT_ADMIN_ADDR};
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise_cores};
 use node_runner::link::{LinkClientConfig, link_tls};
+use node_runner::metrics::node_metrics;
 use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
 use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use node_runner::store::{
@@ -78,6 +83,11 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// The admin port (`GET /metrics`, `GET /healthz`): IP:PORT (port 0
+    /// picks a free one) or `off` [default: 127.0.0.1:9100; if that
+    /// default is taken the node starts without it and logs why].
+    #[arg(long)]
+    admin_addr: Option<AdminAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -165,6 +175,7 @@ fn main() -> anyhow::Result<ExitCode> {
         },
         tls: link_tls,
     };
+    let admin = bind_admin(args.admin_addr)?;
     let workers = worker_count(args.workers);
     tracing::info!(
         event = "node_starting",
@@ -207,6 +218,12 @@ fn main() -> anyhow::Result<ExitCode> {
     let runner = config.runner.clone();
     let exit = block_on(driver, async move {
         let core0 = monoio::spawn(serve_core(core0, runner));
+        if let Some(listener) = admin {
+            let state = AdminState {
+                metrics: node_metrics(),
+            };
+            monoio::spawn(admin::serve(listener, state));
+        }
         let exit = supervise_cores(&config, &cores, None, |_| {}).await;
         // Closing the inboxes stops every core; core 0's is waited for here,
         // so its run store handle is gone before the store is flushed.
@@ -224,6 +241,32 @@ fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_REJECTED))
         }
         SupervisorExit::ConnectionLimit => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Binds the admin port (on the link core's runtime later) and logs the
+/// bound address. An explicit address must bind; the default may be taken
+/// (another node on this host), which only costs the admin port.
+fn bind_admin(requested: Option<AdminAddr>) -> anyhow::Result<Option<std::net::TcpListener>> {
+    let explicit = requested.is_some();
+    let addr = match requested.unwrap_or(DEFAULT_ADMIN_ADDR.parse()?) {
+        AdminAddr::Off => {
+            tracing::info!(event = "admin_disabled", "admin_disabled");
+            return Ok(None);
+        }
+        AdminAddr::Listen(addr) => addr,
+    };
+    match std::net::TcpListener::bind(addr) {
+        Ok(listener) => {
+            let bound = listener.local_addr()?;
+            tracing::info!(event = "admin_listening", addr = %bound, "admin_listening");
+            Ok(Some(listener))
+        }
+        Err(error) if !explicit => {
+            tracing::error!(event = "admin_unavailable", addr = %addr, %error, "admin_unavailable");
+            Ok(None)
+        }
+        Err(error) => Err(error).with_context(|| format!("binding --admin-addr {addr}")),
     }
 }
 

@@ -260,6 +260,7 @@ pub async fn evidence<H: HealthCheck>(
         silent_ms = observation.silent_ms,
         "stall observation finalized"
     );
+    crate::metrics::record_stall(&observation);
     observation.failure()
 }
 
