@@ -32,6 +32,8 @@ pub struct Metrics {
     usage_labels: Vec<(String, String)>,
     /// `[pair][input, output, reasoning, cached_input]`.
     tokens: Vec<[AtomicU64; 4]>,
+    /// F32: the StreamGate's recovery counters.
+    pub recovery: super::gate::metrics::RecoveryMetrics,
 }
 
 impl Metrics {
@@ -56,6 +58,7 @@ impl Metrics {
             tokens: usage_labels.iter().map(|_| Default::default()).collect(),
             usage_index,
             usage_labels,
+            recovery: Default::default(),
         }
     }
 
@@ -139,6 +142,9 @@ impl Metrics {
         out.push_str("# HELP iop_nodes_ready Nodes whose current connection is ready.\n");
         out.push_str("# TYPE iop_nodes_ready gauge\n");
         let _ = writeln!(out, "iop_nodes_ready {}", registry.ready_nodes().len());
+        // F31: the health overlay's evidence and transitions.
+        pools.health_metrics().render(&mut out);
+        self.recovery.render(&mut out);
         out
     }
 }

@@ -16,8 +16,13 @@
 //! untouched ([`tunnel`]); Ollama providers get a normalized run translated
 //! into the OpenAI shapes ([`normalized`]). Errors are OpenAI-shaped JSON
 //! with the right status ([`error`]).
+//!
+//! Every completion request is owned by one StreamGate ([`gate`], F27): it
+//! runs as attempts, and a confirmed stall before anything reached the
+//! client re-admits on another provider under one shared budget.
 
 pub mod error;
+pub mod gate;
 pub mod http;
 pub mod metrics;
 mod normalized;
@@ -32,11 +37,12 @@ use monoio::net::TcpListener;
 use serde_json::json;
 
 use self::error::ApiError;
+use self::gate::{Avoid, Decision, GateEvent, Path, RecoveryResult, StreamGate};
 use self::http::{Handler, IngressLimits, Request, Responder};
 use self::metrics::Metrics;
 use crate::config::{EdgeConfig, ProviderKind};
 use crate::dispatch::Dispatcher;
-use crate::pool::Pools;
+use crate::pool::{Pools, Preference};
 use crate::registry::NodeRegistry;
 
 /// What every core's ingress shares.
@@ -212,8 +218,8 @@ impl Router {
         }
     }
 
-    /// Serves one completion request; returns the status answered (for
-    /// metrics).
+    /// Serves one completion request as one or more attempts under its
+    /// StreamGate; returns the status answered (for metrics).
     async fn completion(&self, api: Api, request: Request, responder: &mut Responder) -> u16 {
         let parsed = match openai::parse(&request.body) {
             Ok(parsed) => parsed,
@@ -222,24 +228,56 @@ impl Router {
                 return error.status;
             }
         };
-        let lease = match self
-            .shared
-            .pools
-            .acquire(&parsed.model, &self.shared.registry)
-            .await
-        {
-            Ok(lease) => lease,
-            Err(error) => {
-                let error = ApiError::from(error);
-                responder.error(&error).await;
-                return error.status;
-            }
+        let shared = &*self.shared;
+        let mut ctx = AttemptCtx {
+            shared,
+            api,
+            gate: StreamGate::new(api, &shared.metrics.recovery),
         };
-        let shared = &self.shared;
-        match lease.provider().kind {
-            ProviderKind::Ollama => normalized::serve(shared, api, parsed, lease, responder).await,
-            ProviderKind::OpenaiCompat | ProviderKind::Vllm => {
-                tunnel::serve(shared, api, parsed, request.body, lease, responder).await
+        let mut preference = Preference::default();
+        // The error of a stall being recovered: the answer when no new
+        // attempt can be admitted.
+        let mut stalled: Option<ApiError> = None;
+        loop {
+            let lease = match shared
+                .pools
+                .acquire_preferring(&parsed.model, &shared.registry, &preference)
+                .await
+            {
+                Ok(lease) => lease,
+                Err(error) => {
+                    let error = match stalled.take() {
+                        Some(stall) => {
+                            ctx.gate.finish(RecoveryResult::NoCandidate);
+                            stall
+                        }
+                        None => ApiError::from(error),
+                    };
+                    responder.error(&error).await;
+                    return error.status;
+                }
+            };
+            ctx.gate.begin_attempt();
+            let attempt = match lease.provider().kind {
+                ProviderKind::Ollama => {
+                    normalized::serve(&mut ctx, &parsed, lease, responder).await
+                }
+                ProviderKind::OpenaiCompat | ProviderKind::Vllm => {
+                    tunnel::serve(&mut ctx, &parsed, &request.body, lease, responder).await
+                }
+            };
+            match attempt {
+                Attempt::Answered(status) => {
+                    ctx.gate.finish(RecoveryResult::of_status(status));
+                    return status;
+                }
+                Attempt::Reattempt { avoid, error } => {
+                    preference = Preference {
+                        avoid_provider_id: Some(avoid.provider_id),
+                        allow_avoided_provider_fallback: avoid.allow_fallback,
+                    };
+                    stalled = Some(error);
+                }
             }
         }
     }
@@ -279,6 +317,55 @@ impl Router {
         responder
             .full(200, "application/json", body.to_string().into_bytes())
             .await;
+    }
+}
+
+/// How one attempt of a request ended.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// The client was answered (or left: 499); the request is over.
+    Answered(u16),
+    /// A confirmed stall before commit, eligible for a new attempt: the old
+    /// stream is dropped and its lease released. `error` is the stall's
+    /// answer, should no new attempt be admitted.
+    Reattempt {
+        /// The provider avoidance for the new attempt.
+        avoid: Avoid,
+        /// The stall's error answer.
+        error: ApiError,
+    },
+}
+
+/// What an attempt works with: the shared state and its request's gate.
+#[derive(Debug)]
+pub(crate) struct AttemptCtx<'s, 'm> {
+    pub(crate) shared: &'s IngressShared,
+    pub(crate) api: Api,
+    pub(crate) gate: StreamGate<'m>,
+}
+
+impl AttemptCtx<'_, '_> {
+    /// The attempt on `lease` ended with a stall terminal received on
+    /// `reception`: the pool validates it and applies its evidence (F24);
+    /// only a confirmed stall becomes a gate event; the gate decides.
+    pub(crate) fn stalled(
+        &mut self,
+        path: Path,
+        lease: &crate::pool::Lease,
+        reception: (&str, u64),
+        failure: &proto::v1::ExecutionFailure,
+        committed: bool,
+    ) -> Decision {
+        let event = self
+            .shared
+            .pools
+            .handoff_stall(lease, reception, failure)
+            .map(|handoff| GateEvent {
+                provider_id: handoff.provider_id,
+                health: handoff.health,
+                retryable: handoff.retryable,
+            });
+        self.gate.stall(path, event, committed)
     }
 }
 

@@ -2,22 +2,29 @@
 //! runs the request as a `RunRequest`, and its typed events become Chat
 //! Completions chunks / Responses events (or one JSON body).
 //!
-//! - Nothing is written until the run's first event, so a run refused on
+//! - Nothing is written until the run's first output (a delta or its
+//!   terminal): `start` and `usage` commit nothing. So a run refused on
 //!   the node (over capacity, unknown target, provider down before
-//!   answering) is a proper HTTP error, not a 200 with an error inside.
-//! - Once streaming, a failure is an SSE `error` event and the stream ends
-//!   without `[DONE]`, which the `openai` clients raise as an error.
+//!   answering) is a proper HTTP error, not a 200 with an error inside,
+//!   and a stall before the first output can still be recovered on
+//!   another provider by the StreamGate ([`super::gate`]). A non-stream
+//!   answer commits only at the run's end, so every stall it meets is
+//!   pre-commit.
+//! - Once streaming, a failure (a stall included) is an SSE `error` event
+//!   and the stream ends without `[DONE]`, which the `openai` clients
+//!   raise as an error ([`super::gate::error_event`]).
 //! - A client that leaves drops the run stream, which cancels the run on
 //!   the node (and its provider request); the lease is dropped with it.
 
 use bytes::Bytes;
-use proto::v1::{RunEvent, RunEventKind, Usage};
+use proto::v1::{ExecutionFailure, FailureCode, RunEvent, RunEventKind, Usage};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
+use super::gate::{Decision, Path, error_event};
 use super::http::Responder;
 use super::openai::{self, ParsedRequest, chat_usage, responses_usage, sse};
-use super::{Api, IngressShared, unix_s};
+use super::{Api, Attempt, AttemptCtx, unix_s};
 use crate::dispatch::{RunStream, SubmitRun};
 use crate::pool::Lease;
 
@@ -30,23 +37,23 @@ struct Output {
     usage: Option<Usage>,
 }
 
-/// Serves one request as a normalized run; returns the status answered.
+/// Serves one attempt of a request as a normalized run.
 pub(crate) async fn serve(
-    shared: &IngressShared,
-    api: Api,
-    request: ParsedRequest,
+    ctx: &mut AttemptCtx<'_, '_>,
+    request: &ParsedRequest,
     lease: Lease,
     responder: &mut Responder,
-) -> u16 {
+) -> Attempt {
+    let api = ctx.api;
     let input = match api {
-        Api::Chat => openai::chat_input(&request),
-        Api::Responses => openai::responses_input(&request),
+        Api::Chat => openai::chat_input(request),
+        Api::Responses => openai::responses_input(request),
     };
     let input = match input {
         Ok(input) => input,
         Err(error) => {
             responder.error(&error).await;
-            return error.status;
+            return Attempt::Answered(error.status);
         }
     };
     let run = SubmitRun {
@@ -54,55 +61,35 @@ pub(crate) async fn serve(
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         ..SubmitRun::default()
     };
-    let mut stream = match shared.dispatcher.submit_leased(&lease, run).await {
+    let mut stream = match ctx.shared.dispatcher.submit_leased(&lease, run).await {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);
             responder.error(&error).await;
-            return error.status;
+            return Attempt::Answered(error.status);
         }
     };
-    // Wait for the first event before answering anything.
-    let first = monoio::select! {
-        event = stream.next() => event,
-        _ = responder.gone() => None,
-    };
-    let Some(first) = first else {
-        super::release_after_end(stream, lease);
-        return 499;
-    };
-    if first.kind() == RunEventKind::Error {
-        let error = first.failure.as_ref().map_or_else(
-            || ApiError::new(502, "server_error", "upstream_error", "the run failed"),
-            from_failure,
-        );
-        responder.error(&error).await;
-        return error.status;
-    }
-    let ids = Ids::new(api, stream.run_id(), &request.model);
     let mut out = Output::default();
-    let status = if request.stream {
-        responder
-            .start_stream(200, [("content-type", b"text/event-stream".as_slice())])
-            .await;
-        let mut writer = SseWriter {
-            api,
-            ids: &ids,
-            include_usage: request.include_usage,
-            started: false,
-        };
-        stream_events(&mut writer, &mut stream, first, &mut out, responder).await
+    // Nothing is committed before the first output; non-stream answers
+    // commit only at the end.
+    let first = if request.stream {
+        first_output(&mut stream, &mut out, responder).await
     } else {
-        collect(&mut stream, first, &mut out, responder).await
+        collect(&mut stream, &mut out, responder).await
     };
-    if status == 499 {
-        super::release_after_end(stream, lease);
-        return status;
-    }
-    if let Some(usage) = out.usage.as_ref() {
-        super::record_usage(shared, &lease, usage);
-    }
-    if !request.stream && status == 200 {
+    let first = match first {
+        Some(Ok(event)) => event,
+        Some(Err(event)) => return pre_commit_failure(ctx, stream, lease, &event, responder).await,
+        None => {
+            super::release_after_end(stream, lease);
+            return Attempt::Answered(499);
+        }
+    };
+    let ids = Ids::new(api, stream.run_id(), &request.model);
+    if !request.stream {
+        if let Some(usage) = out.usage.as_ref() {
+            super::record_usage(ctx.shared, &lease, usage);
+        }
         let body = match api {
             Api::Chat => chat_json(&ids, &out),
             Api::Responses => responses_json(&ids, &out),
@@ -110,8 +97,77 @@ pub(crate) async fn serve(
         responder
             .full(200, "application/json", body.to_string().into_bytes())
             .await;
+        return Attempt::Answered(200);
     }
-    status
+    responder
+        .start_stream(200, [("content-type", b"text/event-stream".as_slice())])
+        .await;
+    let mut writer = SseWriter {
+        api,
+        ids: &ids,
+        include_usage: request.include_usage,
+        started: false,
+    };
+    let (status, last) = stream_events(&mut writer, &mut stream, first, &mut out, responder).await;
+    if status == 499 {
+        super::release_after_end(stream, lease);
+        return Attempt::Answered(status);
+    }
+    if let Some(usage) = out.usage.as_ref() {
+        super::record_usage(ctx.shared, &lease, usage);
+    }
+    if let Some(failure) = last.as_ref().and_then(stalled) {
+        // After commit a stall is terminal: count it and hand its evidence
+        // over; the error event is already written.
+        let _ = ctx.stalled(Path::Normalized, &lease, stream.node(), failure, true);
+    }
+    Attempt::Answered(status)
+}
+
+/// The stall failure of a terminal event, if it is one.
+fn stalled(event: &RunEvent) -> Option<&ExecutionFailure> {
+    event
+        .failure
+        .as_ref()
+        .filter(|f| event.kind() == RunEventKind::Error && f.code() == FailureCode::ResponseStalled)
+}
+
+/// A run that ended before anything was committed: a stall goes to the
+/// gate; anything else is an HTTP error.
+async fn pre_commit_failure(
+    ctx: &mut AttemptCtx<'_, '_>,
+    stream: RunStream,
+    lease: Lease,
+    event: &RunEvent,
+    responder: &mut Responder,
+) -> Attempt {
+    let error = terminal_error(event);
+    if let Some(failure) = stalled(event) {
+        let decision = ctx.stalled(Path::Normalized, &lease, stream.node(), failure, false);
+        // The stall was the run's terminal: the Node already fenced and
+        // closed the provider request. Release the lease (once) before
+        // anything else is admitted.
+        drop(stream);
+        drop(lease);
+        if let Decision::Reattempt(avoid) = decision {
+            return Attempt::Reattempt { avoid, error };
+        }
+    }
+    responder.error(&error).await;
+    Attempt::Answered(error.status)
+}
+
+/// The error answer of a failed terminal.
+fn terminal_error(event: &RunEvent) -> ApiError {
+    match event.kind() {
+        RunEventKind::Cancelled => {
+            ApiError::new(503, "server_error", "cancelled", "the run was cancelled")
+        }
+        _ => event.failure.as_ref().map_or_else(
+            || ApiError::new(502, "server_error", "upstream_error", "the run failed"),
+            from_failure,
+        ),
+    }
 }
 
 /// The ids and timestamps one response carries.
@@ -152,81 +208,91 @@ fn apply(event: &RunEvent, out: &mut Output) -> Option<Result<(), ApiError>> {
             }
             return Some(Ok(()));
         }
-        RunEventKind::Error => {
-            let error = event.failure.as_ref().map_or_else(
-                || ApiError::new(502, "server_error", "upstream_error", "the run failed"),
-                from_failure,
-            );
-            return Some(Err(error));
-        }
-        RunEventKind::Cancelled => {
-            return Some(Err(ApiError::new(
-                503,
-                "server_error",
-                "cancelled",
-                "the run was cancelled",
-            )));
+        RunEventKind::Error | RunEventKind::Cancelled => {
+            return Some(Err(terminal_error(event)));
         }
         RunEventKind::Start | RunEventKind::Unspecified => {}
     }
     None
 }
 
-/// Non-stream: reads to the terminal; 200, or the failure's error answer.
-async fn collect(
-    stream: &mut RunStream,
-    first: RunEvent,
-    out: &mut Output,
-    responder: &mut Responder,
-) -> u16 {
-    let mut event = Some(first);
-    while let Some(current) = event {
-        match apply(&current, out) {
-            Some(Ok(())) => return 200,
-            Some(Err(error)) => {
-                responder.error(&error).await;
-                return error.status;
-            }
-            None => {}
-        }
-        event = monoio::select! {
-            next = stream.next() => next,
-            _ = responder.gone() => return 499,
-        };
+/// The next event, or `None` when the client left.
+async fn next_or_gone(stream: &mut RunStream, responder: &mut Responder) -> Option<RunEvent> {
+    monoio::select! {
+        next = stream.next() => next,
+        _ = responder.gone() => None,
     }
-    499
 }
 
-/// Stream: writes each event as it arrives.
+/// Stream: reads until the first output — a delta, or a complete
+/// terminal — applying what commits nothing (`start`, `usage`).
+/// `Some(Err(event))` is a failed terminal before any output; `None`: the
+/// client left.
+async fn first_output(
+    stream: &mut RunStream,
+    out: &mut Output,
+    responder: &mut Responder,
+) -> Option<Result<RunEvent, RunEvent>> {
+    loop {
+        let event = next_or_gone(stream, responder).await?;
+        match event.kind() {
+            RunEventKind::Start | RunEventKind::Usage | RunEventKind::Unspecified => {
+                apply(&event, out);
+            }
+            RunEventKind::Error | RunEventKind::Cancelled => return Some(Err(event)),
+            RunEventKind::Delta | RunEventKind::ReasoningDelta | RunEventKind::Complete => {
+                return Some(Ok(event));
+            }
+        }
+    }
+}
+
+/// Non-stream: reads to the terminal. `Some(Ok(complete))`, a failed
+/// terminal as `Some(Err)`, or `None` when the client left.
+async fn collect(
+    stream: &mut RunStream,
+    out: &mut Output,
+    responder: &mut Responder,
+) -> Option<Result<RunEvent, RunEvent>> {
+    loop {
+        let event = next_or_gone(stream, responder).await?;
+        match apply(&event, out) {
+            Some(Ok(())) => return Some(Ok(event)),
+            Some(Err(_)) => return Some(Err(event)),
+            None => {}
+        }
+    }
+}
+
+/// Stream: writes each event as it arrives, from the first output on.
+/// Returns the status answered (499: the client left) and the terminal.
 async fn stream_events(
     writer: &mut SseWriter<'_>,
     stream: &mut RunStream,
     first: RunEvent,
     out: &mut Output,
     responder: &mut Responder,
-) -> u16 {
+) -> (u16, Option<RunEvent>) {
     let mut event = Some(first);
     while let Some(current) = event {
         let terminal = apply(&current, out);
         let bytes = writer.event(&current, out, terminal.as_ref());
         responder.chunk(Bytes::from(bytes)).await;
         if responder.is_gone() {
-            return 499;
+            return (499, None);
         }
         if let Some(result) = terminal {
             responder.finish().await;
-            return match result {
+            let status = match result {
                 Ok(()) => 200,
                 Err(error) => error.status,
             };
+            return (status, Some(current));
         }
-        event = monoio::select! {
-            next = stream.next() => next,
-            _ = responder.gone() => return 499,
-        };
+        event = next_or_gone(stream, responder).await;
     }
     responder.close_after();
-    499
+    (499, None)
 }
 
 /// Turns run events into the API's SSE events.
@@ -250,9 +316,7 @@ impl SseWriter<'_> {
             bytes.extend(self.opening());
         }
         if let Some(Err(error)) = terminal {
-            let body = json!({"error": {"message": error.message, "type": error.kind, "code": error.code}});
-            let name = (self.api == Api::Responses).then_some("error");
-            bytes.extend(sse(name, &body));
+            bytes.extend(error_event(self.api, error));
             return bytes;
         }
         match self.api {

@@ -14,19 +14,28 @@
 //!   client that stops reading pauses only its own provider read.
 //! - Hop-by-hop and framing headers of the provider are dropped; the Edge
 //!   frames the body itself (chunked, or close-delimited for HTTP/1.0).
-//! - A failure before the provider's head is an OpenAI error answer; after
-//!   it, the client's body is cut (no last chunk, connection closed), so
-//!   the client sees the truncation instead of a clean end.
+//! - The provider's status and headers are held (they are small `Bytes`
+//!   values; the body never is) until its first body byte: only then is
+//!   anything committed to the client, so a stall before the first body
+//!   byte can still be recovered on another provider by the StreamGate
+//!   ([`super::gate`]). A failure before commit is an OpenAI error answer.
+//! - A stall after commit on an event stream ends with one OpenAI-style
+//!   SSE error event and a clean end ([`super::gate::error_event`]). Any
+//!   other failure after commit, and a stall in a non-SSE body (which no
+//!   event can be appended to), cuts the client's body (no last chunk,
+//!   connection closed), so the client sees the truncation instead of a
+//!   clean end.
 
 use bytes::Bytes;
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{Header, ProviderTunnelRequest};
+use proto::v1::{ExecutionFailure, FailureCode, Header, ProviderTunnelRequest};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
+use super::gate::{Decision, Path, error_event};
 use super::http::Responder;
 use super::openai::ParsedRequest;
-use super::{Api, IngressShared};
+use super::{Api, Attempt, AttemptCtx};
 use crate::dispatch::TunnelStream;
 use crate::pool::Lease;
 
@@ -52,25 +61,25 @@ pub(crate) fn relayed(name: &str) -> bool {
         .any(|dropped| name.eq_ignore_ascii_case(dropped))
 }
 
-/// Serves one request through a raw tunnel; returns the status answered.
+/// Serves one attempt of a request through a raw tunnel.
 pub(crate) async fn serve(
-    shared: &IngressShared,
-    api: Api,
-    request: ParsedRequest,
-    body: Bytes,
+    ctx: &mut AttemptCtx<'_, '_>,
+    request: &ParsedRequest,
+    body: &Bytes,
     lease: Lease,
     responder: &mut Responder,
-) -> u16 {
+) -> Attempt {
+    let api = ctx.api;
     let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
     let body = if strip_usage {
-        let mut object = request.object;
+        let mut object = request.object.clone();
         let options = object.entry("stream_options").or_insert_with(|| json!({}));
         if let Value::Object(options) = options {
             options.insert("include_usage".into(), Value::Bool(true));
         }
         Bytes::from(Value::Object(object).to_string())
     } else {
-        body
+        body.clone()
     };
     let tunnel = ProviderTunnelRequest {
         method: "POST".into(),
@@ -95,41 +104,116 @@ pub(crate) async fn serve(
         strip_usage_event: strip_usage,
         ..ProviderTunnelRequest::default()
     };
-    let mut stream = match shared.dispatcher.open_tunnel(&lease, tunnel).await {
+    let mut stream = match ctx.shared.dispatcher.open_tunnel(&lease, tunnel).await {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);
             responder.error(&error).await;
-            return error.status;
+            return Attempt::Answered(error.status);
         }
     };
-    let status = relay(shared, &lease, &mut stream, responder).await;
-    if status == 499 {
-        super::release_after_end(stream, lease);
+    let mut state = Committed::default();
+    let ended = relay(ctx, &lease, &mut stream, responder, &mut state).await;
+    match ended {
+        Ended::Answered(499) => {
+            super::release_after_end(stream, lease);
+            Attempt::Answered(499)
+        }
+        Ended::Answered(status) => Attempt::Answered(status),
+        Ended::Stalled(failure) => {
+            let decision = ctx.stalled(
+                Path::Tunnel,
+                &lease,
+                stream.node(),
+                &failure,
+                state.committed,
+            );
+            let error = from_failure(&failure);
+            // The stall was the tunnel's terminal: the Node already fenced
+            // and closed the provider request. Drop the stream and release
+            // the lease (once) before anything else is admitted.
+            drop(stream);
+            drop(lease);
+            match decision {
+                Decision::Reattempt(avoid) => Attempt::Reattempt { avoid, error },
+                Decision::Terminal(_) if !state.committed => {
+                    responder.error(&error).await;
+                    Attempt::Answered(error.status)
+                }
+                Decision::Terminal(_) if state.event_stream => {
+                    responder.chunk(Bytes::from(error_event(api, &error))).await;
+                    responder.finish().await;
+                    Attempt::Answered(error.status)
+                }
+                Decision::Terminal(_) => {
+                    responder.close_after();
+                    Attempt::Answered(error.status)
+                }
+            }
+        }
     }
-    status
 }
 
-/// Relays the tunnel's frames to the client; returns the status answered,
-/// 499 when the client left.
+/// A provider head received and not yet written.
+#[derive(Debug)]
+struct Head {
+    status: u16,
+    fields: Vec<(String, Bytes)>,
+}
+
+/// What reached the client so far.
+#[derive(Debug, Default)]
+struct Committed {
+    /// The head (and a body byte) were written.
+    committed: bool,
+    /// The provider's body is an event stream (`text/event-stream`).
+    event_stream: bool,
+}
+
+/// How a relay ended.
+#[derive(Debug)]
+enum Ended {
+    /// Answered with this status (499: the client left).
+    Answered(u16),
+    /// The tunnel's terminal was a stall; nothing about it was written.
+    Stalled(ExecutionFailure),
+}
+
+/// Writes the held head: the client's response starts.
+async fn commit(head: Option<Head>, state: &mut Committed, responder: &mut Responder) {
+    let head = head.unwrap_or(Head {
+        status: 502,
+        fields: Vec::new(),
+    });
+    state.committed = true;
+    responder
+        .start_stream(
+            head.status,
+            head.fields.iter().map(|(n, v)| (n.as_str(), &v[..])),
+        )
+        .await;
+}
+
+/// Relays the tunnel's frames to the client (see the module docs).
 async fn relay(
-    shared: &IngressShared,
+    ctx: &AttemptCtx<'_, '_>,
     lease: &Lease,
     stream: &mut TunnelStream,
     responder: &mut Responder,
-) -> u16 {
+    state: &mut Committed,
+) -> Ended {
     let mut status = 0u16;
-    let mut started = false;
+    let mut head: Option<Head> = None;
     // Usage frames are candidates; the `end` frame carries the final one.
     let mut last_usage = None;
     loop {
         let frame = monoio::select! {
             frame = stream.next() => frame,
-            _ = responder.gone() => return 499,
+            _ = responder.gone() => return Ended::Answered(499),
         };
         let Some(frame) = frame else {
             responder.close_after();
-            return 499;
+            return Ended::Answered(499);
         };
         match frame {
             Frame::Status(s) => status = u16::try_from(s.code).unwrap_or(502),
@@ -145,47 +229,60 @@ async fn relay(
                     .filter(|h| relayed(&h.name))
                     .map(|h| (h.name, h.value))
                     .collect();
-                responder
-                    .start_stream(code, fields.iter().map(|(n, v)| (n.as_str(), &v[..])))
-                    .await;
-                started = true;
+                state.event_stream = fields.iter().any(|(name, value)| {
+                    name.eq_ignore_ascii_case("content-type")
+                        && value.starts_with(b"text/event-stream")
+                });
+                head = Some(Head {
+                    status: code,
+                    fields,
+                });
             }
             Frame::Body(body) => {
+                if !state.committed {
+                    commit(head.take(), state, responder).await;
+                }
                 let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
                 responder.chunk(body).await;
                 if responder.is_gone() {
-                    return 499;
+                    return Ended::Answered(499);
                 }
                 stream.grant(len);
             }
             Frame::Usage(usage) => last_usage = Some(usage),
             Frame::End(end) => {
                 if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
-                    super::record_usage(shared, lease, usage);
+                    super::record_usage(ctx.shared, lease, usage);
                 }
-                if !started {
-                    // A head-less end: nothing to relay.
-                    let error = ApiError::new(
-                        502,
-                        "server_error",
-                        "upstream_error",
-                        "the provider answered without a response head",
-                    );
-                    responder.error(&error).await;
-                    return error.status;
+                if !state.committed {
+                    if head.is_none() {
+                        // A head-less end: nothing to relay.
+                        let error = ApiError::new(
+                            502,
+                            "server_error",
+                            "upstream_error",
+                            "the provider answered without a response head",
+                        );
+                        responder.error(&error).await;
+                        return Ended::Answered(error.status);
+                    }
+                    commit(head.take(), state, responder).await;
                 }
                 responder.finish().await;
-                return status;
+                return Ended::Answered(status);
+            }
+            Frame::Error(failure) if failure.code() == FailureCode::ResponseStalled => {
+                return Ended::Stalled(failure);
             }
             Frame::Error(failure) => {
-                if started {
+                if state.committed {
                     // Mid-body: cut the client's stream so it sees the break.
                     responder.close_after();
-                    return status;
+                    return Ended::Answered(status);
                 }
                 let error = from_failure(&failure);
                 responder.error(&error).await;
-                return error.status;
+                return Ended::Answered(error.status);
             }
         }
     }
