@@ -1,13 +1,14 @@
 //! The Node's commands (`node_runner::commands`, F14, F25) against the real
 //! mock provider (in-process, its own thread), under both monoio drivers:
-//! the exact-target probe, and the Ollama API tunnel's calls, errors and
-//! bounds. Lookups and validation without a provider are unit tests in
+//! the exact-target probe (per adapter kind, and its fail-closed mapping:
+//! `node_runner::adapter::probe`), and the Ollama API tunnel's calls,
+//! errors and bounds. Lookups and validation without a provider are unit tests in
 //! `node-runner/src/commands/tests.rs`.
 
 use std::cell::Cell;
 use std::time::Duration;
 
-use node_runner::adapter::{AdapterConfig, AnyAdapter, OllamaAdapter};
+use node_runner::adapter::{AdapterConfig, AnyAdapter, OllamaAdapter, OpenAiAdapter, OpenAiFlavor};
 use node_runner::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
 use node_runner::provider_http::{BaseUrl, ProviderClient, ProviderClientConfig};
 use perf::mock_provider::Route;
@@ -18,6 +19,7 @@ use proto::v1::{
 use serde_json::{Value, json};
 
 mod support;
+use support::stack::start_garbage_provider;
 use support::{each_driver, start};
 
 fn client() -> ProviderClient {
@@ -141,6 +143,199 @@ fn exact_target_probe_available_then_unavailable_with_increasing_seq() {
         mock.shutdown();
         let out = run(&adapters, &seq, limits, probe("llm", "m")).await;
         assert_eq!(status(&out), (ProviderHealth::Unavailable, 2));
+    });
+}
+
+/// An adapter of `kind` named `name` on `base`, serving `targets` (none:
+/// any), probed with `health_path` within `timeout_ms`, with knob headers.
+fn probed(
+    name: &str,
+    kind: &str,
+    base: &BaseUrl,
+    targets: &[&str],
+    health_path: &str,
+    timeout_ms: u64,
+    knobs: &[(&str, &str)],
+) -> NamedAdapter {
+    let mut config = AdapterConfig::new(name, base.clone());
+    config.targets = targets.iter().map(|t| t.to_string()).collect();
+    config.health_path = health_path.into();
+    config.health_timeout_ms = timeout_ms;
+    config.headers = knobs
+        .iter()
+        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .collect();
+    NamedAdapter::new(match kind {
+        "ollama" => AnyAdapter::Ollama(OllamaAdapter::new(config, client())),
+        "vllm" => AnyAdapter::OpenAi(OpenAiAdapter::new(config, OpenAiFlavor::Vllm, client())),
+        _ => AnyAdapter::OpenAi(OpenAiAdapter::new(
+            config,
+            OpenAiFlavor::OpenAiCompat,
+            client(),
+        )),
+    })
+}
+
+/// The probe's status and sequence, checking it names `adapter`/`target`.
+async fn probe_status(
+    adapters: &[NamedAdapter],
+    seq: &Cell<u64>,
+    adapter: &str,
+    target: &str,
+) -> (ProviderHealth, u64) {
+    let out = run(
+        adapters,
+        seq,
+        CommandLimits::default(),
+        probe(adapter, target),
+    )
+    .await;
+    assert!(out[0].ok, "{out:?}");
+    let probe = out[0].capabilities.clone().unwrap().probe.unwrap();
+    assert_eq!(
+        (probe.adapter.as_str(), probe.target.as_str()),
+        (adapter, target)
+    );
+    (probe.status(), probe.health_observation_seq)
+}
+
+#[test]
+fn exact_target_probe_per_kind_needs_the_target_listed() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let stats = mock.stats();
+        // As the Edge configures them: each kind with its default path.
+        let adapters = [
+            probed("oa", "openai_compat", &base, &[], "/v1/models", 0, &[]),
+            probed("vl", "vllm", &base, &[], "/health", 0, &[]),
+            probed("ol", "ollama", &base, &[], "/api/tags", 0, &[]),
+        ];
+        let seq = Cell::new(0);
+        use ProviderHealth::*;
+        let mut want_seq = 0;
+        let mut expect = |got: (ProviderHealth, u64), health: ProviderHealth, what: &str| {
+            want_seq += 1;
+            assert_eq!(got, (health, want_seq), "{what}");
+        };
+        // Listed targets are available; `m` is `m:latest` to Ollama.
+        for name in ["oa", "vl", "ol"] {
+            for target in ["m", "mock-model"] {
+                let got = probe_status(&adapters, &seq, name, target).await;
+                expect(got, Available, &format!("{name} {target}"));
+            }
+        }
+        let got = probe_status(&adapters, &seq, "ol", "m:latest").await;
+        expect(got, Available, "ollama with its tag");
+        // What each kind asked: openai_compat and ollama their list only,
+        // vllm /health and the list.
+        assert_eq!(stats.requests(Route::Health), 2, "vllm only");
+        assert_eq!(stats.requests(Route::Models), 4);
+        assert_eq!(stats.requests(Route::OllamaTags), 3);
+        // A target the provider does not list is unavailable, on every kind.
+        for name in ["oa", "vl", "ol"] {
+            let got = probe_status(&adapters, &seq, name, "not-pulled").await;
+            expect(got, Unavailable, name);
+        }
+        let got = probe_status(&adapters, &seq, "ol", "m:7b").await;
+        expect(got, Unavailable, "another tag of a listed model");
+        // A provider toggled down fails its health and its lists.
+        stats.set_healthy(false);
+        for name in ["oa", "vl", "ol"] {
+            let got = probe_status(&adapters, &seq, name, "m").await;
+            expect(got, Unavailable, name);
+        }
+        stats.set_healthy(true);
+        let got = probe_status(&adapters, &seq, "vl", "m").await;
+        expect(got, Available, "up again");
+        mock.shutdown();
+    });
+}
+
+#[test]
+fn probe_failures_map_fail_closed() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let dead = BaseUrl::parse("http://127.0.0.1:1").unwrap();
+        let garbage = BaseUrl::parse(&format!("http://{}", start_garbage_provider())).unwrap();
+        let m = &["m"][..];
+        let adapters = [
+            probed("refused", "vllm", &dead, m, "", 0, &[]),
+            probed(
+                "5xx",
+                "openai_compat",
+                &base,
+                m,
+                "",
+                0,
+                &[("status", "503")],
+            ),
+            probed(
+                "401",
+                "openai_compat",
+                &base,
+                m,
+                "",
+                0,
+                &[("status", "401")],
+            ),
+            probed(
+                "slow",
+                "ollama",
+                &base,
+                m,
+                "",
+                100,
+                &[("headers-delay-ms", "2000")],
+            ),
+            probed("garbage", "openai_compat", &garbage, m, "", 0, &[]),
+            probed("garbage-ol", "ollama", &garbage, m, "", 0, &[]),
+            // vllm: /health answers 200 but the list is not JSON.
+            probed("half", "vllm", &garbage, m, "/health", 0, &[]),
+        ];
+        let seq = Cell::new(0);
+        use ProviderHealth::*;
+        let cases = [
+            ("refused", Unavailable),
+            ("5xx", Unavailable),
+            ("401", Unknown),
+            ("slow", Unknown),
+            ("garbage", Unknown),
+            ("garbage-ol", Unknown),
+            ("half", Unknown),
+            // The provider would answer (and list `m`) after 2 s: only the
+            // 100 ms bound makes this unknown.
+            ("slow", Unknown),
+        ];
+        for (i, (name, health)) in cases.into_iter().enumerate() {
+            let got = probe_status(&adapters, &seq, name, "m").await;
+            assert_eq!(got, (health, i as u64 + 1), "{name}");
+        }
+        mock.shutdown();
+    });
+}
+
+#[test]
+fn probe_lookups_fail_typed_without_a_provider_call() {
+    each_driver(|| async {
+        let (mock, base) = start();
+        let stats = mock.stats();
+        let adapters = [probed("oa", "openai_compat", &base, &["m"], "", 0, &[])];
+        let seq = Cell::new(0);
+        let limits = CommandLimits::default();
+        let cases = [
+            ("nope", "m", FailureCode::UnknownAdapter),
+            ("oa", "other", FailureCode::UnknownTarget),
+            ("oa", "", FailureCode::InvalidRequest),
+            ("", "m", FailureCode::InvalidRequest),
+        ];
+        for (adapter, target, code) in cases {
+            let out = run(&adapters, &seq, limits, probe(adapter, target)).await;
+            assert_eq!(failure_of(&out).0, code, "{adapter}/{target}");
+            assert_eq!(failure_of(&out).1, FailureSide::Client);
+        }
+        assert_eq!(seq.get(), 0, "no probe, no sequence number");
+        assert_eq!(stats.requests(Route::Models), 0, "no provider call");
+        mock.shutdown();
     });
 }
 
