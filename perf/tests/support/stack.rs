@@ -193,6 +193,17 @@ impl Stack {
         name: &str,
         config: fn(std::net::SocketAddr, std::net::SocketAddr) -> String,
     ) -> Self {
+        Self::start_edge_with(driver, name, config, |_| {})
+    }
+
+    /// [`start_edge`](Self::start_edge), with `tune` adjusting the Edge's
+    /// start options (e.g. a shortened heartbeat profile) last.
+    pub(crate) fn start_edge_with(
+        driver: IoDriver,
+        name: &str,
+        config: fn(std::net::SocketAddr, std::net::SocketAddr) -> String,
+        tune: impl FnOnce(&mut StartOptions),
+    ) -> Self {
         let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
             .expect("mock provider starts");
         let yaml = config(mock.local_addr(), start_garbage_provider());
@@ -203,6 +214,7 @@ impl Stack {
         options.ingress_limits.head_timeout_ms = 300;
         options.ingress_limits.body_timeout_ms = 300;
         options.ingress_limits.max_body_bytes = 64 * 1024;
+        tune(&mut options);
         let edge = EdgeServer::start(config, options).expect("edge starts");
         let data_dir = std::env::temp_dir().join(format!(
             "iop-runs-{name}-{}-{}",
