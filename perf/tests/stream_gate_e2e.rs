@@ -56,6 +56,13 @@ nodes:
         response_stall_timeout_ms: {STALL_MS}
         health_probe: {{path: /health}}
         headers: {{x-mock-tokens: "5"}}
+      - id: oa-stall-2
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        response_stall_timeout_ms: {STALL_MS}
+        health_probe: {{path: /health}}
+        headers: {{x-mock-tokens: "5", x-mock-prefill-ms: "600000"}}
       - id: ol-stall
         kind: ollama
         base_url: http://{mock}
@@ -100,6 +107,12 @@ model_groups:
   - name: normalized-stall
     target: m
     providers: [ol-stall, ol-good]
+  - name: all-stall
+    target: m
+    providers: [oa-stall, oa-stall-2]
+  - name: mixed-stall
+    target: m
+    providers: [ol-stall, oa-good]
   - name: tunnel-mid
     target: m
     providers: [oa-mid]
@@ -364,6 +377,56 @@ fn a_stall_before_the_first_byte_recovers_on_the_other_provider() {
             }
         }
         assert_eq!(stack.edge.pools.outstanding(), 0);
+    }
+}
+
+#[test]
+fn a_recovery_may_change_path_and_the_budget_is_shared() {
+    for driver in drivers() {
+        let stack = start(driver, "gate-budget");
+        // A normalized attempt stalls; the new attempt is a tunnel.
+        assert_complete(
+            Api::Chat,
+            true,
+            &ask(&stack, Api::Chat, "mixed-stall", true),
+        );
+        released(&stack);
+        // Both providers stall: the second stall finds the budget spent and
+        // the client gets the stall's 504, once.
+        let answer = ask(&stack, Api::Responses, "all-stall", true);
+        assert_eq!(answer.status, 504, "{answer:?}");
+        let error: Value = serde_json::from_str(&answer.body).expect("JSON error");
+        assert_eq!(error["error"]["code"], "upstream_timeout", "{answer:?}");
+        released(&stack);
+        let text = metrics(&stack);
+        let chat = |path, key, value: &str| {
+            counter(
+                &text,
+                if key == "result" {
+                    RESULTS
+                } else {
+                    ELIGIBILITY
+                },
+                &labels(Api::Chat, path, key, value),
+            )
+        };
+        assert_eq!(chat(Path::Normalized, "eligibility", "eligible"), 1);
+        assert_eq!(chat(Path::Normalized, "result", "recovered"), 1);
+        let responses = |key, value: &str| {
+            let name = if key == "result" {
+                RESULTS
+            } else {
+                ELIGIBILITY
+            };
+            counter(
+                &text,
+                name,
+                &labels(Api::Responses, Path::Tunnel, key, value),
+            )
+        };
+        assert_eq!(responses("eligibility", "eligible"), 1);
+        assert_eq!(responses("eligibility", "budget_exhausted"), 1);
+        assert_eq!(responses("result", "stalled"), 1);
     }
 }
 
