@@ -48,8 +48,18 @@ hack/smoke-mock-provider.sh
 step "the official openai Python client against Edge + Node + mock (perf/py)"
 hack/openai-client-test.sh
 
-step "fuzz harness compiles (cargo-fuzz layout; see hack/fuzz.sh)"
-cargo check --quiet --manifest-path framing/fuzz/Cargo.toml --target-dir target/fuzz-check
+# Bounded coverage-guided fuzzing of every decoder that reads the network
+# (frames, SSE, HTTP heads, chunked bodies): IOP_FUZZ_SECONDS per target
+# (default 45: 4 targets, ~3 min plus the first build); 0 only checks that
+# the harness compiles. A crash, leak or hang fails the run.
+fuzz_seconds=${IOP_FUZZ_SECONDS:-45}
+if [ "$fuzz_seconds" = 0 ]; then
+  step "fuzz harness compiles (IOP_FUZZ_SECONDS=0; see hack/fuzz.sh)"
+  cargo check --quiet --manifest-path framing/fuzz/Cargo.toml --target-dir target/fuzz-check
+else
+  step "fuzz: every framing target for ${fuzz_seconds}s (hack/fuzz.sh)"
+  IOP_FUZZ_SECONDS="$fuzz_seconds" hack/fuzz.sh
+fi
 
 step "k6 smoke: 10 s of streaming chat through Edge + Node, error rate 0 (hack/loadtest.sh smoke)"; hack/loadtest.sh smoke
 printf '\nall checks passed in %ss\n' "$((SECONDS - started))"
