@@ -1,0 +1,328 @@
+//! Streaming through IOP next to the direct path, in one run (criterion).
+//!
+//! ```sh
+//! cargo bench -p perf --bench stream                       # io_uring where allowed
+//! IOP_IO_DRIVER=epoll cargo bench -p perf --bench stream   # the epoll driver
+//! cargo bench -p perf --bench stream -- s2/                # one group
+//! ```
+//!
+//! Everything runs in this process over loopback (see [`stack`]): the mock
+//! provider (1 thread) → the Node (1 core, the code `iop-node --workers 1`
+//! runs) → the Edge (1 worker) → a blocking HTTP/1.1 client on the bench
+//! thread ([`client`]). Each group also reads the same stream straight
+//! from the mock (`direct`), so IOP's ratio comes from one run.
+//!
+//! - **`s1/`** — large-chunk streaming: one response of 4,096 SSE events of
+//!   64 KiB (256 MiB) per iteration; throughput in bytes/s. Paths: `direct`,
+//!   `tunnel` (the raw provider tunnel, F16).
+//! - **`s2/`** — token-sized streaming: one response of 100,000 events of
+//!   ~128 B per iteration (the mock coalesces them into ≤ 32 KiB writes);
+//!   throughput in events/s. Paths: `direct`, `tunnel`, `normalized-ollama`
+//!   (Ollama NDJSON parsed by the Node, OpenAI SSE written by the Edge) and
+//!   `run-openai` (a normalized run of the `openai_compat` adapter submitted
+//!   to the Edge's dispatcher, as the ingress does: the Node parses every
+//!   SSE chunk; events are the run's `Delta`s).
+//! - **`s2-gap`** (printed, not a criterion figure) — added inter-chunk
+//!   latency: one stream of 20,000 ~128 B events paced by the mock at
+//!   `IOP_BENCH_GAP_US` (default 20 µs, 50k events/s); each event's
+//!   lateness against its schedule, p50 / p99 / p99.9, direct and through
+//!   the tunnel, and the difference.
+//!
+//! - **`idle`** (printed) — memory per idle stream: 2,000 streams
+//!   (`IOP_BENCH_IDLE_STREAMS`) quiet after their first event, direct and
+//!   through IOP; this process's RSS growth, and the difference (the Edge's
+//!   and the Node's share; see [`idle`]).
+//!
+//! Under `cargo test` (criterion's test mode, also `cargo bench -- --test`)
+//! every workload shrinks to a few events and each path runs once, so CI
+//! only checks that the benches work.
+
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
+
+mod client;
+mod idle;
+mod stack;
+
+use client::Client;
+use stack::{Scenario, Stack, run_deltas};
+
+/// Workload sizes: full under `cargo bench`, tiny in test mode.
+struct Sizes {
+    s1_events: u64,
+    s2_events: u64,
+    gap_events: u64,
+    gap_delay_us: u64,
+    idle_streams: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        let gap_delay_us = std::env::var("IOP_BENCH_GAP_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        if quick {
+            Self {
+                s1_events: 4,
+                s2_events: 50,
+                gap_events: 20,
+                gap_delay_us,
+                idle_streams: 8,
+            }
+        } else {
+            Self {
+                s1_events: 4096,
+                s2_events: 100_000,
+                gap_events: 20_000,
+                gap_delay_us,
+                idle_streams: std::env::var("IOP_BENCH_IDLE_STREAMS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(2000),
+            }
+        }
+    }
+
+    fn scenarios(&self) -> Vec<Scenario> {
+        let knobs = |tokens: u64, bytes: u64, delay: Option<u64>| {
+            let mut knobs = vec![
+                ("tokens", tokens.to_string()),
+                ("event-bytes", bytes.to_string()),
+            ];
+            if let Some(us) = delay {
+                knobs.push(("delay-us", us.to_string()));
+            }
+            knobs
+        };
+        vec![
+            Scenario {
+                model: "s1",
+                kind: "openai_compat",
+                knobs: knobs(self.s1_events, 64 * 1024, None),
+            },
+            Scenario {
+                model: "s2",
+                kind: "openai_compat",
+                knobs: knobs(self.s2_events, 128, None),
+            },
+            Scenario {
+                model: "s2-ollama",
+                kind: "ollama",
+                knobs: knobs(self.s2_events, 128, None),
+            },
+            Scenario {
+                model: "s2-gap",
+                kind: "openai_compat",
+                knobs: knobs(self.gap_events, 128, Some(self.gap_delay_us)),
+            },
+            // Quiet after the role chunk: one token every 2 minutes.
+            Scenario {
+                model: "idle",
+                kind: "openai_compat",
+                knobs: vec![("tokens", "2".into()), ("delay-ms", "120000".into())],
+            },
+        ]
+    }
+}
+
+/// Criterion's test mode: `cargo test` runs bench targets without
+/// `--bench`; `cargo bench -- --test` passes both.
+fn quick() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test")
+}
+
+/// Whether a printed report runs: yes unless the command line names a
+/// filter (a word that is not an option or a number) not part of `name`.
+fn report_wanted(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-') && a.parse::<f64>().is_err())
+        .collect();
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| name.contains(f.trim_end_matches('/')))
+}
+
+/// One path a stream can take.
+#[derive(Clone, Copy)]
+enum Path {
+    /// Client → mock provider.
+    Direct,
+    /// Client → Edge ingress → Node → provider.
+    Iop,
+}
+
+/// Streams `scenario` once over `client`; (body bytes, events).
+fn stream_once(client: &mut Client, path: Path, scenario: &Scenario) -> (u64, u64) {
+    let (url, headers, model) = match path {
+        Path::Direct => ("/v1/chat/completions", scenario.header_lines(), "m"),
+        Path::Iop => ("/v1/chat/completions", String::new(), scenario.model),
+    };
+    let streamed = client
+        .stream(url, &headers, model, |_, _| {})
+        .unwrap_or_else(|e| panic!("{} stream failed: {e}", scenario.model));
+    (streamed.bytes, streamed.events)
+}
+
+fn main() {
+    let quick = quick();
+    let sizes = Sizes::new(quick);
+    let driver = IoDriver::resolve(
+        std::env::var(IO_DRIVER_ENV).ok().as_deref(),
+        monoio::utils::detect_uring(),
+    )
+    .expect("IOP_IO_DRIVER is uring, epoll or unset");
+    let scenarios = sizes.scenarios();
+    let stack = Stack::start(driver, &scenarios);
+    eprintln!(
+        "stream bench: driver {}, mock {}, edge {}",
+        stack.driver.as_str(),
+        stack.mock_addr(),
+        stack.ingress()
+    );
+    let mut criterion = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    s1(&mut criterion, &stack, &scenarios[0]);
+    s2(&mut criterion, &stack, &scenarios[1], &scenarios[2]);
+    if report_wanted("s2-gap") {
+        s2_gap(&stack, &scenarios[3], &sizes);
+    }
+    if report_wanted("idle") {
+        idle::idle_streams(&stack, &scenarios[4], sizes.idle_streams);
+    }
+    criterion.final_summary();
+}
+
+fn s1(c: &mut Criterion, stack: &Stack, scenario: &Scenario) {
+    let driver = stack.driver.as_str();
+    // Measure the bytes once per path, so the throughput is exact.
+    let mut direct = Client::connect(stack.mock_addr());
+    let mut iop = Client::connect(stack.ingress());
+    let (direct_bytes, _) = stream_once(&mut direct, Path::Direct, scenario);
+    let (iop_bytes, _) = stream_once(&mut iop, Path::Iop, scenario);
+    let mut group = c.benchmark_group("s1");
+    group.sampling_mode(SamplingMode::Flat);
+    for (name, client, path, bytes) in [
+        ("direct", &mut direct, Path::Direct, direct_bytes),
+        ("tunnel", &mut iop, Path::Iop, iop_bytes),
+    ] {
+        group.throughput(Throughput::Bytes(bytes));
+        group.bench_function(BenchmarkId::new(name, driver), |b| {
+            b.iter(|| stream_once(client, path, scenario));
+        });
+    }
+    group.finish();
+}
+
+fn s2(c: &mut Criterion, stack: &Stack, openai: &Scenario, ollama: &Scenario) {
+    let driver = stack.driver.as_str();
+    let mut direct = Client::connect(stack.mock_addr());
+    let mut iop = Client::connect(stack.ingress());
+    let mut group = c.benchmark_group("s2");
+    group.sampling_mode(SamplingMode::Flat);
+    for (name, client, path, scenario) in [
+        ("direct", &mut direct, Path::Direct, openai),
+        ("tunnel", &mut iop, Path::Iop, openai),
+    ] {
+        let (_, events) = stream_once(client, path, scenario);
+        group.throughput(Throughput::Elements(events));
+        group.bench_function(BenchmarkId::new(name, driver), |b| {
+            b.iter(|| stream_once(client, path, scenario));
+        });
+    }
+    let (_, events) = stream_once(&mut iop, Path::Iop, ollama);
+    group.throughput(Throughput::Elements(events));
+    group.bench_function(BenchmarkId::new("normalized-ollama", driver), |b| {
+        b.iter(|| stream_once(&mut iop, Path::Iop, ollama));
+    });
+    // A normalized openai run: events are the run's text deltas.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let dispatcher = &stack.edge.dispatcher;
+    let deltas = runtime.block_on(run_deltas(dispatcher, openai.model));
+    group.throughput(Throughput::Elements(deltas));
+    group.bench_function(BenchmarkId::new("run-openai", driver), |b| {
+        b.iter(|| runtime.block_on(run_deltas(dispatcher, openai.model)));
+    });
+    group.finish();
+}
+
+/// Each content event's lateness against the mock's schedule, for one
+/// paced stream on each path; prints the percentiles.
+fn s2_gap(stack: &Stack, scenario: &Scenario, sizes: &Sizes) {
+    let delay = Duration::from_micros(sizes.gap_delay_us);
+    let mut rows = Vec::new();
+    for (name, addr, path) in [
+        ("direct", stack.mock_addr(), Path::Direct),
+        ("tunnel", stack.ingress(), Path::Iop),
+    ] {
+        let mut client = Client::connect(addr);
+        // One unmeasured stream warms the connections and the pools.
+        stream_once(&mut client, path, scenario);
+        let (url, headers, model) = match path {
+            Path::Direct => ("/v1/chat/completions", scenario.header_lines(), "m"),
+            Path::Iop => ("/v1/chat/completions", String::new(), scenario.model),
+        };
+        let mut arrivals: Vec<Instant> = Vec::with_capacity(sizes.gap_events as usize + 8);
+        client
+            .stream(url, &headers, model, |n, at| {
+                arrivals.extend(std::iter::repeat_n(at, n as usize));
+            })
+            .expect("paced stream");
+        rows.push((name, lateness(&arrivals, sizes.gap_events, delay)));
+    }
+    println!(
+        "s2-gap/{}: {} events paced at {} µs ({:.0} events/s); lateness against the schedule, µs",
+        stack.driver.as_str(),
+        sizes.gap_events,
+        sizes.gap_delay_us,
+        1e6 / sizes.gap_delay_us.max(1) as f64
+    );
+    for (name, late) in &rows {
+        println!(
+            "  {name:<8} p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}  max {:>8.1}",
+            late[0], late[1], late[2], late[3]
+        );
+    }
+    if let [(_, direct), (_, tunnel)] = rows.as_slice() {
+        println!(
+            "  added    p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}",
+            tunnel[0] - direct[0],
+            tunnel[1] - direct[1],
+            tunnel[2] - direct[2]
+        );
+    }
+}
+
+/// p50 / p99 / p99.9 / max lateness in µs of the content events: event `i`
+/// (the role chunk is event 0, content events are 1..=tokens) is due at
+/// `t0 + i × delay`, with `t0` chosen so the least late event is on time.
+fn lateness(arrivals: &[Instant], tokens: u64, delay: Duration) -> [f64; 4] {
+    let content = &arrivals[1..arrivals.len().min(tokens as usize + 1)];
+    let Some(&first) = content.first() else {
+        return [0.0; 4];
+    };
+    let offsets: Vec<f64> = content
+        .iter()
+        .enumerate()
+        .map(|(i, at)| {
+            let due = delay.as_secs_f64() * i as f64;
+            at.duration_since(first).as_secs_f64() - due
+        })
+        .collect();
+    let min = offsets.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut late: Vec<f64> = offsets.iter().map(|o| (o - min) * 1e6).collect();
+    late.sort_by(f64::total_cmp);
+    let pick = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize];
+    [pick(0.5), pick(0.99), pick(0.999), pick(1.0)]
+}
