@@ -29,6 +29,10 @@
 //!   runtime-agnostic notifier, so any core's release wakes any waiter.
 
 mod handoff;
+#[cfg(test)]
+mod recovery_tests;
+#[cfg(test)]
+mod release_tests;
 mod select;
 #[cfg(test)]
 mod tests;

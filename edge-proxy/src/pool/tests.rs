@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use proto::v1::{
-    CapabilitiesResult, ExecutionFailure, FailureCode, LivenessClassification, NodeCommandKind,
-    NodeCommandResponse, NodeConfigPayload, ProviderHealth, RegisterRequest, TargetHealth,
+    ExecutionFailure, FailureCode, LivenessClassification, NodeConfigPayload, ProviderHealth,
+    RegisterRequest,
 };
 
 use super::{AcquireError, Lease, Pools, Preference, load_key};
@@ -125,7 +125,7 @@ pub(super) fn stall(health: ProviderHealth, seq: Option<u64>) -> ExecutionFailur
     failure
 }
 
-fn avoid(id: &str, fallback: bool) -> Preference {
+pub(super) fn avoid(id: &str, fallback: bool) -> Preference {
     Preference {
         avoid_provider_id: Some(id.into()),
         allow_avoided_provider_fallback: fallback,
@@ -133,7 +133,7 @@ fn avoid(id: &str, fallback: bool) -> Preference {
 }
 
 /// Polls `fut` once: `Some` if it finished.
-async fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+pub(super) async fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
     let mut fut = fut;
     std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
         Poll::Ready(v) => Poll::Ready(Some(v)),
@@ -459,213 +459,4 @@ fn a_mismatched_lease_or_reception_is_ignored() {
         .unwrap()
         .unwrap();
     assert_eq!(detached.handoff_stall(&lease, ("n1", g1), &evidence), None);
-}
-
-/// A CAPABILITIES answer with one probe result.
-pub(super) fn answer(target: &str, status: ProviderHealth, seq: u64) -> NodeCommandResponse {
-    let mut probe = TargetHealth {
-        adapter: "a".into(),
-        target: target.into(),
-        health_observation_seq: seq,
-        ..TargetHealth::default()
-    };
-    probe.set_status(status);
-    let mut response = NodeCommandResponse {
-        ok: true,
-        r#final: true,
-        capabilities: Some(CapabilitiesResult {
-            probe: Some(probe),
-            ..CapabilitiesResult::default()
-        }),
-        ..NodeCommandResponse::default()
-    };
-    response.set_kind(NodeCommandKind::Capabilities);
-    response
-}
-
-#[test]
-fn recovery_restores_only_from_a_strictly_newer_available_answer() {
-    use EvidenceOutcome::*;
-    let w = World::new();
-    let g1 = w.registry.dispatchable("n1").unwrap().0;
-    let lease = w.lease(&Preference::default()).unwrap();
-    w.pools
-        .handoff_stall(
-            &lease,
-            ("n1", g1),
-            &stall(ProviderHealth::Unavailable, Some(5)),
-        )
-        .unwrap();
-    drop(lease);
-    let ok = |seq| answer("m", ProviderHealth::Available, seq);
-    let no_probe = {
-        let mut r = ok(6);
-        r.capabilities = Some(CapabilitiesResult::default());
-        r
-    };
-    let failed = {
-        let mut r = ok(6);
-        r.ok = false;
-        r
-    };
-    let wrong_kind = {
-        let mut r = ok(6);
-        r.set_kind(NodeCommandKind::TransportStatus);
-        r
-    };
-    let empty_adapter = {
-        let mut r = ok(6);
-        r.capabilities
-            .as_mut()
-            .unwrap()
-            .probe
-            .as_mut()
-            .unwrap()
-            .adapter = String::new();
-        r
-    };
-    let other_adapter = {
-        let mut r = ok(6);
-        r.capabilities
-            .as_mut()
-            .unwrap()
-            .probe
-            .as_mut()
-            .unwrap()
-            .adapter = "b".into();
-        r
-    };
-    let matrix: Vec<(&str, Vec<NodeCommandResponse>, u64, EvidenceOutcome)> = vec![
-        ("no answer", vec![], g1, Malformed),
-        ("no probe result", vec![no_probe], g1, Malformed),
-        ("failed", vec![failed], g1, Malformed),
-        ("not CAPABILITIES", vec![wrong_kind], g1, Malformed),
-        ("empty adapter", vec![empty_adapter], g1, Malformed),
-        ("sequence 0", vec![ok(0)], g1, Malformed),
-        (
-            "unspecified",
-            vec![answer("m", ProviderHealth::Unspecified, 6)],
-            g1,
-            Malformed,
-        ),
-        ("two results", vec![ok(6), ok(7)], g1, Ambiguous),
-        ("equal seq", vec![ok(5)], g1, StaleSequence),
-        ("older seq", vec![ok(4)], g1, StaleSequence),
-        (
-            "unknown",
-            vec![answer("m", ProviderHealth::Unknown, 6)],
-            g1,
-            Recorded,
-        ),
-        (
-            "unavailable",
-            vec![answer("m", ProviderHealth::Unavailable, 6)],
-            g1,
-            Recorded,
-        ),
-        ("older generation", vec![ok(6)], g1 - 1, StaleGeneration),
-        ("newer generation", vec![ok(6)], g1 + 1, StaleGeneration),
-        (
-            "other target",
-            vec![answer("x", ProviderHealth::Available, 6)],
-            g1,
-            Unmatched,
-        ),
-        ("other adapter", vec![other_adapter], g1, Unmatched),
-    ];
-    for (name, responses, generation, expected) in matrix {
-        let outcome = w
-            .pools
-            .apply_capabilities("a", ("n1", generation), &responses);
-        assert_eq!(outcome, expected, "{name}");
-        assert!(!w.eligible("a"), "{name} changed nothing");
-    }
-    // On another node: no provider there is lowered.
-    let g2 = w.registry.dispatchable("n2").unwrap().0;
-    assert_eq!(
-        w.pools.apply_capabilities("a", ("n2", g2), &[ok(6)]),
-        Unmatched
-    );
-    // Strictly newer available (6 > 5, the unknown/unavailable answers moved
-    // nothing) restores exactly the one provider.
-    assert_eq!(
-        w.pools.apply_capabilities("a", ("n1", g1), &[ok(6)]),
-        Restored
-    );
-    assert!(w.eligible("a"));
-    // Once restored, the same answer again matches nothing.
-    assert_eq!(
-        w.pools.apply_capabilities("a", ("n1", g1), &[ok(7)]),
-        Unmatched
-    );
-    let m = w.pools.health_metrics();
-    assert_eq!(
-        m.evidence_count("a", EvidenceSource::Capabilities, "available", Restored),
-        1
-    );
-}
-
-#[test]
-fn recovery_does_not_restore_a_provider_lowered_on_a_generation_since_replaced() {
-    let w = World::new();
-    let g1 = w.registry.dispatchable("n1").unwrap().0;
-    let lease = w.lease(&Preference::default()).unwrap();
-    w.pools
-        .handoff_stall(
-            &lease,
-            ("n1", g1),
-            &stall(ProviderHealth::Unavailable, Some(1)),
-        )
-        .unwrap();
-    drop(lease);
-    w.disconnect("n1");
-    // Offline: the old generation's answer is stale.
-    assert_eq!(
-        w.pools.apply_capabilities(
-            "a",
-            ("n1", g1),
-            &[answer("m", ProviderHealth::Available, 2)]
-        ),
-        EvidenceOutcome::StaleGeneration
-    );
-    let g2 = w.connect("n1");
-    // The new generation is fresh: nothing lowered to restore.
-    assert!(w.eligible("a"));
-    assert_eq!(
-        w.pools.apply_capabilities(
-            "a",
-            ("n1", g2),
-            &[answer("m", ProviderHealth::Available, 2)]
-        ),
-        EvidenceOutcome::Unmatched
-    );
-}
-
-#[test]
-fn a_restore_wakes_a_queued_request() {
-    let w = World::new();
-    let g1 = w.registry.dispatchable("n1").unwrap().0;
-    let a = w.lease(&Preference::default()).unwrap();
-    w.pools
-        .handoff_stall(&a, ("n1", g1), &stall(ProviderHealth::Unavailable, Some(1)))
-        .unwrap();
-    let _b1 = w.lease(&Preference::default()).unwrap();
-    let _b2 = w.lease(&Preference::default()).unwrap();
-    block_on(IoDriver::Epoll, async {
-        let mut queued = pin!(w.pools.acquire("m", &w.registry));
-        assert!(
-            poll_once(queued.as_mut()).await.is_none(),
-            "a lowered, b full"
-        );
-        let outcome = w.pools.apply_capabilities(
-            "a",
-            ("n1", g1),
-            &[answer("m", ProviderHealth::Available, 2)],
-        );
-        assert_eq!(outcome, EvidenceOutcome::Restored);
-        let lease = queued.await.unwrap();
-        assert_eq!(lease.provider().id, "a");
-    })
-    .unwrap();
-    drop(a);
 }
