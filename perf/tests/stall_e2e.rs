@@ -231,16 +231,22 @@ fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
 }
 
 #[test]
-fn a_tunnel_stalled_after_its_head_cuts_the_client_stream() {
+fn a_tunnel_stalled_after_its_head_ends_the_client_stream_with_one_error_event() {
     // Through the front door: the head and two tokens reached the client,
-    // so the Edge can only cut the stream — never a clean end.
+    // so the StreamGate (F27) cannot recover: one OpenAI error event, then
+    // a clean end of the chunked body — never `[DONE]`, never a silent cut.
     for driver in drivers() {
         let stack = start(driver, "stall-http");
         let response = http_chat(&stack, "stalls");
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.contains("data: "), "{response}");
         assert!(!response.contains("[DONE]"), "{response}");
-        assert!(!response.ends_with("0\r\n\r\n"), "no clean end: {response}");
+        assert_eq!(
+            response.matches(r#"data: {"error""#).count(),
+            1,
+            "{response}"
+        );
+        assert!(response.ends_with("0\r\n\r\n"), "a clean end: {response}");
         wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
     }
 }
