@@ -180,9 +180,18 @@ pub(crate) fn http(
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    // A GET carries no body framing at all (the Node's admin port refuses
+    // even `content-length: 0`).
+    let framing = if method == "GET" {
+        String::new()
+    } else {
+        format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        )
+    };
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
-        body.len()
+        "{method} {path} HTTP/1.1\r\nhost: x\r\n{framing}connection: close\r\n{headers}\r\n{body}"
     );
     socket.write_all(request.as_bytes()).unwrap();
     let mut all = Vec::new();
