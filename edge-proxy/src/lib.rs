@@ -32,7 +32,10 @@
 //!   commands (F14) as ordered streams over the node's link, one terminal
 //!   each; [`events`] also carries run events (F7).
 //!
-//! Ingress, pools, leases, the overlay and StreamGate come next.
+//! - [`pool`], [`health`]: model groups, capacity, queue and leases; the
+//!   runtime health overlay fed by the stall handoff (F24) and restored by
+//!   scheduled CAPABILITIES probes (F25); provider preference (F26); the
+//!   F31 counters (see `docs/health.md`).
 
 // `deny`, not `forbid`: the one exception is `iovec`, which
 // implements monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note).
