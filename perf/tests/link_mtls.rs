@@ -44,11 +44,19 @@ nodes:
         base_url: http://{mock}
         targets: [m]
         headers: {{x-mock-tokens: "3"}}
+      - id: big
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "50000"}}
   - id: node-b
     token: tok-b
 model_groups:
   - name: m
     providers: [oa]
+  - name: big
+    target: m
+    providers: [big]
 {tls}"#
     )
 }
@@ -112,6 +120,26 @@ impl Managed {
     }
 }
 
+/// The body of a `transfer-encoding: chunked` response, de-chunked.
+fn dechunk(response: &str) -> String {
+    let (head, mut rest) = response.split_once("\r\n\r\n").expect("a head");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("a chunk-size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return body;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
 fn fastrand_name() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -139,6 +167,25 @@ fn valid_mtls_node_registers_and_serves_a_run() {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.contains("\"choices\""), "{response}");
         assert!(!m.edge.log.contains("node_tls_rejected"));
+    }
+}
+
+#[test]
+fn a_large_stream_crosses_the_mtls_link_whole() {
+    for driver in drivers() {
+        let m = Managed::start("large", driver);
+        let leaf = m.ca.node(&m.dir.0, TRUST_DOMAIN, "node-a");
+        let node = m.node_with("tok-a", &leaf);
+        node.log.wait_for(&["\"node_ready\""]);
+        // Many TLS records each way, and writes past rustls' send buffer.
+        let body = r#"{"model":"big","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let response = managed::http(m.edge.ingress, "POST", "/v1/chat/completions", "", body);
+        assert!(response.starts_with("HTTP/1.1 200"), "{}", &response[..200]);
+        assert!(response.len() > 1 << 20, "{} bytes", response.len());
+        assert!(response.contains("data: [DONE]"), "the stream ended early");
+        let body = dechunk(&response);
+        let events = body.matches("\"chat.completion.chunk\"").count();
+        assert!(events >= 50_000, "{events} events");
     }
 }
 
