@@ -21,6 +21,7 @@ use proto::v1::{ExecutionFailure, FailureCode, RunEvent, RunEventKind, Usage};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
+use super::gate::commit::run_event_commits;
 use super::gate::{Decision, Path, error_event};
 use super::http::Responder;
 use super::openai::{self, ParsedRequest, chat_usage, responses_usage, sse};
@@ -235,15 +236,13 @@ async fn first_output(
 ) -> Option<Result<RunEvent, RunEvent>> {
     loop {
         let event = next_or_gone(stream, responder).await?;
-        match event.kind() {
-            RunEventKind::Start | RunEventKind::Usage | RunEventKind::Unspecified => {
-                apply(&event, out);
-            }
-            RunEventKind::Error | RunEventKind::Cancelled => return Some(Err(event)),
-            RunEventKind::Delta | RunEventKind::ReasoningDelta | RunEventKind::Complete => {
-                return Some(Ok(event));
-            }
+        if run_event_commits(event.kind()) {
+            return Some(Ok(event));
         }
+        if matches!(event.kind(), RunEventKind::Error | RunEventKind::Cancelled) {
+            return Some(Err(event));
+        }
+        apply(&event, out);
     }
 }
 

@@ -32,6 +32,7 @@ use proto::v1::{ExecutionFailure, FailureCode, Header, ProviderTunnelRequest};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
+use super::gate::commit::{EndStep, FailureEnding, HeldHead, TunnelCommit};
 use super::gate::{Decision, Path, error_event};
 use super::http::Responder;
 use super::openai::ParsedRequest;
@@ -112,8 +113,8 @@ pub(crate) async fn serve(
             return Attempt::Answered(error.status);
         }
     };
-    let mut state = Committed::default();
-    let ended = relay(ctx, &lease, &mut stream, responder, &mut state).await;
+    let mut commit = TunnelCommit::default();
+    let ended = relay(ctx, &lease, &mut stream, responder, &mut commit).await;
     match ended {
         Ended::Answered(499) => {
             super::release_after_end(stream, lease);
@@ -126,7 +127,7 @@ pub(crate) async fn serve(
                 &lease,
                 stream.node(),
                 &failure,
-                state.committed,
+                commit.committed(),
             );
             let error = from_failure(&failure);
             // The stall was the tunnel's terminal: the Node already fenced
@@ -134,40 +135,20 @@ pub(crate) async fn serve(
             // the lease (once) before anything else is admitted.
             drop(stream);
             drop(lease);
-            match decision {
-                Decision::Reattempt(avoid) => Attempt::Reattempt { avoid, error },
-                Decision::Terminal(_) if !state.committed => {
-                    responder.error(&error).await;
-                    Attempt::Answered(error.status)
-                }
-                Decision::Terminal(_) if state.event_stream => {
+            if let Decision::Reattempt(avoid) = decision {
+                return Attempt::Reattempt { avoid, error };
+            }
+            match commit.stall_ending() {
+                FailureEnding::HttpError => responder.error(&error).await,
+                FailureEnding::ErrorEvent => {
                     responder.chunk(Bytes::from(error_event(api, &error))).await;
                     responder.finish().await;
-                    Attempt::Answered(error.status)
                 }
-                Decision::Terminal(_) => {
-                    responder.close_after();
-                    Attempt::Answered(error.status)
-                }
+                FailureEnding::Cut => responder.close_after(),
             }
+            Attempt::Answered(error.status)
         }
     }
-}
-
-/// A provider head received and not yet written.
-#[derive(Debug)]
-struct Head {
-    status: u16,
-    fields: Vec<(String, Bytes)>,
-}
-
-/// What reached the client so far.
-#[derive(Debug, Default)]
-struct Committed {
-    /// The head (and a body byte) were written.
-    committed: bool,
-    /// The provider's body is an event stream (`text/event-stream`).
-    event_stream: bool,
 }
 
 /// How a relay ended.
@@ -179,13 +160,8 @@ enum Ended {
     Stalled(ExecutionFailure),
 }
 
-/// Writes the held head: the client's response starts.
-async fn commit(head: Option<Head>, state: &mut Committed, responder: &mut Responder) {
-    let head = head.unwrap_or(Head {
-        status: 502,
-        fields: Vec::new(),
-    });
-    state.committed = true;
+/// Writes a held head: the client's response starts.
+async fn write_head(head: HeldHead, responder: &mut Responder) {
     responder
         .start_stream(
             head.status,
@@ -200,10 +176,8 @@ async fn relay(
     lease: &Lease,
     stream: &mut TunnelStream,
     responder: &mut Responder,
-    state: &mut Committed,
+    commit: &mut TunnelCommit,
 ) -> Ended {
-    let mut status = 0u16;
-    let mut head: Option<Head> = None;
     // Usage frames are candidates; the `end` frame carries the final one.
     let mut last_usage = None;
     loop {
@@ -216,31 +190,18 @@ async fn relay(
             return Ended::Answered(499);
         };
         match frame {
-            Frame::Status(s) => status = u16::try_from(s.code).unwrap_or(502),
-            Frame::Headers(headers) => {
-                let code = if (100..=999).contains(&status) {
-                    status
-                } else {
-                    502
-                };
-                let fields: Vec<(String, Bytes)> = headers
+            Frame::Status(s) => commit.status(s.code),
+            Frame::Headers(headers) => commit.headers(
+                headers
                     .headers
                     .into_iter()
                     .filter(|h| relayed(&h.name))
                     .map(|h| (h.name, h.value))
-                    .collect();
-                state.event_stream = fields.iter().any(|(name, value)| {
-                    name.eq_ignore_ascii_case("content-type")
-                        && value.starts_with(b"text/event-stream")
-                });
-                head = Some(Head {
-                    status: code,
-                    fields,
-                });
-            }
+                    .collect(),
+            ),
             Frame::Body(body) => {
-                if !state.committed {
-                    commit(head.take(), state, responder).await;
+                if let Some(head) = commit.body() {
+                    write_head(head, responder).await;
                 }
                 let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
                 responder.chunk(body).await;
@@ -254,9 +215,8 @@ async fn relay(
                 if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
                     super::record_usage(ctx.shared, lease, usage);
                 }
-                if !state.committed {
-                    if head.is_none() {
-                        // A head-less end: nothing to relay.
+                match commit.end() {
+                    EndStep::Headless => {
                         let error = ApiError::new(
                             502,
                             "server_error",
@@ -266,24 +226,27 @@ async fn relay(
                         responder.error(&error).await;
                         return Ended::Answered(error.status);
                     }
-                    commit(head.take(), state, responder).await;
+                    EndStep::CommitThenFinish(head) => write_head(head, responder).await,
+                    EndStep::Finish => {}
                 }
                 responder.finish().await;
-                return Ended::Answered(status);
+                return Ended::Answered(commit.answered_status());
             }
             Frame::Error(failure) if failure.code() == FailureCode::ResponseStalled => {
                 return Ended::Stalled(failure);
             }
-            Frame::Error(failure) => {
-                if state.committed {
+            Frame::Error(failure) => match commit.failure_ending() {
+                FailureEnding::HttpError => {
+                    let error = from_failure(&failure);
+                    responder.error(&error).await;
+                    return Ended::Answered(error.status);
+                }
+                _ => {
                     // Mid-body: cut the client's stream so it sees the break.
                     responder.close_after();
-                    return Ended::Answered(status);
+                    return Ended::Answered(commit.answered_status());
                 }
-                let error = from_failure(&failure);
-                responder.error(&error).await;
-                return Ended::Answered(error.status);
-            }
+            },
         }
     }
 }

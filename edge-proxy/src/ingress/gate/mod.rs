@@ -35,6 +35,7 @@
 //! and every re-admission's outcome in
 //! `iop_edge_liveness_recovery_results_total` ([`metrics`]).
 
+pub(crate) mod commit;
 pub mod metrics;
 
 use proto::v1::ProviderHealth;
