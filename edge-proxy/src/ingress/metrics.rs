@@ -144,8 +144,6 @@ impl Metrics {
         let _ = writeln!(out, "iop_nodes_ready {}", registry.ready_nodes().len());
         // F31: the health overlay's evidence and transitions.
         pools.health_metrics().render(&mut out);
-        // F31: the health overlay's evidence and transitions.
-        pools.health_metrics().render(&mut out);
         self.recovery.render(&mut out);
         out
     }
