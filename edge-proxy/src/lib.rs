@@ -48,6 +48,7 @@ pub mod events;
 pub mod health;
 pub mod ingress;
 mod iovec;
+pub mod lease;
 pub mod link;
 pub mod pool;
 pub mod registry;

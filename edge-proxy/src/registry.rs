@@ -14,7 +14,7 @@
 //!   any other generation is a no-op: that is the fence.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use framing::link::CloseReason;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason, RegisterRequest};
@@ -88,6 +88,8 @@ struct Live {
 pub struct NodeRegistry<D> {
     directory: D,
     slots: Mutex<HashMap<String, Slot>>,
+    /// F29: pins node lease keys and extends payloads, when installed.
+    leases: std::sync::OnceLock<Arc<crate::lease::LeaseAuthority>>,
 }
 
 impl<D: NodeDirectory> NodeRegistry<D> {
@@ -96,7 +98,18 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         Self {
             directory,
             slots: Mutex::new(HashMap::new()),
+            leases: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Installs the credential lease authority (F29); once, at start.
+    pub fn set_leases(&self, leases: Arc<crate::lease::LeaseAuthority>) {
+        let _ = self.leases.set(leases);
+    }
+
+    /// The credential lease authority, when installed.
+    pub fn leases(&self) -> Option<&Arc<crate::lease::LeaseAuthority>> {
+        self.leases.get()
     }
 
     /// The directory it authenticates against.
@@ -137,7 +150,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 reason: RegisterRejectReason::DuplicateConnection,
             });
         }
-        let config = match self
+        let mut config = match self
             .directory
             .build_payload(&node_id, request.max_frame_len)
         {
@@ -150,6 +163,17 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 });
             }
         };
+        // F29: pin the node's lease key (mTLS hook: the link has checked
+        // the peer identity against `node_id` before this point).
+        if let Some(leases) = self.leases.get()
+            && let Err(why) = leases.register_node(&node_id, &request.lease_public_key, &mut config)
+        {
+            return Err(Rejection {
+                message: why.to_string(),
+                node_id: Some(node_id),
+                reason: RegisterRejectReason::LeaseKeyMismatch,
+            });
+        }
         slot.last_generation += 1;
         let generation = slot.last_generation;
         slot.live = Some(Live {

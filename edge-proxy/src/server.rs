@@ -90,6 +90,8 @@ impl EdgeServer {
         let workers = crate::runtime::worker_count(requested);
         let link = *config.link();
         let security = config.link_security().clone();
+        // F29: the credential lease authority (signing key, credentials).
+        let leases = Arc::new(crate::lease::LeaseAuthority::from_config(&config)?);
         let shared = Arc::new(LinkShared {
             registry: Arc::new(NodeRegistry::new(config)),
             bus: EventBus::new(),
@@ -104,6 +106,7 @@ impl EdgeServer {
             clock: options.clock.clone(),
             security,
         });
+        shared.registry.set_leases(leases);
         let mut addr = shared.registry.directory().listen().nodes;
         let mut ingress_addr = shared.registry.directory().listen().ingress;
         let mut threads = Vec::with_capacity(workers);

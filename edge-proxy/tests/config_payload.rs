@@ -47,6 +47,7 @@ fn every_field_is_mapped() {
                     name: "x-request-source".into(),
                     value: "iop".into(),
                 }],
+                credential_lease_required: false,
             },
             ProviderConfig {
                 provider_id: "gpu-box-1-llamacpp".into(),
@@ -64,11 +65,15 @@ fn every_field_is_mapped() {
                     timeout_ms: 0,
                 }),
                 headers: vec![],
+                credential_lease_required: false,
             },
         ],
         max_frame_len: 4 * 1024 * 1024,
         initial_stream_window: 256 * 1024,
         max_body_chunk: 64 * 1024,
+        // F29: set at registration by the lease authority, not here.
+        lease_verifying_key: Default::default(),
+        lease_revocations: vec![],
     };
     assert_eq!(payload, expected);
     assert_eq!(node.providers[1].effective_stall_timeout_ms(), 300_000);

@@ -215,6 +215,7 @@ pub fn reject_reason_name(reason: RegisterRejectReason) -> &'static str {
         RegisterRejectReason::ConfigBuildFailed => "config_build_failed",
         RegisterRejectReason::Unavailable => "unavailable",
         RegisterRejectReason::IdentityMismatch => "identity_mismatch",
+        RegisterRejectReason::LeaseKeyMismatch => "lease_key_mismatch",
     }
 }
 

@@ -28,6 +28,7 @@
 //! No I/O besides reading the file in [`EdgeConfig::load`], no logging (the
 //! caller logs [`EdgeConfig::warnings`]), no reload.
 
+mod credential;
 mod error;
 mod model;
 mod payload;
@@ -41,6 +42,10 @@ mod tests;
 
 use std::path::Path;
 
+pub use credential::{
+    CredentialSecret, CredentialSpec, DEFAULT_LEASE_TTL_MS, LeaseSettings, MAX_CREDENTIAL_LEN,
+    MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS,
+};
 pub use error::{ConfigError, ConfigWarning, Issue};
 pub use model::*;
 pub use payload::{PayloadError, register_response_frame_len};
@@ -67,6 +72,7 @@ pub struct EdgeConfig {
     model_groups: Vec<ModelGroup>,
     queue: QueueConfig,
     api_keys: ApiKeys,
+    leases: LeaseSettings,
     link_security: LinkSecurity,
     warnings: Vec<ConfigWarning>,
 }
@@ -122,6 +128,7 @@ impl EdgeConfig {
             model_groups: v.model_groups,
             queue: v.queue,
             api_keys: ApiKeys::new(v.api_keys),
+            leases: v.leases,
             link_security,
             warnings: v
                 .warnings
@@ -189,6 +196,11 @@ impl EdgeConfig {
     /// Client API keys; empty means the ingress needs none.
     pub fn api_keys(&self) -> &ApiKeys {
         &self.api_keys
+    }
+
+    /// F29 credential lease policy.
+    pub fn leases(&self) -> &LeaseSettings {
+        &self.leases
     }
 
     /// How the node socket is secured (`tls:`, F28).

@@ -220,6 +220,8 @@ pub struct ProviderSpec {
     pub health_probe: HealthProbe,
     /// Extra request headers the Node adds, in file order.
     pub headers: Vec<(String, String)>,
+    /// F29: the credential handed to the Node in a sealed lease per request.
+    pub credential: Option<super::credential::CredentialSpec>,
 }
 
 impl ProviderSpec {

@@ -92,6 +92,8 @@ impl NodeRecord {
             max_frame_len: link.max_frame_len,
             initial_stream_window: link.initial_stream_window,
             max_body_chunk: link.max_body_chunk,
+            // F29: filled in at registration by the lease authority.
+            ..NodeConfigPayload::default()
         };
         let len = register_response_frame_len(&self.id, &payload);
         if len > peer_max_frame_len as usize {
@@ -129,5 +131,6 @@ fn provider_config(spec: &ProviderSpec) -> ProviderConfig {
                 value: value.clone().into_bytes().into(),
             })
             .collect(),
+        credential_lease_required: spec.credential.is_some(),
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct RawEdgeConfig {
     pub(crate) queue: RawQueue,
     #[serde(default)]
     pub(crate) api_keys: Vec<RawApiKey>,
+    /// F29 lease policy (`config/credential.rs`).
+    pub(crate) leases: Option<super::credential::RawLeases>,
     /// `tls:` for the node socket (F28), checked by `config::tls`.
     #[serde(default)]
     pub(crate) tls: super::tls::RawTls,
@@ -90,6 +92,8 @@ pub(crate) struct RawProvider {
     pub(crate) health_probe: Option<RawHealthProbe>,
     #[serde(default)]
     pub(crate) headers: RawHeaders,
+    /// F29: the provider's credential, handed out only in leases.
+    pub(crate) credential: Option<super::credential::RawCredential>,
 }
 
 /// `health_probe:`.

@@ -26,6 +26,7 @@ pub(crate) struct Validated {
     pub(crate) model_groups: Vec<ModelGroup>,
     pub(crate) queue: QueueConfig,
     pub(crate) api_keys: Vec<(String, TokenHash)>,
+    pub(crate) leases: super::credential::LeaseSettings,
     pub(crate) warnings: Vec<Issue>,
 }
 
@@ -39,6 +40,7 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
     let model_groups = c.model_groups(raw.model_groups, &nodes);
     let queue = c.queue(&raw.queue);
     let api_keys = c.api_keys(raw.api_keys);
+    let leases = super::credential::validate_leases(raw.leases, &mut |p, m| c.fail(p, m));
     if !c.issues.is_empty() {
         return Err(c.issues);
     }
@@ -50,6 +52,7 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
         model_groups,
         queue,
         api_keys,
+        leases,
         warnings: c.warnings,
     })
 }
@@ -414,6 +417,11 @@ impl Checker {
         let probe = p.health_probe.unwrap_or_default();
         let health_probe = self.health_probe(&format!("{path}.health_probe"), probe, p.kind);
         let headers = self.headers(&format!("{path}.headers"), p.headers);
+        let credential = p.credential.and_then(|raw| {
+            let env = |name: &str| std::env::var(name).ok();
+            let cpath = format!("{path}.credential");
+            super::credential::validate_credential(&cpath, raw, &env, &mut |p, m| self.fail(p, m))
+        });
         ProviderSpec {
             id: p.id,
             adapter,
@@ -425,6 +433,7 @@ impl Checker {
             request_timeout_ms,
             health_probe,
             headers,
+            credential,
         }
     }
 

@@ -84,6 +84,10 @@ pub enum SubmitError {
     /// The request itself is invalid.
     #[error("invalid request: {0}")]
     Invalid(&'static str),
+    /// F29: no credential lease could be issued (disabled, revoked, no node
+    /// key); nothing was sent and no other credential is tried.
+    #[error("credential lease refused: {0}")]
+    Lease(#[from] crate::lease::IssueError),
 }
 
 /// Run ids: unique per Edge process and across its restarts (the node's run
@@ -173,7 +177,104 @@ impl<D: NodeDirectory> Dispatcher<D> {
         let target = self.leased(lease)?;
         run.adapter = lease.provider().adapter.clone();
         run.target = lease.target().to_owned();
-        self.submit_to(target, run).await
+        let run_id = self.run_ids.next();
+        let scope = self.lease_scope(lease, &target, &run_id, "", "");
+        let credential_lease = self.issue(&scope)?;
+        self.submit_with(target, run, run_id, credential_lease)
+            .await
+    }
+
+    /// Opens a raw provider tunnel like [`open_tunnel`](Self::open_tunnel)
+    /// for the client `principal` (its API key's name, never the key),
+    /// bound into the credential lease (F29) when the provider has one.
+    /// A lease already in `request.credential_lease` is sent as is (tests).
+    pub async fn open_tunnel_as(
+        &self,
+        lease: &Lease,
+        mut request: ProviderTunnelRequest,
+        principal: &str,
+    ) -> Result<TunnelStream, SubmitError> {
+        let target = self.leased(lease)?;
+        let tunnel_id = self.run_ids.next();
+        if request.credential_lease.is_empty() {
+            let api = crate::lease::api_of_path(&request.path);
+            let scope = self.lease_scope(lease, &target, &tunnel_id, principal, api);
+            request.credential_lease = self.issue(&scope)?;
+        }
+        self.open_tunnel_with(lease, target, tunnel_id, request)
+            .await
+    }
+
+    /// What a credential lease for `lease` on `target` binds.
+    fn lease_scope(
+        &self,
+        lease: &Lease,
+        target: &Target,
+        slot: &str,
+        principal: &str,
+        api: &str,
+    ) -> crate::lease::LeaseScope {
+        let provider = lease.provider();
+        crate::lease::LeaseScope {
+            principal: principal.to_owned(),
+            api: api.to_owned(),
+            model_group: lease.group().to_owned(),
+            slot: slot.to_owned(),
+            provider_id: provider.id.clone(),
+            adapter: provider.adapter.clone(),
+            target: lease.target().to_owned(),
+            node_id: target.node_id.clone(),
+            generation: target.generation,
+            revision: self
+                .registry
+                .leases()
+                .map_or(0, |l| l.revision_of(&target.node_id)),
+        }
+    }
+
+    /// The sealed lease for `scope`, empty when its provider has none.
+    fn issue(&self, scope: &crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError> {
+        match self.registry.leases() {
+            Some(leases) => Ok(leases.issue(scope)?.unwrap_or_default()),
+            None => Ok(bytes::Bytes::new()),
+        }
+    }
+
+    /// Revokes credential leases by `kind`/`value` (F29) and pushes the
+    /// revocation to every ready node. False when no authority is installed.
+    pub fn revoke_leases(&self, kind: proto::v1::LeaseRevocationKind, value: &str) -> bool {
+        let Some(leases) = self.registry.leases() else {
+            return false;
+        };
+        let revocation = leases.revoke(kind, value);
+        self.push_revocations(vec![revocation]);
+        true
+    }
+
+    /// Disables `provider_id`'s credential (F29): no new lease, and nodes
+    /// refuse outstanding ones. False when no authority is installed.
+    pub fn disable_provider(&self, provider_id: &str) -> bool {
+        let Some(leases) = self.registry.leases() else {
+            return false;
+        };
+        let revocation = leases.disable_provider(provider_id);
+        self.push_revocations(vec![revocation]);
+        true
+    }
+
+    fn push_revocations(&self, revocations: Vec<proto::v1::LeaseRevocation>) {
+        for (node_id, generation, core) in self.registry.ready_nodes() {
+            if let Some(inbox) = self.inboxes.get(core) {
+                let _ = inbox.send(CoreMsg::Send {
+                    node_id,
+                    generation,
+                    stream_id: 0,
+                    msg: Msg::LeaseRevocations(proto::v1::LeaseRevocations {
+                        revocations: revocations.clone(),
+                    }),
+                });
+            }
+        }
     }
 
     /// Opens a raw provider tunnel (F16) on the provider `lease` holds.
@@ -181,10 +282,18 @@ impl<D: NodeDirectory> Dispatcher<D> {
     pub async fn open_tunnel(
         &self,
         lease: &Lease,
+        request: ProviderTunnelRequest,
+    ) -> Result<TunnelStream, SubmitError> {
+        self.open_tunnel_as(lease, request, "").await
+    }
+
+    async fn open_tunnel_with(
+        &self,
+        lease: &Lease,
+        target: Target,
+        tunnel_id: Arc<str>,
         mut request: ProviderTunnelRequest,
     ) -> Result<TunnelStream, SubmitError> {
-        let target = self.leased(lease)?;
-        let tunnel_id = self.run_ids.next();
         request.tunnel_id = tunnel_id.to_string();
         request.adapter = lease.provider().adapter.clone();
         request.target = lease.target().to_owned();
@@ -219,7 +328,19 @@ impl<D: NodeDirectory> Dispatcher<D> {
 
     async fn submit_to(&self, target: Target, run: SubmitRun) -> Result<RunStream, SubmitError> {
         let run_id = self.run_ids.next();
+        self.submit_with(target, run, run_id, bytes::Bytes::new())
+            .await
+    }
+
+    async fn submit_with(
+        &self,
+        target: Target,
+        run: SubmitRun,
+        run_id: Arc<str>,
+        credential_lease: bytes::Bytes,
+    ) -> Result<RunStream, SubmitError> {
         let request = RunRequest {
+            credential_lease,
             run_id: run_id.to_string(),
             adapter: run.adapter,
             target: run.target,

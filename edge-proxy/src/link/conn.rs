@@ -128,7 +128,11 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     /// Sends `msg` on an open stream (a stream that ended is skipped).
     pub(crate) fn send_on(&self, stream_id: u64, msg: Msg) {
-        if self.streams.borrow().is_open(stream_id) && self.session.borrow().is_ready() {
+        // F29: lease revocations go on stream 0, which is never "open".
+        let connection_level = stream_id == 0 && matches!(msg, Msg::LeaseRevocations(_));
+        if (connection_level || self.streams.borrow().is_open(stream_id))
+            && self.session.borrow().is_ready()
+        {
             self.send_envelope(&Envelope {
                 stream_id,
                 msg: Some(msg),

@@ -172,6 +172,11 @@ fn main() -> anyhow::Result<ExitCode> {
                 tls,
                 ..ProviderClientConfig::default()
             },
+            // F29: the lease key (data_dir/lease.key) and replay set.
+            leases: Some(std::sync::Arc::new(
+                node_runner::lease::LeaseOpener::open_data_dir(&args.data_dir)
+                    .context("opening the credential lease key and replay set")?,
+            )),
         },
         tls: link_tls,
     };

@@ -104,6 +104,8 @@ struct Link {
     connected_since_unix_ms: u64,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
+    /// F29: where lease revocations from the Edge go.
+    leases: Option<Arc<crate::lease::LeaseOpener>>,
     end: RefCell<ConnectionEnd>,
 }
 
@@ -145,7 +147,12 @@ pub async fn run_connection(
     let (done, done_rx) = unbounded_channel();
     let max_frame_len = config.session.max_frame_len as usize;
     let link = Rc::new(Link {
-        session: RefCell::new(NodeSession::new(config.session.clone(), now)),
+        session: RefCell::new(NodeSession::with_lease_key(
+            config.session.clone(),
+            now,
+            config.runner.leases.as_ref().map(|l| l.public_key()),
+        )),
+        leases: config.runner.leases.clone(),
         outbox: Outbox::new(tx.clone(), max_frame_len),
         timers: Rc::clone(timers),
         timer: Cell::new(None),
@@ -321,6 +328,14 @@ impl Link {
 
     /// Hands a work frame to the core the router picks.
     fn route(&self, envelope: proto::Envelope) {
+        // F29: revocations apply here, on the link core, in frame order:
+        // a request after a revocation is checked against it.
+        if let Some(Msg::LeaseRevocations(update)) = &envelope.msg {
+            if let Some(leases) = &self.leases {
+                leases.revoke(&update.revocations);
+            }
+            return;
+        }
         let Some(generation) = self.shared.borrow().as_ref().map(|s| s.generation()) else {
             return tracing::warn!(
                 stream_id = envelope.stream_id,
@@ -381,6 +396,9 @@ impl Link {
                     // Every core serves this generation with its own
                     // adapters; they share admission and the health
                     // sequence through `shared`.
+                    if let Some(leases) = &self.leases {
+                        leases.revoke(&config.lease_revocations);
+                    }
                     let shared = GenShared::new(identity, &config);
                     let payload = Arc::new(config.clone());
                     self.cores.broadcast(|| {

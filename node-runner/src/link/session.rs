@@ -87,11 +87,24 @@ impl NodeSession {
     /// A session for a connection established at `now`; its first output is
     /// the `RegisterRequest`.
     pub fn new(config: NodeSessionConfig, now: u64) -> Self {
+        Self::with_lease_key(config, now, None)
+    }
+
+    /// As [`new`](Self::new), registering `lease_public_key` (F29: the
+    /// Node's X25519 key that credential leases are sealed to).
+    pub fn with_lease_key(
+        config: NodeSessionConfig,
+        now: u64,
+        lease_public_key: Option<[u8; 32]>,
+    ) -> Self {
         let register = Msg::RegisterRequest(RegisterRequest {
             token: config.token.clone(),
             node_version: env!("CARGO_PKG_VERSION").into(),
             instance_id: config.instance_id.clone(),
             max_frame_len: config.max_frame_len,
+            lease_public_key: lease_public_key
+                .map(|key| bytes::Bytes::copy_from_slice(&key))
+                .unwrap_or_default(),
         });
         let deadline = now.saturating_add(config.handshake_timeout_ms);
         let mut session = Self {
@@ -156,6 +169,10 @@ impl NodeSession {
                 | Msg::NodeCommandRequest(_)
                 | Msg::WindowUpdate(_),
             ) if envelope.stream_id != 0 => self.out.push_back(NodeOutput::Deliver(envelope)),
+            // F29: connection-level revocations, applied by the link.
+            (State::Ready, Msg::LeaseRevocations(_)) if envelope.stream_id == 0 => {
+                self.out.push_back(NodeOutput::Deliver(envelope));
+            }
             _ => self.close(CloseReason::ProtocolViolation),
         }
     }

@@ -179,6 +179,9 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
                     done,
                     Rc::clone(&timers),
                 ));
+                if let Some(manager) = &current {
+                    manager.install_leases(runner.leases.clone(), &payload);
+                }
             }
             CoreMsg::Work {
                 generation,

@@ -45,6 +45,7 @@
 //!   where cancels go and how loaded each core is.
 
 pub mod cores;
+mod leases;
 mod outbox;
 mod relay;
 mod shared;
@@ -88,6 +89,9 @@ pub struct RunnerConfig {
     pub store: Option<StoreHandle>,
     /// Settings of the provider HTTP client.
     pub provider: ProviderClientConfig,
+    /// F29: opens credential leases; `None` refuses every lease (a provider
+    /// that needs one then fails closed).
+    pub leases: Option<Arc<crate::lease::LeaseOpener>>,
 }
 
 /// One provider's adapter on this core and connection; its admission
@@ -141,6 +145,8 @@ pub struct RunManager {
     /// The core's timer wheel: stall watchdogs, close grace, probe bounds,
     /// hard deadlines.
     timers: Rc<CoreTimers>,
+    /// F29: how this connection's leases are opened (see `leases.rs`).
+    leases: std::cell::OnceCell<leases::LeaseContext>,
 }
 
 impl RunManager {
@@ -199,8 +205,30 @@ impl RunManager {
             shared,
             done,
             tunnel_limits: crate::tunnel::TunnelLimits::from_config(payload, outbox_max_frame_len),
+            leases: std::cell::OnceCell::new(),
             timers,
         })
+    }
+
+    /// F29: opens this connection's credential leases with `opener` (the
+    /// Edge's key and revision come from `payload`). Without it every lease
+    /// is refused. Call once, right after [`new`](Self::new).
+    pub fn install_leases(
+        &self,
+        opener: Option<Arc<crate::lease::LeaseOpener>>,
+        payload: &NodeConfigPayload,
+    ) {
+        let _ = self.leases.set(leases::LeaseContext::new(opener, payload));
+    }
+
+    /// Opens a request's lease after admission (see `leases.rs`).
+    fn open_lease(
+        &self,
+        request: &leases::LeasedRequest<'_>,
+    ) -> Result<Option<crate::lease::OpenedCredential>, proto::v1::ExecutionFailure> {
+        let fallback = leases::LeaseContext::default();
+        let context = self.leases.get().unwrap_or(&fallback);
+        context.open(self.shared.identity(), request)
     }
 
     /// The connection generation this manager serves.
@@ -265,7 +293,19 @@ impl RunManager {
             background: request.background,
             created_at_ms: unix_ms(),
         });
-        let admitted = self.admit(stream_id, &request);
+        let admitted = self.admit(stream_id, &request).and_then(|admitted| {
+            // F29: opened after admission, before the adapter's call. The
+            // normalized adapters take no per-request header yet, so a
+            // credential is verified here but carried only by tunnels.
+            self.open_lease(&leases::LeasedRequest {
+                adapter: &request.adapter,
+                target: &request.target,
+                slot: &request.run_id,
+                api: None,
+                sealed: &request.credential_lease,
+            })?;
+            Ok(admitted)
+        });
         let (adapter, lease, hard_timeout_ms, stall_timeout_ms) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {

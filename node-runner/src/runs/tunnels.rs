@@ -50,7 +50,11 @@ impl TunnelSink for FrameSink<'_> {
 
 impl RunManager {
     /// Admits and starts one tunnel on `stream_id`.
-    pub(super) fn start_tunnel(self: &Rc<Self>, stream_id: u64, request: ProviderTunnelRequest) {
+    pub(super) fn start_tunnel(
+        self: &Rc<Self>,
+        stream_id: u64,
+        mut request: ProviderTunnelRequest,
+    ) {
         let info = Arc::new(RunInfo {
             run_id: request.tunnel_id.clone(),
             adapter: request.adapter.clone(),
@@ -59,8 +63,19 @@ impl RunManager {
             background: false,
             created_at_ms: unix_ms(),
         });
-        let admitted = self.admit_tunnel(stream_id, &request);
-        let (adapter, request_timeout_ms, lease) = match admitted {
+        let admitted = self.admit_tunnel(stream_id, &request).and_then(|admitted| {
+            // F29: the lease opens only now, after admission and right
+            // before the provider call; a refusal drops the capacity unit.
+            let credential = self.open_lease(&super::leases::LeasedRequest {
+                adapter: &request.adapter,
+                target: &request.target,
+                slot: &request.tunnel_id,
+                api: Some(crate::lease::api_of_path(&request.path)),
+                sealed: &request.credential_lease,
+            })?;
+            Ok((admitted, credential))
+        });
+        let ((adapter, request_timeout_ms, lease), credential) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 self.record(
@@ -79,6 +94,10 @@ impl RunManager {
                 return;
             }
         };
+        request.credential_lease = Bytes::new();
+        if let Some(credential) = credential {
+            super::leases::set_header(&mut request.headers, &credential);
+        }
         let credit = Credit::new(self.tunnel_limits.window_for(&request));
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel::<()>();
         self.runs.borrow_mut().insert(

@@ -24,6 +24,7 @@
 
 pub mod lmdb;
 pub mod record;
+pub mod replay;
 pub mod writer;
 
 #[cfg(test)]
@@ -34,6 +35,7 @@ use std::path::PathBuf;
 
 pub use lmdb::{Batch, RunStore, STORE_DIR_NAME, StoreConfig};
 pub use record::{RecordError, RunInfo, RunRecord, RunStatus, Transition};
+pub use replay::{REPLAY_DIR_NAME, ReplayError, ReplayStore};
 pub use writer::{StoreHandle, StoreUpdate, StoreWriter, WriterConfig, WriterStats};
 
 /// Errors of the run store. Those about the environment name its path.

@@ -1,0 +1,60 @@
+//! Managed credential leases, the Edge's side (F29). See `docs/leases.md`.
+//!
+//! The [`LeaseAuthority`] holds the Edge's Ed25519 signing key, every
+//! provider credential of `edge.yaml`, the node lease keys pinned at
+//! registration, and the revocations and disabled providers. Per request to
+//! a provider with a credential it issues one lease:
+//!
+//! ```text
+//!  CredentialLease{id, principal, api, model_group, slot, profile, adapter,
+//!                  target, node_id, generation, revision, issued, expires,
+//!                  recipient_key, header}
+//!     │ encode                      signature = Ed25519(domain ‖ len ‖ lease ‖ credential)
+//!     ▼
+//!  SealedLease{lease, signature, credential} ──crypto_box seal──▶ node's X25519 key
+//! ```
+//!
+//! # Invariants
+//! - A credential leaves the Edge only sealed to the pinned key of the node
+//!   the request goes to; never in a config payload, log or error.
+//! - A node id's lease key is pinned on its first registration; a different
+//!   key is refused unless `leases.allow_node_key_change` is set.
+//! - A disabled provider or a revoked principal, provider or node gets no
+//!   lease (typed [`IssueError`]), and no other credential is tried.
+//! - Revocations are kept for the life of the process and sent to every node
+//!   at registration and pushed to ready nodes when made.
+
+mod authority;
+mod clock;
+
+#[cfg(test)]
+mod tests;
+
+pub use authority::{IssueError, LeaseAuthority, LeaseScope, RegisterKeyError};
+pub use clock::{LeaseClock, ManualClock, SystemClock};
+
+/// Domain separation of the signed bytes (shared with the Node).
+pub const SIGNATURE_DOMAIN: &[u8] = b"iop-credential-lease-v1";
+
+/// The bytes the Edge signs and the Node verifies: the domain, the lease's
+/// length (u32 big-endian), the encoded lease and the credential.
+pub fn signed_message(lease: &[u8], credential: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(lease.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(SIGNATURE_DOMAIN.len() + 4 + lease.len() + credential.len());
+    out.extend_from_slice(SIGNATURE_DOMAIN);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(lease);
+    out.extend_from_slice(credential);
+    out
+}
+
+/// The route API a tunnel path serves: `chat` or `responses`; empty for
+/// any other path and for normalized runs (which have no path).
+pub fn api_of_path(path: &str) -> &'static str {
+    let path = path.split('?').next().unwrap_or_default();
+    match path {
+        "/v1/chat/completions" => "chat",
+        "/v1/responses" => "responses",
+        _ => "",
+    }
+}
