@@ -85,6 +85,24 @@ impl Log {
         }
     }
 
+    /// Waits until exactly `count` lines contain `needle` (a log line may
+    /// arrive after the event it reports is visible elsewhere).
+    pub(crate) fn wait_count(&self, needle: &str, count: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let seen = self.lines().iter().filter(|l| l.contains(needle)).count();
+            if seen == count {
+                return;
+            }
+            assert!(
+                seen < count && Instant::now() < deadline,
+                "{seen} lines with {needle:?}, expected {count}; log:\n{}",
+                self.lines().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether any line contains `needle`.
     pub(crate) fn contains(&self, needle: &str) -> bool {
         self.lines().iter().any(|line| line.contains(needle))
