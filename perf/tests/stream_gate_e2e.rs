@@ -537,6 +537,16 @@ fn a_long_prefill_and_a_long_stream_keep_the_link_under_a_short_heartbeat() {
             .count();
         assert_eq!(tokens, 200, "every token of the long stream");
         assert_eq!(stack.generation(), generation, "the link never closed");
+        // The short profile was in force: the Edge's pings were answered.
+        assert!(
+            stack
+                .edge
+                .registry
+                .status()
+                .iter()
+                .any(|s| s.last_heartbeat_rtt_us.is_some()),
+            "a heartbeat round trip during the requests"
+        );
         released(stack);
         let node_log = stack.node_log.lock().unwrap().join("\n");
         assert!(!node_log.contains("heartbeat_timeout"), "{node_log}");
