@@ -188,7 +188,8 @@ impl Router {
     /// Checks the client's API key when keys are configured: `/v1/` routes
     /// need `Authorization: Bearer <key>`; health and metrics stay open.
     fn authorize(&self, request: &Request) -> Result<(), ApiError> {
-        let keys = self.shared.registry.directory().api_keys();
+        let directory = self.shared.registry.directory();
+        let keys = directory.api_keys();
         if keys.is_empty() {
             return Ok(());
         }
@@ -272,6 +273,11 @@ impl Router {
                     return status;
                 }
                 Attempt::Reattempt { avoid, error } => {
+                    if responder.is_gone() {
+                        // No one to recover for: start no new provider call.
+                        ctx.gate.finish(RecoveryResult::ClientGone);
+                        return 499;
+                    }
                     preference = Preference {
                         avoid_provider_id: Some(avoid.provider_id),
                         allow_avoided_provider_fallback: avoid.allow_fallback,
