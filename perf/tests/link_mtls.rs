@@ -273,9 +273,10 @@ fn a_certificate_from_another_ca_is_rejected_before_registration() {
         let node = m.node_with("tok-a", &leaf);
         m.rejected("untrusted_certificate");
         // TLS 1.3: the Node's side of the handshake is done before the Edge
-        // has checked its certificate, so the Node sees the refusal as its
-        // link failing before registration (`node_dial_failed`), and retries.
-        node.log.wait_for(&["\"node_dial_failed\""]);
+        // has checked its certificate, so the Node sees the refusal as an
+        // alert on its first read, before registration.
+        node.log
+            .wait_for(&["\"node_tls_failed\"", "\"reason\":\"refused_by_edge\""]);
         assert!(!node.log.contains("\"node_registered\""));
         m.assert_nothing_registered();
         drop(node);

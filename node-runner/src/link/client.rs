@@ -240,10 +240,22 @@ impl Link {
                     .borrow_mut()
                     .handle_closed(CloseReason::PeerClosed),
                 Err(_) if self.closing.get() => {}
-                Err(_) => self
-                    .session
-                    .borrow_mut()
-                    .handle_closed(CloseReason::IoError),
+                Err(error) => {
+                    // Under TLS 1.3 the Edge checks this node's certificate
+                    // after the node's side of the handshake is done: its
+                    // refusal arrives here, as an alert.
+                    if super::tls::is_tls_error(&error) {
+                        tracing::warn!(
+                            event = "node_tls_failed",
+                            reason = super::tls::handshake_failure(&error),
+                            detail = %error,
+                            "node_tls_failed"
+                        );
+                    }
+                    self.session
+                        .borrow_mut()
+                        .handle_closed(CloseReason::IoError);
+                }
                 Ok(_) => loop {
                     match decoder.decode(&mut buf) {
                         Ok(Some(envelope)) => {

@@ -162,6 +162,13 @@ pub(crate) fn session(tls: &LinkTls) -> io::Result<rustls::Connection> {
         .map_err(io::Error::other)
 }
 
+/// Whether `error` is a TLS failure (rustls' error inside an I/O error).
+pub(crate) fn is_tls_error(error: &io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+}
+
 /// The closed-set name of a failed link handshake, for the log.
 pub fn handshake_failure(error: &io::Error) -> &'static str {
     let Some(rustls_error) = error
@@ -244,5 +251,7 @@ mod tests {
             handshake_failure(&io::Error::from(io::ErrorKind::UnexpectedEof)),
             "peer_closed"
         );
+        assert!(is_tls_error(&wrap(rustls::Error::DecryptError)));
+        assert!(!is_tls_error(&io::Error::from(io::ErrorKind::BrokenPipe)));
     }
 }
