@@ -138,7 +138,7 @@ impl SseTap {
         // began in an earlier one.
         let mut event_start = (!self.event_open).then_some(pos);
         while pos < len {
-            let Some(i) = chunk[pos..].iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) else {
                 self.line_empty = false;
                 break;
             };
@@ -256,7 +256,7 @@ impl SseTap {
 fn has_choices(bytes: &[u8]) -> bool {
     const KEY: &[u8] = b"\"choices\"";
     let mut rest = bytes;
-    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+    while let Some(at) = memchr::memmem::find(rest, KEY) {
         rest = &rest[at + KEY.len()..];
         let Some(value) = rest.trim_ascii_start().strip_prefix(b":") else {
             continue;

@@ -59,7 +59,9 @@ fn mentions_usage(json: &[u8]) -> bool {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    // memmem, not a byte-by-byte window compare: this runs over every
+    // relayed event (64 KiB ones too).
+    memchr::memmem::find(haystack, needle)
 }
 
 /// The counts of an OpenAI `usage` object. Reasoning and cached counts are
