@@ -50,6 +50,8 @@ mod outbox;
 mod relay;
 mod shared;
 #[cfg(test)]
+mod stall_admission_tests;
+#[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
 mod tests;
