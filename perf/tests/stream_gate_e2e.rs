@@ -507,10 +507,21 @@ fn metrics_list_the_recovery_counters_from_the_start_and_no_sentinel_leaks() {
         assert!(!text.contains(SENTINEL_KEY));
     }
     let log = edge_log();
+    let observations: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("edge_liveness_recovery_observation"))
+        .collect();
     assert!(
-        log.contains("edge_liveness_recovery_observation"),
-        "the gate logs its observations"
+        observations.len() >= 2,
+        "the gate logs its eligibility and its result"
     );
+    for line in observations {
+        // Closed values only: no run/tunnel id, node or provider id.
+        for id in ["run-", "node-a", "oa-stall", "oa-good", "tok-a"] {
+            assert!(!line.contains(id), "{id} in {line}");
+        }
+        assert!(line.contains("api=\"chat_completions\""), "{line}");
+    }
 }
 
 #[test]
