@@ -187,20 +187,31 @@ impl<D: NodeDirectory> Dispatcher<D> {
     /// Opens a raw provider tunnel like [`open_tunnel`](Self::open_tunnel)
     /// for the client `principal` (its API key's name, never the key),
     /// bound into the credential lease (F29) when the provider has one.
-    /// A lease already in `request.credential_lease` is sent as is (tests).
     pub async fn open_tunnel_as(
+        &self,
+        lease: &Lease,
+        request: ProviderTunnelRequest,
+        principal: &str,
+    ) -> Result<TunnelStream, SubmitError> {
+        self.open_tunnel_sealed_by(lease, request, principal, |scope| self.issue(scope))
+            .await
+    }
+
+    /// [`open_tunnel_as`](Self::open_tunnel_as) with the credential lease
+    /// made by `seal` from the scope the Edge would bind (tests and tools
+    /// that need a lease with chosen fields; the ingress never uses it).
+    pub async fn open_tunnel_sealed_by(
         &self,
         lease: &Lease,
         mut request: ProviderTunnelRequest,
         principal: &str,
+        seal: impl FnOnce(&crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError>,
     ) -> Result<TunnelStream, SubmitError> {
         let target = self.leased(lease)?;
         let tunnel_id = self.run_ids.next();
-        if request.credential_lease.is_empty() {
-            let api = crate::lease::api_of_path(&request.path);
-            let scope = self.lease_scope(lease, &target, &tunnel_id, principal, api);
-            request.credential_lease = self.issue(&scope)?;
-        }
+        let api = crate::lease::api_of_path(&request.path);
+        let scope = self.lease_scope(lease, &target, &tunnel_id, principal, api);
+        request.credential_lease = seal(&scope)?;
         self.open_tunnel_with(lease, target, tunnel_id, request)
             .await
     }
@@ -233,7 +244,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
     }
 
     /// The sealed lease for `scope`, empty when its provider has none.
-    fn issue(&self, scope: &crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError> {
+    pub fn issue(&self, scope: &crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError> {
         match self.registry.leases() {
             Some(leases) => Ok(leases.issue(scope)?.unwrap_or_default()),
             None => Ok(bytes::Bytes::new()),

@@ -9,14 +9,15 @@
 //! 1. it unseals with this Node's key, names this node and this key
 //!    (else `WRONG_RECIPIENT`); it decodes and its Ed25519 signature verifies
 //!    with the Edge's key from the config payload (else `INVALID`);
-//! 2. no revocation covers it (`DISABLED` for a disabled provider, else
+//! 2. its id was never presented before (`REPLAYED`); the id is recorded
+//!    durably now, so a lease is single-use even when a later check fails;
+//! 3. no revocation covers it (`DISABLED` for a disabled provider, else
 //!    `REVOKED`);
-//! 3. it has not expired (`EXPIRED`);
-//! 4. its revision and generation are the connection's (`STALE` if older,
+//! 4. it has not expired (`EXPIRED`);
+//! 5. its revision and generation are the connection's (`STALE` if older,
 //!    `MISMATCH` if newer);
-//! 5. adapter, target, slot (run/tunnel id), profile (provider id) and,
-//!    for tunnels, the route API match the request (`MISMATCH`);
-//! 6. its id was never opened before, durably (`REPLAYED`).
+//! 6. adapter, target, slot (run/tunnel id), profile (provider id) and,
+//!    for tunnels, the route API match the request (`MISMATCH`).
 //!
 //! Only then is the credential handed to the provider request, as one
 //! header. The secret is never logged, stored or put in an error message;

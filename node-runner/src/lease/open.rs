@@ -155,6 +155,17 @@ impl LeaseOpener {
         {
             return reject(C::CredentialLeaseWrongRecipient, "issued to another node");
         }
+        let now = self.clock.now_unix_ms();
+        // Burned on first presentation, whatever the later checks say: a
+        // lease is single-use.
+        match self.first_open(&lease.lease_id, lease.expires_at_unix_ms, now) {
+            Ok(true) => {}
+            Ok(false) => return reject(C::CredentialLeaseReplayed, "the lease was already used"),
+            Err(why) => {
+                tracing::error!(error = %why, "lease replay store failed; refusing the lease");
+                return reject(C::CredentialLeaseInvalid, "the replay check failed");
+            }
+        }
         if let Some(code) = self.revocations.check(&lease) {
             let what = if code == C::CredentialLeaseDisabled {
                 "the provider's credential is disabled"
@@ -163,7 +174,6 @@ impl LeaseOpener {
             };
             return reject(code, what);
         }
-        let now = self.clock.now_unix_ms();
         if now >= lease.expires_at_unix_ms {
             return reject(C::CredentialLeaseExpired, "the lease expired");
         }
@@ -197,14 +207,6 @@ impl LeaseOpener {
                     C::CredentialLeaseMismatch,
                     format!("the lease's {name} differs from the request's"),
                 ));
-            }
-        }
-        match self.first_open(&lease.lease_id, lease.expires_at_unix_ms, now) {
-            Ok(true) => {}
-            Ok(false) => return reject(C::CredentialLeaseReplayed, "the lease was already used"),
-            Err(why) => {
-                tracing::error!(error = %why, "lease replay store failed; refusing the lease");
-                return reject(C::CredentialLeaseInvalid, "the replay check failed");
             }
         }
         let mut value = Zeroizing::new(Vec::with_capacity(

@@ -23,6 +23,7 @@ impl LeaseClock for Manual {
 }
 
 struct Fixture {
+    ids: AtomicU64,
     clock: Arc<Manual>,
     opener: LeaseOpener,
     edge: SigningKey,
@@ -35,6 +36,7 @@ fn fixture() -> Fixture {
     let edge = SigningKey::from_bytes(&[5; 32]);
     let verifying = edge.verifying_key().to_bytes();
     Fixture {
+        ids: AtomicU64::new(0),
         clock,
         opener,
         edge,
@@ -45,7 +47,13 @@ fn fixture() -> Fixture {
 impl Fixture {
     fn lease(&self) -> CredentialLease {
         CredentialLease {
-            lease_id: Bytes::from_static(&[0xab; 16]),
+            lease_id: {
+                // Unique per lease: every id is single-use.
+                let n = self.ids.fetch_add(1, Ordering::Relaxed);
+                let mut id = [0xab; 16];
+                id[8..].copy_from_slice(&n.to_be_bytes());
+                Bytes::copy_from_slice(&id)
+            },
             principal: "team-a".into(),
             api: "chat".into(),
             model_group: "gpt".into(),
@@ -192,7 +200,7 @@ fn revoked_and_disabled_leases_fail_closed() {
     let cases = [
         (
             LeaseRevocationKind::LeaseId,
-            "ab".repeat(16),
+            format!("{}{}", "ab".repeat(8), "00".repeat(8)), // the first id
             FailureCode::CredentialLeaseRevoked,
         ),
         (
@@ -264,24 +272,21 @@ fn missing_forged_or_garbage_leases_are_invalid_or_unsealable() {
 fn a_durable_replay_set_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let f = fixture();
-    let sealed_for = |opener: &LeaseOpener| {
+    let sealed = {
+        let opener = LeaseOpener::open_data_dir(dir.path()).unwrap();
         let mut lease = f.lease();
         lease.recipient_key = Bytes::copy_from_slice(&opener.public_key());
         // The durable opener reads the system clock: a far-future expiry.
         lease.expires_at_unix_ms = u64::MAX;
-        f.seal_to(&lease, opener.public_key())
-    };
-    {
-        let opener = LeaseOpener::open_data_dir(dir.path()).unwrap();
-        let sealed = sealed_for(&opener);
+        let sealed = f.seal_to(&lease, opener.public_key());
         assert!(opener.open(&sealed, &f.expected()).is_ok());
         let again = opener.open(&sealed, &f.expected()).unwrap_err();
         assert_eq!(again.code, FailureCode::CredentialLeaseReplayed);
-    }
+        sealed
+    };
+    // Same data dir: same key, same replay set.
     let opener = LeaseOpener::open_data_dir(dir.path()).unwrap();
-    let again = opener
-        .open(&sealed_for(&opener), &f.expected())
-        .unwrap_err();
+    let again = opener.open(&sealed, &f.expected()).unwrap_err();
     assert_eq!(
         again.code,
         FailureCode::CredentialLeaseReplayed,

@@ -94,6 +94,13 @@ pub(crate) async fn handle(
         }
     };
     ctx.stats.count(route);
+    if matches!(
+        route,
+        Route::ChatCompletions | Route::Responses | Route::OllamaChat
+    ) {
+        let authorization = req.headers().get("authorization").map(|v| v.as_bytes());
+        ctx.stats.record_authorization(authorization);
+    }
     if route == Route::Mock {
         return Ok(mock_control(&ctx, req));
     }

@@ -92,6 +92,9 @@ pub struct Stats {
     pub(crate) connections_open: AtomicU64,
     /// Whether `/health` answers 200.
     pub(crate) healthy: AtomicBool,
+    /// The `Authorization` header of every model request (chat, responses,
+    /// Ollama chat), in arrival order; `None` when absent (F29 tests).
+    authorizations: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 impl Stats {
@@ -107,6 +110,23 @@ impl Stats {
 
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn record_authorization(&self, value: Option<&[u8]>) {
+        let value = value.map(|v| String::from_utf8_lossy(v).into_owned());
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(value);
+    }
+
+    /// The `Authorization` headers the model routes received since start
+    /// or the last reset, in order (`None` = no header).
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Requests seen on `route` since start or the last reset.
@@ -136,6 +156,10 @@ impl Stats {
 
     /// Zeroes every counter except the open-connections gauge.
     pub fn reset(&self) {
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         for c in &self.requests {
             c.store(0, Relaxed);
         }

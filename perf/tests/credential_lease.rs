@@ -1,0 +1,415 @@
+//! F29 end to end: the in-process Edge, a real `iop-node` and the mock
+//! provider, which records every `Authorization` header it receives.
+//!
+//! - Happy path: a client request through the ingress reaches the provider
+//!   with the configured credential exactly once; replaying that lease is
+//!   refused.
+//! - The seven fail-closed cases — revoked, disabled, expired, stale,
+//!   replayed, wrong recipient, mismatched — each end in a typed
+//!   `CREDENTIAL_LEASE_*` terminal with the provider receiving zero requests.
+//! - The sentinel credential never appears in the node's logs, the run
+//!   store, `/metrics` or any error.
+
+use bytes::Bytes;
+use edge_proxy::dispatch::{SubmitError, TunnelStream};
+use edge_proxy::lease::{LeaseAuthority, LeaseScope};
+use framing::io_driver::IoDriver;
+use perf::mock_provider::Route;
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{CredentialLease, FailureCode, LeaseRevocationKind, ProviderTunnelRequest};
+
+mod support;
+use support::stack::*;
+
+/// The credential; it must reach the provider and nowhere else.
+const SENTINEL: &str = "sk-LEASE-SENTINEL-7f3a91";
+
+fn config(mock: std::net::SocketAddr, _garbage: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+listen:
+  ingress: 127.0.0.1:0
+  nodes: 127.0.0.1:0
+leases:
+  ttl_ms: 60000
+nodes:
+  - id: node-a
+    token: tok-a
+    providers:
+      - id: remote
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "3"}}
+        credential:
+          api_key: "{SENTINEL}"
+model_groups:
+  - name: remote
+    target: m
+    providers: [remote]
+"#
+    )
+}
+
+fn start(name: &str) -> Stack {
+    let mut stack = Stack::start_edge(IoDriver::Epoll, name, config);
+    stack.start_node();
+    stack
+}
+
+fn chat_request() -> ProviderTunnelRequest {
+    ProviderTunnelRequest {
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        body: Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#),
+        ..ProviderTunnelRequest::default()
+    }
+}
+
+fn authority(stack: &Stack) -> &LeaseAuthority {
+    stack
+        .edge
+        .registry
+        .leases()
+        .expect("the edge has a lease authority")
+}
+
+/// The lease the Edge would issue for `scope`, unsigned and unsealed.
+fn lease_for(scope: &LeaseScope, stack: &Stack, now_ms: u64) -> CredentialLease {
+    let key = authority(stack).node_key(&scope.node_id).expect("pinned");
+    CredentialLease {
+        lease_id: Bytes::copy_from_slice(&fastrand_id()),
+        principal: scope.principal.clone(),
+        api: scope.api.clone(),
+        model_group: scope.model_group.clone(),
+        slot: scope.slot.clone(),
+        profile: scope.provider_id.clone(),
+        adapter: scope.adapter.clone(),
+        target: scope.target.clone(),
+        node_id: scope.node_id.clone(),
+        generation: scope.generation,
+        revision: scope.revision,
+        issued_at_unix_ms: now_ms,
+        expires_at_unix_ms: now_ms + 60_000,
+        recipient_key: Bytes::copy_from_slice(&key),
+        header_name: "authorization".into(),
+        header_prefix: "Bearer ".into(),
+    }
+}
+
+fn fastrand_id() -> [u8; 16] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&u64::from(std::process::id()).to_be_bytes());
+    id[8..].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    id
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Opens a tunnel on the `remote` group whose lease `seal` makes, and
+/// returns every frame; `Err` when the Edge refused before sending.
+fn tunnel(
+    stack: &Stack,
+    principal: &str,
+    seal: impl FnOnce(&LeaseScope) -> Result<Bytes, SubmitError>,
+) -> Result<Vec<Frame>, SubmitError> {
+    let edge = &stack.edge;
+    let lease = block_on(edge.pools.acquire("remote", &edge.registry)).expect("a lease");
+    let frames = block_on(async {
+        let mut stream: TunnelStream =
+            within(
+                edge.dispatcher
+                    .open_tunnel_sealed_by(&lease, chat_request(), principal, seal),
+            )
+            .await?;
+        let mut frames = Vec::new();
+        while let Some(frame) = within(stream.next()).await {
+            if let Frame::Body(_) = &frame {
+                stream.grant(1 << 20);
+            }
+            frames.push(frame);
+        }
+        Ok(frames)
+    });
+    drop(lease);
+    frames
+}
+
+/// The code of a tunnel's lone error terminal.
+fn refused(frames: &[Frame]) -> FailureCode {
+    match frames {
+        [Frame::Error(failure)] => {
+            assert!(!failure.message.contains(SENTINEL));
+            failure.code()
+        }
+        other => panic!("expected one error frame, got {other:?}"),
+    }
+}
+
+fn provider_calls(stack: &Stack) -> u64 {
+    stack.mock.stats().requests(Route::ChatCompletions)
+}
+
+/// Seals `lease` with the Edge's key to `recipient`.
+fn seal(stack: &Stack, lease: &CredentialLease, recipient: &[u8; 32]) -> Bytes {
+    authority(stack)
+        .seal(lease, SENTINEL.as_bytes(), recipient)
+        .expect("sealed")
+}
+
+fn pinned(stack: &Stack) -> [u8; 32] {
+    authority(stack).node_key("node-a").expect("pinned")
+}
+
+#[test]
+fn the_provider_gets_the_credential_exactly_once_and_a_replay_is_refused() {
+    let stack = start("lease-happy");
+    // Through the ingress, as a client would.
+    let response = http_chat(&stack, "remote");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(provider_calls(&stack), 1);
+    assert_eq!(
+        stack.mock.stats().authorizations(),
+        vec![Some(format!("Bearer {SENTINEL}"))]
+    );
+    // Replayed: the bytes of a lease the node already opened.
+    let mut captured = Bytes::new();
+    let frames = tunnel(&stack, "", |scope| {
+        captured = stack.edge.dispatcher.issue(scope)?;
+        Ok(captured.clone())
+    })
+    .expect("sent");
+    assert!(matches!(frames.last(), Some(Frame::End(_))), "{frames:?}");
+    assert_eq!(provider_calls(&stack), 2);
+    let before = provider_calls(&stack);
+    // The same sealed lease again (the dispatcher's new scope is ignored).
+    let replay = captured.clone();
+    let frames = tunnel(&stack, "", |_| Ok(replay)).expect("sent");
+    assert_eq!(refused(&frames), FailureCode::CredentialLeaseReplayed);
+    assert_eq!(provider_calls(&stack), before, "no provider call");
+    // A restarted node (same data dir: same key, same replay set) still
+    // refuses it: the restart does not reopen the window.
+    let mut stack = stack;
+    stack.kill_node();
+    stack.start_node();
+    let frames = tunnel(&stack, "", |_| Ok(captured)).expect("sent");
+    assert_eq!(refused(&frames), FailureCode::CredentialLeaseReplayed);
+    assert_eq!(provider_calls(&stack), before, "no provider call");
+    assert_eq!(stack.mock.stats().authorizations().len(), 2);
+    assert_no_secret(&stack);
+}
+
+#[test]
+fn every_fail_closed_case_makes_no_provider_call() {
+    let stack = start("lease-fail-closed");
+    let other_node_key = node_runner::lease::NodeLeaseKey::from_bytes([42; 32]).public_bytes();
+    // Each case: (name, the code expected, how its lease is made).
+    type Make<'a> = Box<dyn Fn(&LeaseScope) -> Bytes + 'a>;
+    let cases: Vec<(&str, FailureCode, Make<'_>)> = vec![
+        (
+            "expired",
+            FailureCode::CredentialLeaseExpired,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms() - 120_000);
+                lease.expires_at_unix_ms = now_ms() - 1;
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "stale generation",
+            FailureCode::CredentialLeaseStale,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.generation -= 1;
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "stale revision",
+            FailureCode::CredentialLeaseStale,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.revision -= 1;
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "wrong recipient",
+            FailureCode::CredentialLeaseWrongRecipient,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.recipient_key = Bytes::copy_from_slice(&other_node_key);
+                seal(&stack, &lease, &other_node_key)
+            }),
+        ),
+        (
+            "mismatched target",
+            FailureCode::CredentialLeaseMismatch,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.target = "another-model".into();
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "mismatched slot",
+            FailureCode::CredentialLeaseMismatch,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.slot = "run-0-0".into();
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "mismatched route",
+            FailureCode::CredentialLeaseMismatch,
+            Box::new(|scope| {
+                let mut lease = lease_for(scope, &stack, now_ms());
+                lease.api = "responses".into();
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "revoked by lease id",
+            FailureCode::CredentialLeaseRevoked,
+            Box::new(|scope| {
+                let lease = lease_for(scope, &stack, now_ms());
+                // Pushed before the tunnel opens, on the same connection.
+                let id = node_runner::lease::lease_id_hex(&lease.lease_id);
+                assert!(
+                    stack
+                        .edge
+                        .dispatcher
+                        .revoke_leases(LeaseRevocationKind::LeaseId, &id)
+                );
+                seal(&stack, &lease, &pinned(&stack))
+            }),
+        ),
+        (
+            "forged (not signed by the edge)",
+            FailureCode::CredentialLeaseInvalid,
+            Box::new(|scope| {
+                let lease = lease_for(scope, &stack, now_ms());
+                let forger = edge_proxy::lease::LeaseAuthority::new(
+                    [99; 32],
+                    Default::default(),
+                    Default::default(),
+                    std::sync::Arc::new(edge_proxy::lease::SystemClock),
+                );
+                forger
+                    .seal(&lease, SENTINEL.as_bytes(), &pinned(&stack))
+                    .unwrap()
+            }),
+        ),
+        (
+            "missing",
+            FailureCode::CredentialLeaseInvalid,
+            Box::new(|_| Bytes::new()),
+        ),
+    ];
+    for (name, code, make) in cases {
+        let frames = tunnel(&stack, "", |scope| Ok(make(scope))).expect(name);
+        assert_eq!(refused(&frames), code, "{name}");
+        assert_eq!(provider_calls(&stack), 0, "{name}: no provider call");
+    }
+    // Revoked at the Edge: a principal gets no lease at all.
+    assert!(
+        stack
+            .edge
+            .dispatcher
+            .revoke_leases(LeaseRevocationKind::Principal, "mallory")
+    );
+    let refusal = tunnel(&stack, "mallory", |scope| {
+        stack.edge.dispatcher.issue(scope)
+    });
+    assert!(
+        matches!(&refusal, Err(SubmitError::Lease(e)) if e.failure_code() == FailureCode::CredentialLeaseRevoked),
+        "{refusal:?}"
+    );
+    // Disabled: the Edge issues no lease, and the node refuses an
+    // outstanding one (the disable is pushed to it).
+    let outstanding = std::cell::RefCell::new(None);
+    assert!(stack.edge.dispatcher.disable_provider("remote"));
+    let refusal = tunnel(&stack, "", |scope| {
+        *outstanding.borrow_mut() = Some(lease_for(scope, &stack, now_ms()));
+        stack.edge.dispatcher.issue(scope)
+    });
+    assert!(
+        matches!(&refusal, Err(SubmitError::Lease(e)) if e.failure_code() == FailureCode::CredentialLeaseDisabled),
+        "{refusal:?}"
+    );
+    let frames = tunnel(&stack, "", |scope| {
+        let lease = lease_for(scope, &stack, now_ms());
+        Ok(seal(&stack, &lease, &pinned(&stack)))
+    })
+    .expect("sent");
+    assert_eq!(refused(&frames), FailureCode::CredentialLeaseDisabled);
+    assert_eq!(provider_calls(&stack), 0, "disabled: no provider call");
+    // Capacity was released every time: the group still has its unit.
+    assert_eq!(stack.edge.pools.outstanding(), 0);
+    assert!(stack.mock.stats().authorizations().is_empty());
+    assert_no_secret(&stack);
+}
+
+/// The sentinel is in no node log line, stored run, `/metrics` answer.
+fn assert_no_secret(stack: &Stack) {
+    for line in stack.node_log.lock().unwrap().iter() {
+        assert!(!line.contains(SENTINEL), "node log: {line}");
+    }
+    for run in stack.stored_runs() {
+        assert!(!run.to_string().contains(SENTINEL), "run store: {run}");
+    }
+    let metrics = http_get(stack, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(!metrics.contains(SENTINEL));
+}
+
+fn http_get(stack: &Stack, path: &str) -> String {
+    http(
+        stack,
+        &format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"),
+    )
+}
+
+fn http_chat(stack: &Stack, model: &str) -> String {
+    let body = serde_json::json!({
+        "model": model,
+        "stream": true,
+        "messages": [{"role": "user", "content": "hello"}],
+    })
+    .to_string();
+    http(
+        stack,
+        &format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn http(stack: &Stack, request: &str) -> String {
+    use std::io::Write;
+    let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    socket.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match read_some(&mut socket, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+    }
+    let response = String::from_utf8_lossy(&response).into_owned();
+    assert!(!response.contains(SENTINEL), "response: {response}");
+    response
+}
