@@ -291,10 +291,15 @@ pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
         Err(failure) => return fail(sink, failure),
     };
     let hard_ms = prepared.hard_timeout_ms;
+    // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
+    // a tie with the stall is decided on one clock (the deadline wins).
     let deadline = async {
-        match hard_ms {
-            0 => pending().await,
-            ms => monoio::time::sleep(Duration::from_millis(ms)).await,
+        match (hard_ms, &watchdog) {
+            (0, _) => pending().await,
+            (ms, Some(w)) => {
+                w.timers.timeout(ms, pending::<()>()).await;
+            }
+            (ms, None) => monoio::time::sleep(Duration::from_millis(ms)).await,
         }
     };
     let activity = watchdog.as_ref().map(Watchdog::start);

@@ -68,12 +68,24 @@ async fn silent_provider(listener: TcpListener, closed: Rc<RefCell<bool>>) {
     }
 }
 
-#[test]
-fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
+/// What one watched tunnel against the silent provider did.
+struct Ran {
+    outcome: Option<TunnelOutcome>,
+    frames: Vec<String>,
+    provider_saw_close: bool,
+    probes: u32,
+}
+
+/// Runs one tunnel with a 100 ms stall timeout and `hard_ms` hard timeout
+/// against the silent provider, for 100 ms of manual time after its first
+/// body bytes arrived.
+fn silent_tunnel(hard_ms: u64) -> Ran {
     let h = Harness::new();
     let outcome = Rc::new(RefCell::new(None));
     let sink = Recorder::default();
     let closed = Rc::new(RefCell::new(false));
+    let health = FakeHealth::new(&h, ProviderHealth::Available);
+    let probes = Rc::clone(&health.probes);
     block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -83,7 +95,7 @@ fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
             BaseUrl::parse(&format!("http://{addr}")).expect("url"),
         );
         config.supports_tunnel = true;
-        let mut watchdog = h.watchdog(100, FakeHealth::new(&h, ProviderHealth::Available));
+        let mut watchdog = h.watchdog(100, health);
         watchdog.kind = StallKind::Tunnel;
         let (out, mut recorder) = (Rc::clone(&outcome), sink.clone());
         monoio::spawn(async move {
@@ -91,7 +103,7 @@ fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
             let target = TunnelTarget {
                 config: &config,
                 kind: AdapterKind::OpenaiCompat,
-                request_timeout_ms: 0,
+                request_timeout_ms: hard_ms,
             };
             let request = ProviderTunnelRequest {
                 method: "POST".into(),
@@ -114,7 +126,8 @@ fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
             *out.borrow_mut() = Some(ended);
         });
         // Real I/O happens at time 0: wait for the head and the first
-        // event to arrive before time moves.
+        // event to arrive before time moves (waiting on sockets, not on
+        // the watchdog).
         for _ in 0..10_000 {
             if sink.0.borrow().len() >= 3 {
                 break;
@@ -136,16 +149,49 @@ fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
             monoio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     });
-    assert!(*closed.borrow(), "the provider saw its connection close");
-    let Some(TunnelOutcome::Failed(failure)) = outcome.take() else {
+    let frames = sink.0.borrow().clone();
+    let provider_saw_close = *closed.borrow();
+    Ran {
+        outcome: outcome.take(),
+        frames,
+        provider_saw_close,
+        probes: probes.get(),
+    }
+}
+
+#[test]
+fn a_stalled_tunnel_closes_its_provider_call_and_confirms_the_return() {
+    let ran = silent_tunnel(0);
+    assert!(
+        ran.provider_saw_close,
+        "the provider saw its connection close"
+    );
+    let Some(TunnelOutcome::Failed(failure)) = ran.outcome else {
         panic!("a failed outcome");
     };
     assert_eq!(failure.code(), FailureCode::ResponseStalled);
     assert!(failure.retryable, "the relay's return was confirmed");
     assert_eq!(failure.health_observation_seq, Some(1));
+    assert_eq!(ran.probes, 1);
     assert_eq!(
-        sink.0.borrow().last().map(String::as_str),
+        ran.frames.last().map(String::as_str),
         Some("error:FAILURE_CODE_RESPONSE_STALLED")
     );
-    assert_eq!(sink.0.borrow().len(), 4, "one terminal, nothing after it");
+    assert_eq!(ran.frames.len(), 4, "one terminal, nothing after it");
+}
+
+#[test]
+fn a_tunnel_hard_deadline_beats_a_simultaneous_stall() {
+    let ran = silent_tunnel(100);
+    let Some(TunnelOutcome::Failed(failure)) = ran.outcome else {
+        panic!("a failed outcome");
+    };
+    assert_eq!(failure.code(), FailureCode::HardTimeout);
+    assert_eq!(ran.probes, 0, "no stall claimed, no probe");
+    assert!(ran.provider_saw_close, "the provider call was dropped");
+    assert_eq!(
+        ran.frames.last().map(String::as_str),
+        Some("error:FAILURE_CODE_HARD_TIMEOUT")
+    );
+    assert_eq!(ran.frames.len(), 4);
 }
