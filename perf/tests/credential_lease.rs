@@ -352,6 +352,12 @@ fn every_fail_closed_case_makes_no_provider_call() {
     .expect("sent");
     assert_eq!(refused(&frames), FailureCode::CredentialLeaseDisabled);
     assert_eq!(provider_calls(&stack), 0, "disabled: no provider call");
+    // A client of a disabled provider gets a typed 503, not a retry hint.
+    let response = http_chat(&stack, "remote");
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("credential_unavailable"), "{response}");
+    assert!(!response.to_ascii_lowercase().contains("retry-after"));
+    assert_eq!(provider_calls(&stack), 0, "disabled via http: no provider call");
     // Capacity was released every time: the group still has its unit.
     assert_eq!(stack.edge.pools.outstanding(), 0);
     assert!(stack.mock.stats().authorizations().is_empty());

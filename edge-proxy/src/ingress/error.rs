@@ -81,11 +81,21 @@ impl From<AcquireError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// F29: the request's credential lease was refused (at the Edge or the
+    /// Node); it failed closed and retrying does not help.
+    fn credential_unavailable(message: String) -> Self {
+        Self::new(503, "server_error", "credential_unavailable", message)
+    }
+}
+
 impl From<SubmitError> for ApiError {
     fn from(error: SubmitError) -> Self {
         let message = error.to_string();
         match error {
             SubmitError::Invalid(_) => Self::bad_request("invalid_request", message),
+            // F29: fail closed, no other credential; retrying does not help.
+            SubmitError::Lease(_) => Self::credential_unavailable(message),
             _ => Self::new(503, "server_error", "node_unavailable", message).retry_after(1),
         }
     }
@@ -121,6 +131,7 @@ pub fn from_failure(failure: &ExecutionFailure) -> ApiError {
         FailureCode::NodeDisconnected => {
             ApiError::new(503, "server_error", "node_unavailable", message).retry_after(1)
         }
+        code if crate::lease::is_lease_failure(code) => ApiError::credential_unavailable(message),
         _ => ApiError::new(502, "server_error", "upstream_error", message),
     }
 }

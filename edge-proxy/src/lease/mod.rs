@@ -48,6 +48,22 @@ pub fn signed_message(lease: &[u8], credential: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Whether `code` is one of the `CREDENTIAL_LEASE_*` fail-closed codes.
+pub fn is_lease_failure(code: proto::v1::FailureCode) -> bool {
+    use proto::v1::FailureCode as C;
+    matches!(
+        code,
+        C::CredentialLeaseRevoked
+            | C::CredentialLeaseDisabled
+            | C::CredentialLeaseExpired
+            | C::CredentialLeaseStale
+            | C::CredentialLeaseReplayed
+            | C::CredentialLeaseWrongRecipient
+            | C::CredentialLeaseMismatch
+            | C::CredentialLeaseInvalid
+    )
+}
+
 /// The route API a tunnel path serves: `chat` or `responses`; empty for
 /// any other path and for normalized runs (which have no path).
 pub fn api_of_path(path: &str) -> &'static str {
