@@ -36,9 +36,12 @@
 //!   runtime health overlay fed by the stall handoff (F24) and restored by
 //!   scheduled CAPABILITIES probes (F25); provider preference (F26); the
 //!   F31 counters (see `docs/health.md`).
+//! - [`ops`]: graceful drain on SIGTERM/SIGINT and `edge.yaml` reload on
+//!   SIGHUP (see `docs/operations.md`).
 
-// `deny`, not `forbid`: the one exception is `iovec`, which
-// implements monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note).
+// `deny`, not `forbid`: the exceptions are `iovec`, which implements
+// monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note), and
+// `ops::signals` (sigmask/sigwait FFI).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -50,6 +53,7 @@ pub mod ingress;
 mod iovec;
 pub mod lease;
 pub mod link;
+pub mod ops;
 pub mod pool;
 pub mod registry;
 pub mod runtime;

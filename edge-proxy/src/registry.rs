@@ -14,7 +14,8 @@
 //!   any other generation is a no-op: that is the fence.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use framing::link::CloseReason;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason, RegisterRequest};
@@ -86,7 +87,10 @@ struct Live {
 /// The registry (see the module docs).
 #[derive(Debug)]
 pub struct NodeRegistry<D> {
-    directory: D,
+    /// Swapped whole by a config reload; readers hold their `Arc`.
+    directory: RwLock<Arc<D>>,
+    /// Set by a drain: new registrations are refused (`unavailable`).
+    refusing: AtomicBool,
     slots: Mutex<HashMap<String, Slot>>,
     /// F29: pins node lease keys and extends payloads, when installed.
     leases: std::sync::OnceLock<Arc<crate::lease::LeaseAuthority>>,
@@ -96,7 +100,8 @@ impl<D: NodeDirectory> NodeRegistry<D> {
     /// An empty registry over `directory`.
     pub fn new(directory: D) -> Self {
         Self {
-            directory,
+            directory: RwLock::new(Arc::new(directory)),
+            refusing: AtomicBool::new(false),
             slots: Mutex::new(HashMap::new()),
             leases: std::sync::OnceLock::new(),
         }
@@ -112,9 +117,23 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         self.leases.get()
     }
 
-    /// The directory it authenticates against.
-    pub fn directory(&self) -> &D {
-        &self.directory
+    /// The directory it authenticates against now (a reload may replace
+    /// it; the returned one stays whole for as long as it is held).
+    pub fn directory(&self) -> Arc<D> {
+        Arc::clone(&self.directory.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Replaces the directory (a config reload): the next registration
+    /// authenticates and builds its payload against `directory`. Live
+    /// connections are not touched here.
+    pub fn replace_directory(&self, directory: D) {
+        *self.directory.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(directory);
+    }
+
+    /// Refuses every registration from now on (`unavailable`): the Edge is
+    /// draining.
+    pub fn refuse_registrations(&self) {
+        self.refusing.store(true, Ordering::Release);
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
@@ -131,7 +150,15 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         home_core: usize,
         connected_since_unix_ms: u64,
     ) -> Result<Accepted, Rejection> {
-        let Some(node_id) = self.directory.authenticate(&request.token) else {
+        if self.refusing.load(Ordering::Acquire) {
+            return Err(Rejection {
+                node_id: None,
+                reason: RegisterRejectReason::Unavailable,
+                message: "the edge is draining".into(),
+            });
+        }
+        let directory = self.directory();
+        let Some(node_id) = directory.authenticate(&request.token) else {
             return Err(Rejection {
                 node_id: None,
                 reason: RegisterRejectReason::UnknownToken,
@@ -150,9 +177,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 reason: RegisterRejectReason::DuplicateConnection,
             });
         }
-        let mut config = match self
-            .directory
-            .build_payload(&node_id, request.max_frame_len)
+        let mut config = match directory.build_payload(&node_id, request.max_frame_len)
         {
             Ok(config) => config,
             Err(why) => {

@@ -75,6 +75,10 @@ pub struct EdgeServer {
     pub dispatcher: Dispatcher<EdgeConfig>,
     /// Worker count.
     pub workers: usize,
+    /// Flipped by a drain ([`crate::ops::drain_server`]).
+    pub drain: Arc<crate::ops::drain::DrainSwitch>,
+    /// Each core's link inbox (the drain and a reload close node links).
+    pub(crate) core_inboxes: Vec<tokio::sync::mpsc::UnboundedSender<crate::link::inbox::CoreMsg>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -113,8 +117,10 @@ impl EdgeServer {
         let (inboxes, mut inbox_rxs): (Vec<_>, Vec<_>) = (0..workers)
             .map(|_| tokio::sync::mpsc::unbounded_channel())
             .unzip();
+        let core_inboxes = inboxes.clone();
+        let drain = Arc::new(crate::ops::drain::DrainSwitch::new());
         let dispatcher = Dispatcher::new(Arc::clone(&shared.registry), inboxes);
-        let pools = Arc::new(Pools::new(shared.registry.directory()));
+        let pools = Arc::new(Pools::new(&shared.registry.directory()));
         // The stall handoff and recovery validate against live generations.
         pools.attach_generations(shared.registry.clone());
         let ingress = Arc::new(IngressShared {
@@ -122,7 +128,8 @@ impl EdgeServer {
             dispatcher: dispatcher.clone(),
             pools: Arc::clone(&pools),
             limits: options.ingress_limits,
-            metrics: Arc::new(Metrics::new(shared.registry.directory())),
+            metrics: Arc::new(Metrics::new(&shared.registry.directory())),
+            drain: Arc::clone(&drain),
         });
         // Queued requests re-resolve when a node becomes ready.
         spawn_ready_watch(&shared.bus, Arc::clone(&pools))?;
@@ -192,6 +199,8 @@ impl EdgeServer {
             bus: shared.bus.clone(),
             dispatcher,
             workers,
+            drain,
+            core_inboxes,
             threads,
         })
     }

@@ -1,14 +1,21 @@
 //! `iop-edge`: the IOP Edge.
 //!
-//! Today it serves the node socket (registration, readiness, heartbeat,
-//! generation fencing); the OpenAI ingress comes with the front-door
-//! milestone.
+//! Serves the node socket (registration, readiness, heartbeat, generation
+//! fencing) and the OpenAI ingress on every core.
+//!
+//! Operator signals (`docs/operations.md`): `SIGTERM`/`SIGINT` drain —
+//! stop accepting, let in-flight requests finish within `--drain-grace-ms`,
+//! close node links, exit 0; `SIGHUP` reloads `--config` (an invalid file
+//! keeps the running config).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
 use edge_proxy::config::EdgeConfig;
+use edge_proxy::ops::drain::DEFAULT_DRAIN_GRACE_MS;
+use edge_proxy::ops::signals::{OperatorSignal, OperatorSignals};
+use edge_proxy::ops::{drain_server, reload::reload_server};
 use edge_proxy::runtime::driver_from_env;
 use edge_proxy::server::{EdgeServer, StartOptions};
 
@@ -27,6 +34,10 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish
+    /// before the node links are closed, in ms.
+    #[arg(long, default_value_t = DEFAULT_DRAIN_GRACE_MS)]
+    drain_grace_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -36,6 +47,9 @@ enum LogFormat {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before any thread starts, so every thread inherits the blocked mask
+    // and the signals are taken only by the loop below.
+    let signals = OperatorSignals::block().context("blocking operator signals")?;
     let args = Args::parse();
     init_logging(args.log_format);
     let config = match &args.config {
@@ -60,8 +74,25 @@ fn main() -> anyhow::Result<()> {
         link_security,
         "edge_started"
     );
-    server.join();
-    Ok(())
+    loop {
+        match signals.wait().context("waiting for operator signals")? {
+            OperatorSignal::Reload => match &args.config {
+                // Logs `edge_config_reloaded` or `edge_config_reload_rejected`.
+                Some(path) => drop(reload_server(&server, path)),
+                None => tracing::warn!(
+                    event = "edge_config_reload_rejected",
+                    error = "no --config file: the embedded default cannot be reloaded",
+                    "edge_config_reload_rejected"
+                ),
+            },
+            signal @ (OperatorSignal::Terminate | OperatorSignal::Interrupt) => {
+                tracing::info!(signal = signal.as_str(), "operator asked to stop");
+                drain_server(&server, args.drain_grace_ms);
+                // The cores run until the process ends.
+                std::process::exit(0);
+            }
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {

@@ -58,14 +58,23 @@ pub struct IngressShared {
     pub limits: IngressLimits,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
+    /// Set when the Edge drains: the accept loop stops, new requests get
+    /// 503 + `Connection: close`, `/readyz` answers 503.
+    pub drain: Arc<crate::ops::drain::DrainSwitch>,
 }
 
-/// Serves client connections accepted on `listener`, forever. Call inside
-/// a monoio runtime (one per core).
+/// Serves client connections accepted on `listener` until a drain begins,
+/// then closes the listener (new connections are refused; open ones keep
+/// being served). Call inside a monoio runtime (one per core).
 pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<IngressShared>) {
     let router = Rc::new(Router { shared });
+    let drain = Arc::clone(&router.shared.drain);
     loop {
-        match listener.accept().await {
+        let accepted = monoio::select! {
+            accepted = listener.accept() => accepted,
+            () = drain.wait() => break,
+        };
+        match accepted {
             Ok((stream, _peer)) => {
                 let router = Rc::clone(&router);
                 monoio::spawn(async move {
@@ -79,6 +88,8 @@ pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<Ingre
             }
         }
     }
+    drop(listener);
+    tracing::debug!(core = core_id, "ingress listener closed for the drain");
 }
 
 /// The routes.
@@ -119,6 +130,10 @@ impl Handler for Router {
         let path = request.head.path();
         let path = path.split(|&b| b == b'?').next().unwrap_or_default();
         let method = request.head.method();
+        if self.shared.drain.is_draining() && path != b"/healthz" {
+            self.draining(path, responder).await;
+            return;
+        }
         if path.starts_with(b"/v1/") {
             if let Err(error) = self.authorize(&request) {
                 responder.error(&error).await;
@@ -286,6 +301,26 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// A request on an open connection while the Edge drains: `/readyz`
+    /// says `draining` (503), everything else is refused with 503
+    /// `edge_draining` (retryable elsewhere); the connection closes after.
+    async fn draining(&self, path: &[u8], responder: &mut Responder) {
+        responder.close_after();
+        if path == b"/readyz" {
+            let body = json!({"status": "draining"}).to_string().into_bytes();
+            responder.full(503, "application/json", body).await;
+            return;
+        }
+        let mut error = ApiError::new(
+            503,
+            "server_error",
+            "edge_draining",
+            "the edge is shutting down; retry on another instance",
+        );
+        error.retry_after_s = Some(1);
+        responder.error(&error).await;
     }
 
     async fn readyz(&self, responder: &mut Responder) {

@@ -159,6 +159,16 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         }
     }
 
+    /// Ends the connection from this side with `reason` (operator drain, a
+    /// node removed by a reload): the session fences the generation, fails
+    /// its open streams once each, and the writer closes the socket.
+    pub(crate) fn disconnect(self: &Rc<Self>, reason: CloseReason) {
+        self.session
+            .borrow_mut()
+            .handle_closed(reason, &self.registrar());
+        self.pump();
+    }
+
     fn send_envelope(&self, envelope: &Envelope) {
         match self.core.encoder.borrow_mut().encode(envelope) {
             Ok(frame) => {

@@ -116,6 +116,15 @@ impl<D: NodeDirectory + 'static> Core<D> {
                     conn.close_stream(stream_id);
                 }
             }
+            CoreMsg::Disconnect {
+                node_id,
+                generation,
+                reason,
+            } => {
+                if let Some(conn) = self.current(&node_id, generation) {
+                    conn.disconnect(reason);
+                }
+            }
         }
     }
 

@@ -64,4 +64,14 @@ pub enum CoreMsg {
         /// The stream.
         stream_id: u64,
     },
+    /// Close the node's connection of `generation` (operator drain, a node
+    /// removed by a reload) with `reason`; its open streams end with it.
+    Disconnect {
+        /// The node.
+        node_id: String,
+        /// Its generation.
+        generation: u64,
+        /// Why (`shutdown`).
+        reason: framing::link::CloseReason,
+    },
 }

@@ -75,13 +75,16 @@ impl Pools {
     /// Whether these pools made `lease`: its group exists with its target,
     /// and lists this very provider (same adapter and node by construction).
     fn made(&self, lease: &Lease) -> bool {
-        self.groups.get(lease.group()).is_some_and(|(_, group)| {
-            group.target == lease.target()
-                && group
-                    .providers
-                    .iter()
-                    .any(|p| Arc::ptr_eq(p, &lease.provider))
-        })
+        self.table()
+            .groups
+            .get(lease.group())
+            .is_some_and(|(_, group)| {
+                group.target == lease.target()
+                    && group
+                        .providers
+                        .iter()
+                        .any(|p| Arc::ptr_eq(p, &lease.provider))
+            })
     }
 
     /// F25: applies the answer to a CAPABILITIES probe — every response of
@@ -141,7 +144,8 @@ impl Pools {
         if self.current_generation(node) != Some(generation) {
             return record(probed, EvidenceOutcome::StaleGeneration);
         }
-        let matching: Vec<&Arc<Provider>> = self
+        let table = self.table();
+        let matching: Vec<&Arc<Provider>> = table
             .providers
             .iter()
             .filter(|p| {

@@ -39,7 +39,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -176,36 +176,38 @@ pub enum AcquireError {
     QueueTimeout(String, u64),
 }
 
-/// Every model group, built once from the config.
+/// Every model group, built from the config and rebuilt by a reload
+/// ([`Pools::reload`]).
 #[derive(Debug)]
 pub struct Pools {
-    groups: HashMap<String, (Arc<str>, Group)>,
-    /// Every provider once, in config order.
-    providers: Vec<Arc<Provider>>,
-    queue: QueueConfig,
+    /// The current groups and providers; a reload swaps it whole, and each
+    /// admission pass reads the table current then (queued requests
+    /// re-resolve against the new config).
+    table: RwLock<Arc<Table>>,
     waiting: AtomicUsize,
     released: Arc<Notify>,
     generations: OnceLock<Generations>,
     health: HealthMetrics,
 }
 
-/// The registry's view of current generations, set once at start.
-struct Generations(Arc<dyn GenerationView>);
-
-impl std::fmt::Debug for Generations {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Generations")
-    }
+/// One config's groups and providers.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub(crate) groups: HashMap<String, (Arc<str>, Arc<Group>)>,
+    /// Every provider once, in config order.
+    pub(crate) providers: Vec<Arc<Provider>>,
+    queue: QueueConfig,
 }
 
-impl Pools {
-    /// The groups of `config`.
-    pub fn new(config: &EdgeConfig) -> Self {
+impl Table {
+    /// The table of `config`; a provider whose id and settings are the same
+    /// in `keep` is carried over (its load and health overlay with it).
+    fn build(config: &EdgeConfig, keep: Option<&Table>) -> Self {
         let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
         let mut ordered = Vec::new();
         for node in config.nodes() {
             for spec in &node.providers {
-                let provider = Arc::new(Provider {
+                let fresh = Provider {
                     id: spec.id.clone(),
                     node_id: node.id.clone(),
                     adapter: spec.adapter.clone(),
@@ -215,7 +217,12 @@ impl Pools {
                     request_timeout_ms: spec.request_timeout_ms,
                     outstanding: AtomicU32::new(0),
                     overlay: ProviderOverlay::default(),
-                });
+                };
+                let kept = keep
+                    .and_then(|old| old.providers.iter().find(|p| p.id == fresh.id))
+                    .filter(|old| old.same_settings(&fresh))
+                    .cloned();
+                let provider = kept.unwrap_or_else(|| Arc::new(fresh));
                 ordered.push(Arc::clone(&provider));
                 providers.insert(&spec.id, provider);
             }
@@ -242,18 +249,70 @@ impl Pools {
                     providers: members,
                     weights,
                 };
-                (group.name.clone(), (Arc::from(group.name.as_str()), entry))
+                (
+                    group.name.clone(),
+                    (Arc::from(group.name.as_str()), Arc::new(entry)),
+                )
             })
             .collect();
         Self {
             groups,
-            health: HealthMetrics::new(ordered.iter().map(|p| p.id.clone())),
             providers: ordered,
             queue: *config.queue(),
+        }
+    }
+}
+
+impl Provider {
+    /// Same place and settings (a reload keeps such a provider as it is).
+    fn same_settings(&self, other: &Provider) -> bool {
+        self.id == other.id
+            && self.node_id == other.node_id
+            && self.adapter == other.adapter
+            && self.kind == other.kind
+            && self.max_concurrency == other.max_concurrency
+            && self.response_stall_timeout_ms == other.response_stall_timeout_ms
+            && self.request_timeout_ms == other.request_timeout_ms
+    }
+}
+
+/// The registry's view of current generations, set once at start.
+struct Generations(Arc<dyn GenerationView>);
+
+impl std::fmt::Debug for Generations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Generations")
+    }
+}
+
+impl Pools {
+    /// The groups of `config`.
+    pub fn new(config: &EdgeConfig) -> Self {
+        let table = Table::build(config, None);
+        Self {
+            health: HealthMetrics::new(table.providers.iter().map(|p| p.id.clone())),
+            table: RwLock::new(Arc::new(table)),
             waiting: AtomicUsize::new(0),
             released: Arc::new(Notify::new()),
             generations: OnceLock::new(),
         }
+    }
+
+    /// Rebuilds the groups from `config` (a reload): providers with the
+    /// same id and settings are kept as they are (load, health overlay);
+    /// changed and new ones start fresh; removed ones leave the groups.
+    /// Leases already taken keep their provider and release into it
+    /// normally. Queued requests are woken to re-resolve.
+    pub fn reload(&self, config: &EdgeConfig) {
+        let old = self.table();
+        let table = Table::build(config, Some(&old));
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        self.capacity_changed();
+    }
+
+    /// The current table.
+    pub(crate) fn table(&self) -> Arc<Table> {
+        Arc::clone(&self.table.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Gives the pools the registry's view of current node generations,
@@ -272,8 +331,8 @@ impl Pools {
     }
 
     /// Every provider once, in config order.
-    pub fn providers(&self) -> &[Arc<Provider>] {
-        &self.providers
+    pub fn providers(&self) -> Vec<Arc<Provider>> {
+        self.table().providers.clone()
     }
 
     /// The F31 health counters.
@@ -282,26 +341,33 @@ impl Pools {
     }
 
     /// The group clients call `model`.
-    pub fn group(&self, model: &str) -> Option<&Group> {
-        self.groups.get(model).map(|(_, group)| group)
+    pub fn group(&self, model: &str) -> Option<Arc<Group>> {
+        self.table()
+            .groups
+            .get(model)
+            .map(|(_, group)| Arc::clone(group))
     }
 
     /// Every group, sorted by name.
-    pub fn groups(&self) -> Vec<&Group> {
-        let mut all: Vec<_> = self.groups.values().map(|(_, g)| g).collect();
+    pub fn groups(&self) -> Vec<Arc<Group>> {
+        let mut all: Vec<_> = self
+            .table()
+            .groups
+            .values()
+            .map(|(_, g)| Arc::clone(g))
+            .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
 
-    /// Leases held now, over every provider.
+    /// Leases held now, over every provider of the current config (leases
+    /// still held on a provider a reload removed or changed are not
+    /// counted).
     pub fn outstanding(&self) -> u64 {
-        self.groups
-            .values()
-            .flat_map(|(_, g)| g.providers.iter())
-            .map(|p| (Arc::as_ptr(p), p.outstanding()))
-            .collect::<HashMap<_, _>>()
-            .values()
-            .map(|&n| u64::from(n))
+        self.table()
+            .providers
+            .iter()
+            .map(|p| u64::from(p.outstanding()))
             .sum()
     }
 
@@ -330,23 +396,21 @@ impl Pools {
         registry: &NodeRegistry<D>,
         preference: &Preference,
     ) -> Result<Lease, AcquireError> {
-        let Some((name, group)) = self.groups.get(model) else {
-            return Err(AcquireError::UnknownModel(model.to_owned()));
-        };
         // Register interest before the first look, so a release between the
         // look and the wait is not missed.
         let notified = self.released.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if let Some(lease) = self.try_lease(name, group, registry, preference)? {
+        if let Some(lease) = self.try_model(model, registry, preference)? {
             return Ok(lease);
         }
+        let queue = self.table().queue;
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let _waiting = Waiting(&self.waiting);
-        if queued >= self.queue.max_waiting as usize {
+        if queued >= queue.max_waiting as usize {
             return Err(AcquireError::QueueFull(model.to_owned()));
         }
-        let deadline = std::time::Instant::now() + Duration::from_millis(self.queue.timeout_ms);
+        let deadline = std::time::Instant::now() + Duration::from_millis(queue.timeout_ms);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             // monoio's timer: the ingress runs on the Edge's monoio cores.
@@ -356,15 +420,29 @@ impl Pools {
             {
                 return Err(AcquireError::QueueTimeout(
                     model.to_owned(),
-                    self.queue.timeout_ms,
+                    queue.timeout_ms,
                 ));
             }
             notified.set(self.released.notified());
             notified.as_mut().enable();
-            if let Some(lease) = self.try_lease(name, group, registry, preference)? {
+            if let Some(lease) = self.try_model(model, registry, preference)? {
                 return Ok(lease);
             }
         }
+    }
+
+    /// One admission pass for `model` against the current table.
+    fn try_model<D: NodeDirectory>(
+        &self,
+        model: &str,
+        registry: &NodeRegistry<D>,
+        preference: &Preference,
+    ) -> Result<Option<Lease>, AcquireError> {
+        let table = self.table();
+        let Some((name, group)) = table.groups.get(model) else {
+            return Err(AcquireError::UnknownModel(model.to_owned()));
+        };
+        self.try_lease(name, group, registry, preference)
     }
 
     /// Wakes queued requests to re-resolve (a node became ready).

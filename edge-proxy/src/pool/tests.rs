@@ -89,7 +89,8 @@ impl World {
     }
 
     pub(super) fn lease(&self, preference: &Preference) -> Result<Lease, AcquireError> {
-        let (name, group) = self.pools.groups.get("m").expect("group");
+        let table = self.pools.table();
+        let (name, group) = table.groups.get("m").expect("group");
         match self
             .pools
             .try_lease(name, group, &self.registry, preference)
@@ -101,7 +102,8 @@ impl World {
     }
 
     pub(super) fn eligible(&self, id: &str) -> bool {
-        let p = self.pools.providers().iter().find(|p| p.id == id).unwrap();
+        let providers = self.pools.providers();
+        let p = providers.iter().find(|p| p.id == id).unwrap();
         let generation =
             crate::health::GenerationView::current_generation(self.registry.as_ref(), &p.node_id);
         generation.is_some_and(|g| p.runtime_eligible(g))
@@ -453,7 +455,8 @@ fn a_mismatched_lease_or_reception_is_ignored() {
     // Without the registry's view attached, nothing is validated.
     let config = EdgeConfig::from_yaml_str(YAML, "test.yaml").unwrap();
     let detached = Pools::new(&config);
-    let (name, group) = detached.groups.get("m").unwrap();
+    let table = detached.table();
+    let (name, group) = table.groups.get("m").unwrap();
     let lease = detached
         .try_lease(name, group, &w.registry, &Preference::default())
         .unwrap()
