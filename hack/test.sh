@@ -61,5 +61,11 @@ else
   IOP_FUZZ_SECONDS="$fuzz_seconds" hack/fuzz.sh
 fi
 
+# Fault scenarios across network namespaces (partition, SIGKILL of a node and
+# of the Edge, 100-node reconnect herd, provider crash/stall, slow clients,
+# 1k idle streams): about 2 min. Skipped, with a message, without root/netns.
+step "chaos scenarios on a netns multi-host bed (hack/netns/chaos.sh)"
+hack/netns/chaos.sh
+
 step "k6 smoke: 10 s of streaming chat through Edge + Node, error rate 0 (hack/loadtest.sh smoke)"; hack/loadtest.sh smoke
 printf '\nall checks passed in %ss\n' "$((SECONDS - started))"
