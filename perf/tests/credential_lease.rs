@@ -23,6 +23,8 @@ use support::stack::*;
 
 /// The credential; it must reach the provider and nowhere else.
 const SENTINEL: &str = "sk-LEASE-SENTINEL-7f3a91";
+/// The client's API key (principal `team-a`); it never reaches the provider.
+const CLIENT_KEY: &str = "client-key-team-a";
 
 fn config(mock: std::net::SocketAddr, _garbage: std::net::SocketAddr) -> String {
     format!(
@@ -32,6 +34,9 @@ listen:
   nodes: 127.0.0.1:0
 leases:
   ttl_ms: 60000
+api_keys:
+  - name: team-a
+    key: "{CLIENT_KEY}"
 nodes:
   - id: node-a
     token: tok-a
@@ -203,6 +208,22 @@ fn the_provider_gets_the_credential_exactly_once_and_a_replay_is_refused() {
     assert_eq!(refused(&frames), FailureCode::CredentialLeaseReplayed);
     assert_eq!(provider_calls(&stack), before, "no provider call");
     assert_eq!(stack.mock.stats().authorizations().len(), 2);
+    // The ingress binds the client key's name: revoking the principal
+    // `team-a` stops its requests at the Edge.
+    assert!(
+        stack
+            .edge
+            .dispatcher
+            .revoke_leases(LeaseRevocationKind::Principal, "team-a")
+    );
+    let response = http_chat(&stack, "remote");
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("credential_unavailable"), "{response}");
+    assert_eq!(
+        provider_calls(&stack),
+        before,
+        "revoked principal: no provider call"
+    );
     assert_no_secret(&stack);
 }
 
@@ -357,7 +378,11 @@ fn every_fail_closed_case_makes_no_provider_call() {
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
     assert!(response.contains("credential_unavailable"), "{response}");
     assert!(!response.to_ascii_lowercase().contains("retry-after"));
-    assert_eq!(provider_calls(&stack), 0, "disabled via http: no provider call");
+    assert_eq!(
+        provider_calls(&stack),
+        0,
+        "disabled via http: no provider call"
+    );
     // Capacity was released every time: the group still has its unit.
     assert_eq!(stack.edge.pools.outstanding(), 0);
     assert!(stack.mock.stats().authorizations().is_empty());
@@ -394,7 +419,7 @@ fn http_chat(stack: &Stack, model: &str) -> String {
     http(
         stack,
         &format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {CLIENT_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         ),
     )

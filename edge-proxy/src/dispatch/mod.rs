@@ -172,13 +172,24 @@ impl<D: NodeDirectory> Dispatcher<D> {
     pub async fn submit_leased(
         &self,
         lease: &Lease,
+        run: SubmitRun,
+    ) -> Result<RunStream, SubmitError> {
+        self.submit_leased_as(lease, run, "").await
+    }
+
+    /// [`submit_leased`](Self::submit_leased) for the client `principal`
+    /// (its API key's name), bound into the credential lease (F29).
+    pub async fn submit_leased_as(
+        &self,
+        lease: &Lease,
         mut run: SubmitRun,
+        principal: &str,
     ) -> Result<RunStream, SubmitError> {
         let target = self.leased(lease)?;
         run.adapter = lease.provider().adapter.clone();
         run.target = lease.target().to_owned();
         let run_id = self.run_ids.next();
-        let scope = self.lease_scope(lease, &target, &run_id, "", "");
+        let scope = self.lease_scope(lease, &target, &run_id, principal, "");
         let credential_lease = self.issue(&scope)?;
         self.submit_with(target, run, run_id, credential_lease)
             .await

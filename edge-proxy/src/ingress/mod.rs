@@ -248,6 +248,10 @@ impl Router {
         let mut ctx = AttemptCtx {
             shared,
             api,
+            principal: crate::lease::principal_of(
+                shared.registry.directory().api_keys(),
+                request.head.headers().get("authorization"),
+            ),
             gate: StreamGate::new(api, &shared.metrics.recovery),
         };
         let mut preference = Preference::default();
@@ -382,6 +386,8 @@ pub(crate) enum Attempt {
 pub(crate) struct AttemptCtx<'s, 'm> {
     pub(crate) shared: &'s IngressShared,
     pub(crate) api: Api,
+    /// F29: the API key's name, bound into credential leases.
+    pub(crate) principal: String,
     pub(crate) gate: StreamGate<'m>,
 }
 

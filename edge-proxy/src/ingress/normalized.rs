@@ -62,7 +62,12 @@ pub(crate) async fn serve(
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         ..SubmitRun::default()
     };
-    let mut stream = match ctx.shared.dispatcher.submit_leased(&lease, run).await {
+    let mut stream = match ctx
+        .shared
+        .dispatcher
+        .submit_leased_as(&lease, run, &ctx.principal)
+        .await
+    {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);

@@ -105,7 +105,12 @@ pub(crate) async fn serve(
         strip_usage_event: strip_usage,
         ..ProviderTunnelRequest::default()
     };
-    let mut stream = match ctx.shared.dispatcher.open_tunnel(&lease, tunnel).await {
+    let mut stream = match ctx
+        .shared
+        .dispatcher
+        .open_tunnel_as(&lease, tunnel, &ctx.principal)
+        .await
+    {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);

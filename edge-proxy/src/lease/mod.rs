@@ -48,6 +48,21 @@ pub fn signed_message(lease: &[u8], credential: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The principal a client request is bound to: the name of the API key it
+/// presented (`Authorization: Bearer <key>`), never the key; empty when the
+/// ingress has no keys or the key is unknown.
+pub fn principal_of(keys: &crate::config::ApiKeys, authorization: Option<&[u8]>) -> String {
+    authorization
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| {
+            let (scheme, key) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+        })
+        .and_then(|key| keys.check(key))
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Whether `code` is one of the `CREDENTIAL_LEASE_*` fail-closed codes.
 pub fn is_lease_failure(code: proto::v1::FailureCode) -> bool {
     use proto::v1::FailureCode as C;
