@@ -320,3 +320,7 @@ pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) 
         }
     }
 }
+
+#[cfg(test)]
+#[path = "transport_tests.rs"]
+mod tests;
