@@ -28,6 +28,9 @@
 //!   lateness against its schedule, p50 / p99 / p99.9, direct and through
 //!   the tunnel, and the difference.
 //!
+//! - **`cpu`** (printed) — on-CPU nanoseconds of the client, the mock, the
+//!   Edge and the Node per MiB (S1) or per event (S2), from each thread's
+//!   `schedstat`: steadier than wall time on a shared box (see [`cpu`]).
 //! - **`idle`** (printed) — memory per idle stream: 2,000 streams
 //!   (`IOP_BENCH_IDLE_STREAMS`) quiet after their first event, direct and
 //!   through IOP; this process's RSS growth, and the difference (the Edge's
@@ -43,6 +46,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 
 mod client;
+mod cpu;
 mod idle;
 mod stack;
 
@@ -135,8 +139,9 @@ fn quick() -> bool {
     !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test")
 }
 
-/// Whether a printed report runs: yes unless the command line names a
-/// filter (a word that is not an option or a number) not part of `name`.
+/// Whether a group or printed report runs: yes unless the command line
+/// names filters (words that are not options or numbers) and none of them
+/// is part of `name` or has `name` in it.
 fn report_wanted(name: &str) -> bool {
     let filters: Vec<String> = std::env::args()
         .skip(1)
@@ -190,8 +195,15 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5))
         .configure_from_args();
-    s1(&mut criterion, &stack, &scenarios[0]);
-    s2(&mut criterion, &stack, &scenarios[1], &scenarios[2]);
+    if report_wanted("s1") {
+        s1(&mut criterion, &stack, &scenarios[0]);
+    }
+    if report_wanted("s2") {
+        s2(&mut criterion, &stack, &scenarios[1], &scenarios[2]);
+    }
+    if report_wanted("cpu") {
+        cpu_report(&stack, &scenarios, quick);
+    }
     if report_wanted("s2-gap") {
         s2_gap(&stack, &scenarios[3], &sizes);
     }
@@ -255,6 +267,46 @@ fn s2(c: &mut Criterion, stack: &Stack, openai: &Scenario, ollama: &Scenario) {
         b.iter(|| runtime.block_on(run_deltas(dispatcher, openai.model)));
     });
     group.finish();
+}
+
+/// CPU time of each part of the stack per MiB (S1) or per event (S2).
+fn cpu_report(stack: &Stack, scenarios: &[Scenario], quick: bool) {
+    let rounds = |n: u64| if quick { 1 } else { n };
+    println!(
+        "cpu/{}: on-CPU time of each part per unit moved (schedstat)",
+        stack.driver.as_str()
+    );
+    let mut clients = [
+        Client::connect(stack.mock_addr()),
+        Client::connect(stack.ingress()),
+    ];
+    for (label, path, scenario, n, mib) in [
+        ("s1 direct", Path::Direct, &scenarios[0], 2, true),
+        ("s1 tunnel", Path::Iop, &scenarios[0], 2, true),
+        ("s2 direct", Path::Direct, &scenarios[1], 5, false),
+        ("s2 tunnel", Path::Iop, &scenarios[1], 5, false),
+        ("s2 normalized-ollama", Path::Iop, &scenarios[2], 1, false),
+    ] {
+        let client = &mut clients[matches!(path, Path::Iop) as usize];
+        let unit = if mib { "MiB" } else { "event" };
+        cpu::per_unit(label, unit, || {
+            let mut moved = 0;
+            for _ in 0..rounds(n) {
+                let (bytes, events) = stream_once(client, path, scenario);
+                moved += if mib { bytes >> 20 } else { events };
+            }
+            moved
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    cpu::per_unit("s2 run-openai", "delta", || {
+        (0..rounds(5))
+            .map(|_| runtime.block_on(run_deltas(&stack.edge.dispatcher, scenarios[1].model)))
+            .sum()
+    });
 }
 
 /// Each content event's lateness against the mock's schedule, for one
