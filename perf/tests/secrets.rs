@@ -3,7 +3,8 @@
 //! the Node — are put through a real managed-mode run (`iop-edge` and
 //! `iop-node` processes, mTLS, debug logs), then looked for everywhere an
 //! operator or a client can read: both processes' logs, the Edge's and the
-//! Node's `/metrics`, every error response, and the Node's run store.
+//! Node's `/metrics`, every error response, and the Node's run store
+//! (as `iop-node runs` prints it, and the raw bytes of its data dir).
 
 mod managed;
 mod support;
@@ -126,6 +127,24 @@ model_groups:
         // The served run (and the refused ones never reached the node).
         assert!(runs.contains("\"run_id\""), "{runs}");
         seen.push(("the run store", runs));
+        // And the raw bytes of every file in the Node's data dir (LMDB).
+        let mut raw = Vec::new();
+        let mut dirs = vec![data_dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    raw.extend(std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        assert!(!raw.is_empty(), "the data dir holds the run store");
+        seen.push((
+            "the Node's data dir (raw bytes)",
+            String::from_utf8_lossy(&raw).into_owned(),
+        ));
 
         // Positive controls: what is scanned is the real, debug-level output.
         assert!(edge.log.contains("\"node_registered\""));
