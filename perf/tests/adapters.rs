@@ -53,6 +53,7 @@ fn spec() -> ExecuteSpec {
         },
         session_id: "s".into(),
         stall_timeout_ms: 0,
+        credential: None,
     }
 }
 

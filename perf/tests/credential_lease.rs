@@ -48,10 +48,20 @@ nodes:
         headers: {{x-mock-tokens: "3"}}
         credential:
           api_key: "{SENTINEL}"
+      - id: remote-ol
+        kind: ollama
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "3"}}
+        credential:
+          api_key: "{SENTINEL}"
 model_groups:
   - name: remote
     target: m
     providers: [remote]
+  - name: remote-ol
+    target: m
+    providers: [remote-ol]
 "#
     )
 }
@@ -184,6 +194,15 @@ fn the_provider_gets_the_credential_exactly_once_and_a_replay_is_refused() {
         stack.mock.stats().authorizations(),
         vec![Some(format!("Bearer {SENTINEL}"))]
     );
+    // A normalized run (Ollama) carries it the same way.
+    let response = http_chat(&stack, "remote-ol");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(stack.mock.stats().requests(Route::OllamaChat), 1);
+    assert_eq!(
+        stack.mock.stats().authorizations(),
+        vec![Some(format!("Bearer {SENTINEL}")); 2]
+    );
+    stack.mock.stats().reset();
     // Replayed: the bytes of a lease the node already opened.
     let mut captured = Bytes::new();
     let frames = tunnel(&stack, "", |scope| {
@@ -192,7 +211,7 @@ fn the_provider_gets_the_credential_exactly_once_and_a_replay_is_refused() {
     })
     .expect("sent");
     assert!(matches!(frames.last(), Some(Frame::End(_))), "{frames:?}");
-    assert_eq!(provider_calls(&stack), 2);
+    assert_eq!(provider_calls(&stack), 1, "counted since the reset");
     let before = provider_calls(&stack);
     // The same sealed lease again (the dispatcher's new scope is ignored).
     let replay = captured.clone();
@@ -207,7 +226,7 @@ fn the_provider_gets_the_credential_exactly_once_and_a_replay_is_refused() {
     let frames = tunnel(&stack, "", |_| Ok(captured)).expect("sent");
     assert_eq!(refused(&frames), FailureCode::CredentialLeaseReplayed);
     assert_eq!(provider_calls(&stack), before, "no provider call");
-    assert_eq!(stack.mock.stats().authorizations().len(), 2);
+    assert_eq!(stack.mock.stats().authorizations().len(), 1);
     // The ingress binds the client key's name: revoking the principal
     // `team-a` stops its requests at the Edge.
     assert!(

@@ -155,6 +155,9 @@ pub struct ExecuteSpec {
     /// Effective stall timeout in ms, for the run watchdog (not enforced by
     /// the adapter).
     pub stall_timeout_ms: u64,
+    /// F29: the credential from the run's opened lease, set as one header
+    /// on the provider request (its `Debug` is redacted).
+    pub credential: Option<crate::lease::OpenedCredential>,
 }
 
 /// What an adapter instance offers (F9, F13, F14).
@@ -278,8 +281,12 @@ impl AdapterConfig {
             ));
         }
         let body = body(spec)?;
-        Ok(self
-            .request("POST", path)
+        let mut request = self.request("POST", path);
+        if let Some(credential) = &spec.credential {
+            let value = bytes::Bytes::copy_from_slice(&credential.value);
+            request = request.header(credential.header.clone(), value);
+        }
+        Ok(request
             .header("content-type", "application/json")
             .body(body))
     }

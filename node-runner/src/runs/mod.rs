@@ -296,19 +296,18 @@ impl RunManager {
             created_at_ms: unix_ms(),
         });
         let admitted = self.admit(stream_id, &request).and_then(|admitted| {
-            // F29: opened after admission, before the adapter's call. The
-            // normalized adapters take no per-request header yet, so a
-            // credential is verified here but carried only by tunnels.
-            self.open_lease(&leases::LeasedRequest {
+            // F29: opened after admission, right before the adapter's call;
+            // a refusal drops the capacity unit.
+            let credential = self.open_lease(&leases::LeasedRequest {
                 adapter: &request.adapter,
                 target: &request.target,
                 slot: &request.run_id,
                 api: None,
                 sealed: &request.credential_lease,
             })?;
-            Ok(admitted)
+            Ok((admitted, credential))
         });
-        let (adapter, lease, hard_timeout_ms, stall_timeout_ms) = match admitted {
+        let ((adapter, lease, hard_timeout_ms, stall_timeout_ms), credential) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 tracing::debug!(
@@ -355,6 +354,7 @@ impl RunManager {
             input: request.input.unwrap_or_default(),
             session_id: request.session_id,
             stall_timeout_ms,
+            credential,
         };
         let watchdog = self.watchdog(StallKind::Run, &adapter, &spec.target, stall_timeout_ms);
         let manager = Rc::clone(self);
