@@ -59,7 +59,7 @@ pub struct ConnectionStatus {
     pub node_id: String,
     /// The connection's generation.
     pub generation: u64,
-    /// `registered` or `ready`.
+    /// `registered`, `ready` or `draining`.
     pub state: &'static str,
     /// When it registered, ms since the Unix epoch.
     pub connected_since_unix_ms: u64,
@@ -82,6 +82,8 @@ struct Live {
     connected_since_unix_ms: u64,
     last_rtt_us: Option<u64>,
     home_core: usize,
+    /// Announced a drain: not ready again on this generation.
+    draining: bool,
 }
 
 /// The registry (see the module docs).
@@ -177,8 +179,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 reason: RegisterRejectReason::DuplicateConnection,
             });
         }
-        let mut config = match directory.build_payload(&node_id, request.max_frame_len)
-        {
+        let mut config = match directory.build_payload(&node_id, request.max_frame_len) {
             Ok(config) => config,
             Err(why) => {
                 return Err(Rejection {
@@ -207,6 +208,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
             connected_since_unix_ms,
             last_rtt_us: None,
             home_core,
+            draining: false,
         });
         Ok(Accepted {
             node_id,
@@ -218,8 +220,22 @@ impl<D: NodeDirectory> NodeRegistry<D> {
     /// Marks the live generation ready. False if `generation` is not live.
     pub fn mark_ready(&self, node_id: &str, generation: u64) -> bool {
         match self.slots().get_mut(node_id).and_then(|s| s.live.as_mut()) {
-            Some(live) if live.generation == generation => {
+            Some(live) if live.generation == generation && !live.draining => {
                 live.ready = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The live `generation` is draining (`NodeDrainNotice`): it is no
+    /// longer dispatchable or ready, though still live (its open streams
+    /// continue until it closes). False if `generation` is not live.
+    pub fn mark_draining(&self, node_id: &str, generation: u64) -> bool {
+        match self.slots().get_mut(node_id).and_then(|s| s.live.as_mut()) {
+            Some(live) if live.generation == generation => {
+                live.ready = false;
+                live.draining = true;
                 true
             }
             _ => false,
@@ -292,7 +308,13 @@ impl<D: NodeDirectory> NodeRegistry<D> {
                 s.live.as_ref().map(|l| ConnectionStatus {
                     node_id: id.clone(),
                     generation: l.generation,
-                    state: if l.ready { "ready" } else { "registered" },
+                    state: if l.draining {
+                        "draining"
+                    } else if l.ready {
+                        "ready"
+                    } else {
+                        "registered"
+                    },
                     connected_since_unix_ms: l.connected_since_unix_ms,
                     last_heartbeat_rtt_us: l.last_rtt_us,
                     home_core: l.home_core,
@@ -333,5 +355,9 @@ impl<D: NodeDirectory> Registrar for ConnRegistrar<'_, D> {
 
     fn release(&self, node_id: &str, generation: u64, _reason: CloseReason) {
         self.registry.release(node_id, generation);
+    }
+
+    fn draining(&self, node_id: &str, generation: u64) {
+        self.registry.mark_draining(node_id, generation);
     }
 }

@@ -63,6 +63,7 @@
 pub mod adapter;
 pub mod admin;
 pub mod commands;
+pub mod drain;
 pub mod lease;
 pub mod link;
 pub mod metrics;

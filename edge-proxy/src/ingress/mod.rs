@@ -190,6 +190,8 @@ impl Handler for Router {
         };
         match route {
             Ok(Some(api)) => {
+                // In flight for the drain until its last byte is written.
+                let _in_flight = self.shared.drain.enter();
                 let status = self.completion(api, request, responder).await;
                 self.shared.metrics.request(api, status);
             }

@@ -75,6 +75,11 @@ pub trait Registrar {
     fn ready(&self, node_id: &str, generation: u64) -> bool;
     /// Ends `(node_id, generation)`: fenced from now on.
     fn release(&self, node_id: &str, generation: u64, reason: CloseReason);
+    /// `(node_id, generation)` announced a drain (`NodeDrainNotice`): no
+    /// new work goes to it; its open streams continue.
+    fn draining(&self, node_id: &str, generation: u64) {
+        let _ = (node_id, generation);
+    }
 }
 
 /// One output of the session, in order.
@@ -213,6 +218,23 @@ impl EdgeSession {
                 | Msg::CancelResponse(_)
                 | Msg::WindowUpdate(_),
             ) if envelope.stream_id != 0 => self.out.push_back(Output::Deliver(envelope)),
+            (
+                State::Ready {
+                    node_id,
+                    generation,
+                },
+                Msg::NodeDrainNotice(notice),
+            ) if envelope.stream_id == 0 => {
+                tracing::info!(
+                    event = "node_draining",
+                    node_id = %node_id,
+                    generation = *generation,
+                    grace_ms = notice.grace_ms,
+                    in_flight = notice.in_flight,
+                    "node_draining"
+                );
+                registrar.draining(node_id, *generation);
+            }
             _ => self.close(CloseReason::ProtocolViolation, registrar),
         }
     }

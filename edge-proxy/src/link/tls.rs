@@ -258,6 +258,10 @@ impl<D: NodeDirectory> Registrar for IdentityRegistrar<'_, D> {
         self.inner.ready(node_id, generation)
     }
 
+    fn draining(&self, node_id: &str, generation: u64) {
+        self.inner.draining(node_id, generation);
+    }
+
     fn release(&self, node_id: &str, generation: u64, reason: CloseReason) {
         self.inner.release(node_id, generation, reason);
     }

@@ -10,10 +10,11 @@
 //!       ─▶ drained: the process exits 0
 //! ```
 //!
-//! In-flight counts requests holding a lease plus requests queued for one
-//! ([`crate::pool::Pools::outstanding`] + [`crate::pool::Pools::waiting`]).
+//! In-flight counts completion requests from admission until their last
+//! byte is written ([`DrainSwitch::enter`]): queued, streaming, and the
+//! terminal error a closed link gives them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 
@@ -23,6 +24,17 @@ use tokio::sync::Notify;
 pub struct DrainSwitch {
     draining: AtomicBool,
     flipped: Notify,
+    active: AtomicU64,
+}
+
+/// One completion request in flight; dropping it ends it.
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl DrainSwitch {
@@ -38,6 +50,17 @@ impl DrainSwitch {
             self.flipped.notify_waiters();
         }
         first
+    }
+
+    /// Counts one completion request until the returned guard drops.
+    pub fn enter(&self) -> InFlight<'_> {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        InFlight(&self.active)
+    }
+
+    /// Completion requests in flight now.
+    pub fn in_flight(&self) -> u64 {
+        self.active.load(Ordering::Acquire)
     }
 
     /// Whether a drain has begun.
@@ -183,6 +206,10 @@ mod tests {
         });
         assert!(switch.begin());
         assert!(!switch.begin());
+        let (a, b) = (switch.enter(), switch.enter());
+        assert_eq!(switch.in_flight(), 2);
+        drop((a, b));
+        assert_eq!(switch.in_flight(), 0);
         assert!(switch.is_draining());
         woke.join().unwrap();
         // Waiting after the flip returns at once.

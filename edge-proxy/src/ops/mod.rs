@@ -26,7 +26,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(3);
 /// Drains `server` (see [`drain`]): blocks until it is drained and returns
 /// what happened. Logs `edge_draining` and `edge_drained`. The caller exits.
 pub fn drain_server(server: &EdgeServer, grace_ms: u64) -> DrainReport {
-    let in_flight = || server.pools.outstanding() + server.pools.waiting() as u64;
+    let in_flight = || server.drain.in_flight();
     server.drain.begin();
     server.registry.refuse_registrations();
     let start = Instant::now();

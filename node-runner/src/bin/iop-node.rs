@@ -12,6 +12,11 @@
 //! `--admin-addr` (default `127.0.0.1:9100`, `off` to disable) serves
 //! `GET /metrics` and `GET /healthz` (`node_runner::admin`).
 //!
+//! `SIGTERM`/`SIGINT` drain the node (`node_runner::drain`): the Edge is
+//! told, new work is refused, in-flight runs and tunnels get
+//! `--drain-grace-ms` to finish, then the link closes and the process
+//! exits 0.
+//!
 //! `iop-node runs --data-dir DIR [--limit N] [--json]` lists the most recent
 //! runs in the local run store (F15), newest first, and exits.
 
@@ -27,6 +32,7 @@ use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 use framing::link::{HeartbeatConfig, reject_reason_name};
 use framing::timer::ClockSource;
 use node_runner::admin::{self, AdminAddr, AdminState, DEFAULT_ADMIN_ADDR};
+use node_runner::drain::{OperatorSignal, OperatorSignals, node_drain};
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::{SupervisorExit, supervise_cores};
 use node_runner::link::{LinkClientConfig, link_tls};
@@ -88,6 +94,10 @@ struct Args {
     /// default is taken the node starts without it and logs why].
     #[arg(long)]
     admin_addr: Option<AdminAddr>,
+    /// On SIGTERM/SIGINT, how long in-flight runs and tunnels may take to
+    /// finish before the link is closed, in ms.
+    #[arg(long, default_value_t = node_runner::drain::DEFAULT_DRAIN_GRACE_MS)]
+    drain_grace_ms: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,7 +133,15 @@ fn main() -> anyhow::Result<ExitCode> {
     if let Some(Command::Runs(runs_args)) = &args.command {
         return list_runs(runs_args);
     }
+    // Before any other thread starts: every thread inherits the mask, and
+    // only the signal thread takes the signals.
+    let signals = OperatorSignals::block().context("blocking operator signals")?;
     init_logging(args.log_format);
+    node_drain().set_grace_ms(args.drain_grace_ms);
+    std::thread::Builder::new()
+        .name("iop-node-signals".into())
+        .spawn(move || watch_signals(&signals))
+        .context("starting the signal thread")?;
     // clap enforces --token when there is no subcommand.
     let token = args.token.unwrap_or_default();
     if token.is_empty() {
@@ -245,7 +263,29 @@ fn main() -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::from(EXIT_REJECTED))
         }
-        SupervisorExit::ConnectionLimit => Ok(ExitCode::SUCCESS),
+        SupervisorExit::ConnectionLimit | SupervisorExit::Drained => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Takes operator signals until the process ends: `SIGTERM`/`SIGINT`
+/// begin the drain (the link core carries it out); `SIGHUP` is logged (the
+/// Node's config comes from the Edge).
+fn watch_signals(signals: &OperatorSignals) {
+    loop {
+        match signals.wait() {
+            Ok(OperatorSignal::Hangup) => tracing::info!(
+                "SIGHUP ignored: the node's config comes from the edge (reload edge.yaml there)"
+            ),
+            Ok(signal) => {
+                if node_drain().begin() {
+                    tracing::info!(?signal, "operator asked to stop");
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "waiting for operator signals failed");
+                return;
+            }
+        }
     }
 }
 

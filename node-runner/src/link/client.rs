@@ -41,6 +41,9 @@ use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::runs::cores::{Configure, Route, Router};
 use crate::runs::{CoreMsg, Cores, GenShared, LinkIdentity, Outbox, RunnerConfig};
 
+/// How often a draining connection looks at its in-flight count.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
 
@@ -176,8 +179,12 @@ pub async fn run_connection(
     // Detached: ends once the link and every core have dropped this
     // connection's sender.
     monoio::spawn(done_loop(Rc::clone(&link.router), done_rx));
+    // Drains this connection if the operator asks (ends with it otherwise).
+    let (ended, ended_rx) = local_sync::oneshot::channel::<()>();
+    monoio::spawn(drain_watch(Rc::downgrade(&link), ended_rx));
     Rc::clone(&link).read_loop(read_half, max_frame_len).await;
     writer.await;
+    drop(ended);
     // Drop the timer entry (it holds an Rc of this link).
     let key = link.timer.take();
     link.timers
@@ -209,6 +216,18 @@ async fn dial(config: &LinkClientConfig) -> std::io::Result<LinkStream> {
         return Err(error);
     }
     Ok(LinkStream::Tls(stream, Box::new(session)))
+}
+
+/// Waits for an operator drain ([`crate::drain`]) for as long as the
+/// connection lasts, then drains it.
+async fn drain_watch(link: std::rc::Weak<Link>, ended: local_sync::oneshot::Receiver<()>) {
+    monoio::select! {
+        () = crate::drain::node_drain().wait() => {}
+        _ = ended => return,
+    }
+    if let Some(link) = link.upgrade() {
+        link.drain().await;
+    }
 }
 
 /// Cores report each finished run stream: forget its owner.
@@ -338,8 +357,71 @@ impl Link {
         }
     }
 
+    /// Runs and tunnels in flight on this connection, over every core.
+    fn in_flight(&self) -> u64 {
+        self.router
+            .borrow()
+            .load()
+            .iter()
+            .map(|&n| u64::from(n))
+            .sum()
+    }
+
+    /// The operator drain of this connection: tell the Edge (it stops
+    /// dispatching here), let in-flight work finish within the grace, then
+    /// close with `shutdown`. Logs `node_draining` and `node_drained`.
+    async fn drain(self: Rc<Self>) {
+        use crate::drain::{DrainStep, node_drain, step};
+        let grace_ms = node_drain().grace_ms();
+        let started = std::time::Instant::now();
+        let at_start = self.in_flight();
+        tracing::info!(
+            event = "node_draining",
+            in_flight = at_start,
+            grace_ms,
+            "node_draining"
+        );
+        if self.end.borrow().was_ready {
+            let notice = proto::v1::NodeDrainNotice {
+                grace_ms,
+                in_flight: u32::try_from(at_start).unwrap_or(u32::MAX),
+            };
+            self.outbox.send_msg(0, Msg::NodeDrainNotice(notice));
+        }
+        let grace_exceeded = loop {
+            if self.session.borrow().is_closed() {
+                break false;
+            }
+            let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            match step(elapsed_ms, grace_ms, self.in_flight()) {
+                DrainStep::Wait => monoio::time::sleep(DRAIN_POLL).await,
+                DrainStep::Close { grace_exceeded } => break grace_exceeded,
+            }
+        };
+        tracing::info!(
+            event = "node_drained",
+            in_flight_at_start = at_start,
+            in_flight = self.in_flight(),
+            grace_exceeded,
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "node_drained"
+        );
+        self.session
+            .borrow_mut()
+            .handle_closed(CloseReason::Shutdown);
+        self.pump();
+        self.rearm();
+    }
+
     /// Hands a work frame to the core the router picks.
     fn route(&self, envelope: proto::Envelope) {
+        // A drain refuses new work that crossed its notice, typed, at once.
+        if crate::drain::node_drain().is_draining() {
+            if let Some(refusal) = envelope.msg.as_ref().and_then(crate::drain::refusal) {
+                self.outbox.send_msg(envelope.stream_id, refusal);
+                return;
+            }
+        }
         // F29: revocations apply here, on the link core, in frame order:
         // a request after a revocation is checked against it.
         if let Some(Msg::LeaseRevocations(update)) = &envelope.msg {

@@ -79,6 +79,8 @@ pub enum SupervisorExit {
     },
     /// `max_connections` connections were made (tests).
     ConnectionLimit,
+    /// An operator drain ended the link ([`crate::drain`]); no reconnect.
+    Drained,
 }
 
 /// Runs connections forever (or until `max_connections`, for tests),
@@ -124,6 +126,9 @@ pub async fn supervise_cores(
         made += 1;
         log_end(config, &end);
         on_end(&end);
+        if crate::drain::node_drain().is_draining() {
+            return SupervisorExit::Drained;
+        }
         if let Some(rejected) = end.rejected.as_ref().filter(|r| r.permanent) {
             tracing::error!(
                 event = "node_rejected",
@@ -150,7 +155,10 @@ pub async fn supervise_cores(
             edge = %config.edge,
             "node_reconnecting"
         );
-        monoio::time::sleep(delay).await;
+        monoio::select! {
+            () = monoio::time::sleep(delay) => {}
+            () = crate::drain::node_drain().wait() => return SupervisorExit::Drained,
+        }
     }
 }
 
