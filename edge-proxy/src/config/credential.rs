@@ -3,13 +3,16 @@
 //! A provider that needs a credential (an API key for a remote
 //! OpenAI-compatible server) gets a `credential:` block; the Edge then hands
 //! the key to the Node only inside a signed lease sealed to that Node's key,
-//! one lease per request (see `docs/leases.md`). Leases are enabled per
-//! provider by giving it a `credential`; the top-level `leases:` block sets
-//! the policy for all of them (lifetime, the Edge's signing key, node key
-//! pinning).
+//! one lease per request (see `docs/leases.md`). Leases are on for every
+//! provider with a `credential` unless turned off globally
+//! (`leases.enabled: false`) or per provider (`credential.managed: false`);
+//! an unmanaged credential travels as a plain provider header in the node's
+//! config payload (development only). The top-level `leases:` block also sets
+//! the lease lifetime, the Edge's signing key and node key pinning.
 //!
 //! ```yaml
 //! leases:
+//!   enabled: true                               # default
 //!   ttl_ms: 30000
 //!   signing_key_path: /etc/iop/edge-lease.key   # 32 raw bytes; absent = generated at start
 //!   allow_node_key_change: false
@@ -21,6 +24,7 @@
 //!           api_key_env: REMOTE_API_KEY   # or api_key: "..."
 //!           header: authorization         # default
 //!           prefix: "Bearer "             # default
+//!           managed: true                 # default: leases.enabled
 //! ```
 //!
 //! The secret is held as [`CredentialSecret`]: its `Debug` prints
@@ -47,6 +51,7 @@ pub const MAX_CREDENTIAL_LEN: usize = 8 * 1024;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLeases {
+    pub(crate) enabled: Option<bool>,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) signing_key_path: Option<String>,
     #[serde(default)]
@@ -61,11 +66,15 @@ pub(crate) struct RawCredential {
     pub(crate) api_key_env: Option<String>,
     pub(crate) header: Option<String>,
     pub(crate) prefix: Option<String>,
+    pub(crate) managed: Option<bool>,
 }
 
 /// Lease policy for every provider with a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSettings {
+    /// Whether credentials are managed (leased) unless a provider says
+    /// otherwise; default true.
+    pub enabled: bool,
     /// Lifetime of one lease, in ms.
     pub ttl_ms: u64,
     /// File with the Edge's 32-byte Ed25519 signing key; `None` = a fresh
@@ -80,6 +89,7 @@ pub struct LeaseSettings {
 impl Default for LeaseSettings {
     fn default() -> Self {
         Self {
+            enabled: true,
             ttl_ms: DEFAULT_LEASE_TTL_MS,
             signing_key_path: None,
             allow_node_key_change: false,
@@ -94,6 +104,9 @@ pub struct CredentialSpec {
     pub header: String,
     /// Prefix of the header value, default `Bearer `.
     pub prefix: String,
+    /// Handed out in sealed leases (true) or sent as a plain provider
+    /// header in the config payload (false, development only).
+    pub managed: bool,
     /// The secret.
     pub secret: CredentialSecret,
 }
@@ -103,6 +116,7 @@ impl fmt::Debug for CredentialSpec {
         f.debug_struct("CredentialSpec")
             .field("header", &self.header)
             .field("prefix", &self.prefix)
+            .field("managed", &self.managed)
             .field("secret", &self.secret)
             .finish()
     }
@@ -139,6 +153,18 @@ impl fmt::Debug for CredentialSecret {
     }
 }
 
+/// The plain header of an unmanaged credential (`managed: false`), sent in
+/// the node's config payload; `None` for a managed one or none.
+pub(crate) fn unmanaged_header(spec: &super::ProviderSpec) -> Option<proto::v1::Header> {
+    let credential = spec.credential.as_ref().filter(|c| !c.managed)?;
+    let mut value = credential.prefix.clone().into_bytes();
+    value.extend_from_slice(credential.secret.expose());
+    Some(proto::v1::Header {
+        name: credential.header.clone(),
+        value: value.into(),
+    })
+}
+
 /// Checks `leases:`; broken rules go to `fail(path, message)`.
 pub(crate) fn validate_leases(
     raw: Option<RawLeases>,
@@ -156,6 +182,7 @@ pub(crate) fn validate_leases(
         fail("leases.signing_key_path".into(), "must not be empty".into());
     }
     LeaseSettings {
+        enabled: raw.enabled.unwrap_or(true),
         ttl_ms,
         signing_key_path: raw.signing_key_path,
         allow_node_key_change: raw.allow_node_key_change,
@@ -167,6 +194,7 @@ pub(crate) fn validate_leases(
 pub(crate) fn validate_credential(
     path: &str,
     raw: RawCredential,
+    managed_by_default: bool,
     env: &dyn Fn(&str) -> Option<String>,
     fail: &mut dyn FnMut(String, String),
 ) -> Option<CredentialSpec> {
@@ -226,6 +254,7 @@ pub(crate) fn validate_credential(
         );
     }
     Some(CredentialSpec {
+        managed: raw.managed.unwrap_or(managed_by_default),
         header,
         prefix,
         secret: CredentialSecret::new(secret.into_bytes()),
@@ -239,7 +268,7 @@ mod tests {
     fn check(raw: RawCredential) -> (Option<CredentialSpec>, Vec<String>) {
         let mut errors = Vec::new();
         let env = |name: &str| (name == "SET").then(|| "sk-from-env".to_owned());
-        let spec = validate_credential("p.credential", raw, &env, &mut |p, m| {
+        let spec = validate_credential("p.credential", raw, true, &env, &mut |p, m| {
             errors.push(format!("{p}: {m}"))
         });
         (spec, errors)
@@ -251,6 +280,7 @@ mod tests {
             api_key_env: env.map(str::to_owned),
             header: None,
             prefix: None,
+            managed: None,
         }
     }
 
@@ -294,11 +324,64 @@ mod tests {
         let s = validate_leases(None, &mut |p, m| errors.push(format!("{p}: {m}")));
         assert_eq!(s, LeaseSettings::default());
         let raw = RawLeases {
+            enabled: None,
             ttl_ms: Some(1),
             signing_key_path: None,
             allow_node_key_change: false,
         };
         validate_leases(Some(raw), &mut |p, m| errors.push(format!("{p}: {m}")));
         assert!(errors[0].starts_with("leases.ttl_ms"));
+    }
+
+    fn payload_of(yaml_leases: &str, yaml_credential_extra: &str) -> proto::v1::ProviderConfig {
+        let yaml = format!(
+            r#"
+{yaml_leases}
+nodes:
+  - id: n
+    token: t
+    providers:
+      - id: p
+        kind: openai_compat
+        base_url: http://127.0.0.1:1
+        targets: [m]
+        credential:
+          api_key: sk-SENTINEL-cfg
+{yaml_credential_extra}
+"#
+        );
+        let config = crate::config::EdgeConfig::from_yaml_str(&yaml, "t.yaml").unwrap();
+        let node = config.nodes().get("n").unwrap();
+        let payload = node.build_payload(config.link(), 1, 1 << 20).unwrap();
+        payload.providers[0].clone()
+    }
+
+    #[test]
+    fn a_managed_credential_never_travels_in_the_payload() {
+        let provider = payload_of("", "");
+        assert!(provider.credential_lease_required);
+        assert!(provider.headers.is_empty());
+        assert!(!format!("{provider:?}").contains("SENTINEL"));
+    }
+
+    #[test]
+    fn leases_can_be_turned_off_globally_or_per_provider() {
+        for (leases, extra) in [
+            ("leases:\n  enabled: false", ""),
+            ("", "          managed: false"),
+        ] {
+            let provider = payload_of(leases, extra);
+            assert!(!provider.credential_lease_required, "{leases}{extra}");
+            assert_eq!(provider.headers.len(), 1);
+            assert_eq!(provider.headers[0].name, "authorization");
+            assert_eq!(
+                provider.headers[0].value.as_ref(),
+                b"Bearer sk-SENTINEL-cfg"
+            );
+        }
+        // A provider can opt back in under a global off.
+        let provider = payload_of("leases:\n  enabled: false", "          managed: true");
+        assert!(provider.credential_lease_required);
+        assert!(provider.headers.is_empty());
     }
 }

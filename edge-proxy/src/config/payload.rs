@@ -130,7 +130,8 @@ fn provider_config(spec: &ProviderSpec) -> ProviderConfig {
                 name: name.clone(),
                 value: value.clone().into_bytes().into(),
             })
+            .chain(super::credential::unmanaged_header(spec))
             .collect(),
-        credential_lease_required: spec.credential.is_some(),
+        credential_lease_required: spec.credential.as_ref().is_some_and(|c| c.managed),
     }
 }

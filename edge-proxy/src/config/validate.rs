@@ -32,7 +32,10 @@ pub(crate) struct Validated {
 
 /// Checks `raw`; `Err` holds every broken rule, in file order.
 pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
-    let mut c = Checker::default();
+    let mut c = Checker {
+        leases_disabled: raw.leases.as_ref().and_then(|l| l.enabled) == Some(false),
+        ..Checker::default()
+    };
     let listen = c.listen(&raw.listen);
     let workers = c.range("workers", Some(raw.workers), 0, 0, MAX_WORKERS);
     let link = c.link(&raw.link);
@@ -66,6 +69,8 @@ fn narrow(v: u64) -> u32 {
 struct Checker {
     issues: Vec<Issue>,
     warnings: Vec<Issue>,
+    /// F29: `leases.enabled: false` (credentials unmanaged by default).
+    leases_disabled: bool,
 }
 
 impl Checker {
@@ -420,7 +425,9 @@ impl Checker {
         let credential = p.credential.and_then(|raw| {
             let env = |name: &str| std::env::var(name).ok();
             let cpath = format!("{path}.credential");
-            super::credential::validate_credential(&cpath, raw, &env, &mut |p, m| self.fail(p, m))
+            let managed = !self.leases_disabled;
+            let fail = &mut |p, m| self.fail(p, m);
+            super::credential::validate_credential(&cpath, raw, managed, &env, fail)
         });
         ProviderSpec {
             id: p.id,

@@ -134,6 +134,7 @@ impl LeaseAuthority {
             .into_iter()
             .flat_map(|node| node.providers.iter())
             .filter_map(|p| Some((p.id.clone(), p.credential.clone()?)))
+            .filter(|(_, credential)| credential.managed)
             .collect();
         Ok(Self::new(key, settings, credentials, Arc::new(SystemClock)))
     }

@@ -17,9 +17,11 @@ fn authority(clock: Arc<ManualClock>, allow_change: bool) -> LeaseAuthority {
     let credential = CredentialSpec {
         header: "authorization".into(),
         prefix: "Bearer ".into(),
+        managed: true,
         secret: CredentialSecret::new(SENTINEL.as_bytes().to_vec()),
     };
     let settings = LeaseSettings {
+        enabled: true,
         ttl_ms: 1_000,
         signing_key_path: None,
         allow_node_key_change: allow_change,
