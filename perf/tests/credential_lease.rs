@@ -408,6 +408,33 @@ fn every_fail_closed_case_makes_no_provider_call() {
     assert_no_secret(&stack);
 }
 
+#[test]
+fn a_node_presenting_a_different_lease_key_is_refused_for_good() {
+    let mut stack = start("lease-key-pin");
+    let pinned_before = pinned(&stack);
+    stack.kill_node();
+    // Same token, new key: as if another machine took the node's token.
+    std::fs::remove_file(stack.data_dir.join(node_runner::lease::LEASE_KEY_FILE)).unwrap();
+    let mut cmd = std::process::Command::new(support::process::bin("iop-node"));
+    cmd.args([
+        "--edge",
+        &stack.edge.node_addr.to_string(),
+        "--data-dir",
+        stack.data_dir.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ])
+    .env("IOP_NODE_TOKEN", "tok-a");
+    let (mut node, log) = support::process::spawn_logged(cmd);
+    let line = support::process::wait_for_line(&log, "node_rejected");
+    assert!(line.contains("lease_key_mismatch"), "{line}");
+    // A permanent refusal: the node exits instead of retrying.
+    let status = node.0.wait().expect("the node exits");
+    assert!(!status.success());
+    assert_eq!(stack.generation(), 0, "never registered");
+    assert_eq!(pinned(&stack), pinned_before, "the pin is unchanged");
+}
+
 /// The sentinel is in no node log line, stored run, `/metrics` answer.
 fn assert_no_secret(stack: &Stack) {
     for line in stack.node_log.lock().unwrap().iter() {

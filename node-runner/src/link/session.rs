@@ -230,7 +230,10 @@ impl NodeSession {
             let reason = RegisterRejectReason::try_from(response.reject_reason).unwrap_or_default();
             let permanent = matches!(
                 reason,
-                RegisterRejectReason::UnknownToken | RegisterRejectReason::IdentityMismatch
+                RegisterRejectReason::UnknownToken
+                    | RegisterRejectReason::IdentityMismatch
+                    // F29: this node's lease key is not the pinned one.
+                    | RegisterRejectReason::LeaseKeyMismatch
             );
             self.out.push_back(NodeOutput::Rejected {
                 reason,
