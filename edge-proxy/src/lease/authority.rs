@@ -91,7 +91,8 @@ struct State {
     /// Pinned node lease keys by node id.
     pinned: HashMap<String, [u8; 32]>,
     /// Every revocation made, in order.
-    revocations: Vec<LeaseRevocation>,
+    /// With the time each was made (ms since the Unix epoch).
+    revocations: Vec<(u64, LeaseRevocation)>,
     /// Disabled provider ids.
     disabled: HashSet<String>,
     /// The config revision each node registered with.
@@ -240,7 +241,7 @@ impl LeaseAuthority {
             if state.disabled.contains(&scope.provider_id) {
                 return Err(IssueError::Disabled(scope.provider_id.clone()));
             }
-            for r in &state.revocations {
+            for (_, r) in &state.revocations {
                 if r.issued_before_unix_ms != 0 {
                     continue;
                 }
@@ -316,6 +317,10 @@ impl LeaseAuthority {
     /// Records a revocation of `kind`/`value` covering every lease issued so
     /// far and, for principal/provider/node, every later one; returns it for
     /// pushing to nodes.
+    ///
+    /// The list stays bounded: a repeated revocation is kept once, and a
+    /// lease-id revocation is dropped once every lease it could cover has
+    /// expired (`ttl_ms` after it was made).
     pub fn revoke(&self, kind: LeaseRevocationKind, value: &str) -> LeaseRevocation {
         let mut revocation = LeaseRevocation {
             value: value.to_owned(),
@@ -323,7 +328,15 @@ impl LeaseAuthority {
             ..LeaseRevocation::default()
         };
         revocation.set_kind(kind);
-        self.state().revocations.push(revocation.clone());
+        let now = self.clock.now_unix_ms();
+        let ttl_ms = self.settings.ttl_ms;
+        let mut state = self.state();
+        state.revocations.retain(|(at, r)| {
+            r.kind() != LeaseRevocationKind::LeaseId || at.saturating_add(ttl_ms) >= now
+        });
+        if !state.revocations.iter().any(|(_, r)| *r == revocation) {
+            state.revocations.push((now, revocation.clone()));
+        }
         revocation
     }
 
@@ -336,7 +349,11 @@ impl LeaseAuthority {
 
     /// Every revocation made so far.
     pub fn revocations(&self) -> Vec<LeaseRevocation> {
-        self.state().revocations.clone()
+        self.state()
+            .revocations
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 }
 

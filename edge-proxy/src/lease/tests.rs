@@ -226,3 +226,18 @@ fn api_of_path_names_the_route() {
     assert_eq!(api_of_path("/v1/responses?x=1"), "responses");
     assert_eq!(api_of_path("/v1/models"), "");
 }
+
+#[test]
+fn revocations_stay_bounded() {
+    let clock = Arc::new(ManualClock::new(10_000));
+    let a = registered(Arc::clone(&clock));
+    a.revoke(LeaseRevocationKind::Principal, "team-a");
+    a.revoke(LeaseRevocationKind::Principal, "team-a");
+    a.revoke(LeaseRevocationKind::LeaseId, "01");
+    assert_eq!(a.revocations().len(), 2, "a repeat is kept once");
+    // Past the ttl (1 s here) every lease "01" could cover has expired.
+    clock.advance(1_001);
+    a.revoke(LeaseRevocationKind::LeaseId, "02");
+    let values: Vec<String> = a.revocations().into_iter().map(|r| r.value).collect();
+    assert_eq!(values, ["team-a", "02"]);
+}
