@@ -84,6 +84,9 @@ struct Live {
     home_core: usize,
     /// Announced a drain: not ready again on this generation.
     draining: bool,
+    /// The frame limit the node announced (payloads rebuilt by a reload
+    /// honour it).
+    peer_max_frame_len: u32,
 }
 
 /// The registry (see the module docs).
@@ -209,6 +212,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
             last_rtt_us: None,
             home_core,
             draining: false,
+            peer_max_frame_len: request.max_frame_len,
         });
         Ok(Accepted {
             node_id,
@@ -226,6 +230,36 @@ impl<D: NodeDirectory> NodeRegistry<D> {
             }
             _ => false,
         }
+    }
+
+    /// The payload a reload gives `node_id`'s live, ready connection, built
+    /// from the current directory as a registration would (lease key and
+    /// revocations included): `(generation, home_core, payload)`. `None` if
+    /// the node has no ready connection; `Err` if the payload fails to build.
+    pub fn refreshed_payload(
+        &self,
+        node_id: &str,
+    ) -> Option<Result<(u64, usize, NodeConfigPayload), String>> {
+        let (generation, home_core, peer_max) = {
+            let slots = self.slots();
+            let live = slots.get(node_id)?.live.as_ref().filter(|l| l.ready)?;
+            (live.generation, live.home_core, live.peer_max_frame_len)
+        };
+        let mut payload = match self.directory().build_payload(node_id, peer_max) {
+            Ok(payload) => payload,
+            Err(why) => return Some(Err(why)),
+        };
+        if let Some(leases) = self.leases.get() {
+            // The key pinned at registration, unchanged.
+            let key = leases
+                .node_key(node_id)
+                .map(|k| k.to_vec())
+                .unwrap_or_default();
+            if let Err(why) = leases.register_node(node_id, &key, &mut payload) {
+                return Some(Err(why.to_string()));
+            }
+        }
+        Some(Ok((generation, home_core, payload)))
     }
 
     /// The live `generation` is draining (`NodeDrainNotice`): it is no

@@ -46,6 +46,11 @@ fn edge_yaml(mock: SocketAddr, extra_groups: &str, with_node_a: bool) -> String 
         base_url: http://{mock}
         targets: [m]
         headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
+      - id: big
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "64", x-mock-event-bytes: "16384", x-mock-delay-ms: "5"}}
       - id: endless-ol
         kind: ollama
         base_url: http://{mock}
@@ -58,7 +63,8 @@ fn edge_yaml(mock: SocketAddr, extra_groups: &str, with_node_a: bool) -> String 
     let groups = if with_node_a {
         "  - name: m\n    providers: [oa]\n  - name: endless\n    target: m\n    providers: [endless]\n  \
          - name: endless-ol\n    target: m\n    providers: [endless-ol]\n  \
-         - name: both\n    target: m\n    providers: [oa, b-oa]\n"
+         - name: both\n    target: m\n    providers: [oa, b-oa]\n  \
+         - name: big\n    target: m\n    providers: [big]\n"
     } else {
         "  - name: b\n    target: m\n    providers: [b-oa]\n"
     };
@@ -472,4 +478,103 @@ fn sigterm_on_the_node_mid_run_finishes_the_run_sends_new_work_elsewhere_and_exi
     );
     // Node B served the requests that went elsewhere.
     assert_eq!(node_b.count("node_draining"), 0);
+}
+
+/// Content tokens in a non-streamed mock answer (`"tok "` each).
+fn tokens(response: &str) -> usize {
+    response.matches("tok ").count()
+}
+
+#[test]
+fn sighup_changing_a_provider_setting_reaches_the_node_without_a_reconnect() {
+    let ops = Ops::start("reload-change", 10_000);
+    let before = read_to_close(&mut send_chat(ops.ingress, "m", false));
+    assert_eq!(status_of(&before), 200, "{before}");
+    assert_eq!(tokens(&before), 40, "{before}");
+    let yaml = edge_yaml(ops.mock, "", true).replace(
+        r#"x-mock-tokens: "40", x-mock-delay-ms: "25""#,
+        r#"x-mock-tokens: "3""#,
+    );
+    ops.write_config(&yaml);
+    ops.edge.signal("HUP");
+    let reloaded = json_line(&ops.edge.wait_line("\"edge_config_reloaded\""));
+    assert_eq!(reloaded["nodes_changed"], 1, "{reloaded}");
+    assert_eq!(reloaded["nodes_refreshed"], 1, "{reloaded}");
+    assert_eq!(reloaded["nodes_disconnected"], 0, "{reloaded}");
+    let node = ops.node.as_ref().unwrap();
+    let refreshed = json_line(&node.wait_line("\"node_config_refreshed\""));
+    assert_eq!(refreshed["generation"], 1, "{refreshed}");
+    let after = read_to_close(&mut send_chat(ops.ingress, "m", false));
+    assert_eq!(status_of(&after), 200, "{after}");
+    assert_eq!(
+        tokens(&after),
+        3,
+        "the new header reached the node: {after}"
+    );
+    // Same connection, same generation.
+    assert_eq!(ops.edge.count("\"node_registered\""), 1);
+    assert_eq!(ops.edge.count("\"node_disconnected\""), 0);
+    assert_eq!(node.count("node_ready"), 1);
+}
+
+/// A 1 MiB stream (past the tunnel's credit window, so its window updates
+/// must reach the retired run manager) in flight across a refresh.
+#[test]
+fn sighup_mid_stream_keeps_the_running_stream_on_its_old_adapter() {
+    let ops = Ops::start("reload-inflight", 10_000);
+    let mut stream = send_chat(ops.ingress, "big", true);
+    let first = read_until(&mut stream, "data: ");
+    let yaml = edge_yaml(ops.mock, "", true).replace(
+        r#"x-mock-tokens: "40", x-mock-delay-ms: "25""#,
+        r#"x-mock-tokens: "3""#,
+    );
+    ops.write_config(&yaml);
+    ops.edge.signal("HUP");
+    ops.node
+        .as_ref()
+        .unwrap()
+        .wait_line("\"node_config_refreshed\"");
+    let rest = read_to_close(&mut stream);
+    assert!(
+        rest.ends_with("data: [DONE]\n\n\r\n0\r\n\r\n"),
+        "ends cleanly"
+    );
+    let whole = format!("{first}{rest}");
+    // Whole: the mock's 64 token events plus its opening and closing chunks.
+    assert_eq!(whole.matches("chat.completion.chunk").count(), 64 + 2);
+    let after = read_to_close(&mut send_chat(ops.ingress, "m", false));
+    assert_eq!(tokens(&after), 3, "{after}");
+}
+
+#[test]
+fn sighup_adding_a_provider_to_a_node_re_registers_it() {
+    let ops = Ops::start("reload-reshape", 10_000);
+    let yaml = edge_yaml(
+        ops.mock,
+        "  - name: extra\n    target: m\n    providers: [oa-2]\n",
+        true,
+    )
+    .replace(
+        "      - id: endless-ol\n",
+        &format!(
+            "      - id: oa-2\n        kind: openai_compat\n        base_url: http://{}\n        \
+                 targets: [m]\n      - id: endless-ol\n",
+            ops.mock
+        ),
+    );
+    ops.write_config(&yaml);
+    ops.edge.signal("HUP");
+    let reloaded = json_line(&ops.edge.wait_line("\"edge_config_reloaded\""));
+    assert_eq!(reloaded["nodes_changed"], 1, "{reloaded}");
+    assert_eq!(reloaded["nodes_disconnected"], 1, "{reloaded}");
+    let closed = json_line(&ops.edge.wait_line("\"node_disconnected\""));
+    assert_eq!(closed["reason"], "shutdown", "{closed}");
+    // It re-registers with the new payload and the new provider serves.
+    let deadline = Instant::now() + PATIENCE;
+    while ops.edge.count("\"node_ready\"") < 2 {
+        assert!(Instant::now() < deadline, "the node re-registers");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let extra = read_to_close(&mut send_chat(ops.ingress, "extra", false));
+    assert_eq!(status_of(&extra), 200, "{extra}");
 }

@@ -129,7 +129,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// Sends `msg` on an open stream (a stream that ended is skipped).
     pub(crate) fn send_on(&self, stream_id: u64, msg: Msg) {
         // F29: lease revocations go on stream 0, which is never "open".
-        let connection_level = stream_id == 0 && matches!(msg, Msg::LeaseRevocations(_));
+        // An edge.yaml reload's refreshed payload goes there too.
+        let connection_level =
+            stream_id == 0 && matches!(msg, Msg::LeaseRevocations(_) | Msg::NodeConfigUpdate(_));
         if (connection_level || self.streams.borrow().is_open(stream_id))
             && self.session.borrow().is_ready()
         {

@@ -14,10 +14,13 @@
 //!   provider they were taken on; queued requests re-resolve.
 //! - **Removed nodes** are disconnected (close reason `shutdown`), which
 //!   ends their in-flight work with a clean terminal error.
-//! - **Changed nodes** stay connected. Edge-side settings (capacity, stall
-//!   and request timeouts, groups) apply to the next admission at once; the
-//!   node's own copy of its payload (base URL, headers, targets) refreshes
-//!   at its next registration.
+//! - **Changed nodes** whose providers are the same adapters in the same
+//!   order stay connected: their rebuilt payload is pushed on the live link
+//!   (`NodeConfigUpdate`); the Node applies it to new work, in-flight work
+//!   keeps its adapter. Edge-side settings (capacity, stall and request
+//!   timeouts, groups) apply to the next admission at once. A changed node
+//!   whose provider set changed (added, removed, reordered) is disconnected
+//!   (`shutdown`) and re-registers with the new payload.
 //! - `listen` and `workers` need a restart; a change is logged and ignored.
 //!
 //! `edge_config_reloaded` logs the counts.
@@ -26,8 +29,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use framing::link::CloseReason;
+use proto::v1::NodeConfigUpdate;
+use proto::v1::envelope::Msg;
 
 use crate::config::EdgeConfig;
+use crate::link::inbox::CoreMsg;
 use crate::server::EdgeServer;
 
 /// What a reload changes, by id (sorted).
@@ -37,6 +43,9 @@ pub struct ConfigDiff {
     pub nodes_added: Vec<String>,
     /// Node ids in both whose providers differ.
     pub nodes_changed: Vec<String>,
+    /// Of `nodes_changed`, those whose provider set (adapter names, in
+    /// order) differs: they must re-register.
+    pub nodes_reshaped: Vec<String>,
     /// Node ids only in the old config.
     pub nodes_removed: Vec<String>,
     /// Model group names only in the new config.
@@ -54,7 +63,7 @@ impl ConfigDiff {
     pub fn between(old: &EdgeConfig, new: &EdgeConfig) -> Self {
         let old_nodes: BTreeSet<&str> = old.nodes().into_iter().map(|n| n.id.as_str()).collect();
         let new_nodes: BTreeSet<&str> = new.nodes().into_iter().map(|n| n.id.as_str()).collect();
-        let nodes_changed = old_nodes
+        let nodes_changed: Vec<String> = old_nodes
             .intersection(&new_nodes)
             .filter(|id| {
                 let a = old.nodes().get(id).map(|n| &n.providers);
@@ -62,6 +71,16 @@ impl ConfigDiff {
                 a != b
             })
             .map(|id| (*id).to_owned())
+            .collect();
+        let adapters = |config: &EdgeConfig, id: &str| -> Vec<String> {
+            config.nodes().get(id).map_or_else(Vec::new, |n| {
+                n.providers.iter().map(|p| p.adapter.clone()).collect()
+            })
+        };
+        let nodes_reshaped = nodes_changed
+            .iter()
+            .filter(|id| adapters(old, id) != adapters(new, id))
+            .cloned()
             .collect();
         let old_groups: BTreeSet<&str> =
             old.model_groups().iter().map(|g| g.name.as_str()).collect();
@@ -75,6 +94,7 @@ impl ConfigDiff {
         Self {
             nodes_added: owned(new_nodes.difference(&old_nodes)),
             nodes_changed,
+            nodes_reshaped,
             nodes_removed: owned(old_nodes.difference(&new_nodes)),
             groups_added: owned(new_groups.difference(&old_groups)),
             groups_changed,
@@ -120,7 +140,8 @@ pub fn reload_server(server: &EdgeServer, path: &Path) -> Result<ConfigDiff, Str
     server.registry.replace_directory(new);
     let mut disconnected = 0;
     for status in server.registry.status() {
-        if diff.nodes_removed.contains(&status.node_id)
+        if (diff.nodes_removed.contains(&status.node_id)
+            || diff.nodes_reshaped.contains(&status.node_id))
             && super::disconnect(
                 server,
                 &status.node_id,
@@ -132,6 +153,7 @@ pub fn reload_server(server: &EdgeServer, path: &Path) -> Result<ConfigDiff, Str
             disconnected += 1;
         }
     }
+    let refreshed = push_payloads(server, &diff);
     tracing::info!(
         event = "edge_config_reloaded",
         origin = %origin,
@@ -142,9 +164,45 @@ pub fn reload_server(server: &EdgeServer, path: &Path) -> Result<ConfigDiff, Str
         groups_changed = diff.groups_changed.len(),
         groups_removed = diff.groups_removed.len(),
         nodes_disconnected = disconnected,
+        nodes_refreshed = refreshed,
         "edge_config_reloaded"
     );
     Ok(diff)
+}
+
+/// Pushes the rebuilt payload to every changed, connected node whose
+/// provider set is unchanged; returns how many were sent one.
+fn push_payloads(server: &EdgeServer, diff: &ConfigDiff) -> usize {
+    let mut pushed = 0;
+    for node_id in &diff.nodes_changed {
+        if diff.nodes_reshaped.contains(node_id) {
+            continue;
+        }
+        match server.registry.refreshed_payload(node_id) {
+            None => {}
+            Some(Err(why)) => tracing::warn!(
+                node_id = %node_id,
+                error = %why,
+                "refreshed payload failed to build; the node keeps its config until it re-registers"
+            ),
+            Some(Ok((generation, home_core, payload))) => {
+                let sent = server.core_inboxes.get(home_core).is_some_and(|inbox| {
+                    inbox
+                        .send(CoreMsg::Send {
+                            node_id: node_id.clone(),
+                            generation,
+                            stream_id: 0,
+                            msg: Msg::NodeConfigUpdate(NodeConfigUpdate {
+                                config: Some(payload),
+                            }),
+                        })
+                        .is_ok()
+                });
+                pushed += usize::from(sent);
+            }
+        }
+    }
+    pushed
 }
 
 #[cfg(test)]
@@ -212,7 +270,24 @@ model_groups:
         let new = config(&changed, "  - name: m\n    providers: [pb]");
         let diff = ConfigDiff::between(&old, &new);
         assert_eq!(diff.nodes_changed, vec!["b".to_owned()]);
+        assert!(
+            diff.nodes_reshaped.is_empty(),
+            "same adapters: pushed in place"
+        );
         assert_eq!(diff.groups_changed, vec!["m".to_owned()]);
         assert!(!diff.restart_only_changed);
+    }
+
+    #[test]
+    fn an_added_provider_reshapes_its_node() {
+        let old = config(NODE_B, "  - name: m\n    providers: [pa]");
+        let grown = format!(
+            "{NODE_B}\n      - id: pb2\n        kind: openai_compat\n        \
+             base_url: http://127.0.0.1:9\n        targets: [m]"
+        );
+        let new = config(&grown, "  - name: m\n    providers: [pa]");
+        let diff = ConfigDiff::between(&old, &new);
+        assert_eq!(diff.nodes_changed, vec!["b".to_owned()]);
+        assert_eq!(diff.nodes_reshaped, vec!["b".to_owned()]);
     }
 }

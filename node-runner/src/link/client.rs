@@ -357,6 +357,50 @@ impl Link {
         }
     }
 
+    /// Applies an edge.yaml reload's payload to this generation without
+    /// reconnecting: every core builds new adapters for new work; runs in
+    /// flight keep theirs. Only a payload with the same providers (adapter
+    /// names, in order) applies in place — admission is indexed by them —
+    /// anything else waits for the next registration.
+    fn refresh(&self, config: NodeConfigPayload) {
+        let Some(generation) = self.shared.borrow().as_ref().map(|s| s.generation()) else {
+            return;
+        };
+        let adapters = |c: &NodeConfigPayload| -> Vec<String> {
+            c.providers.iter().map(|p| p.adapter.clone()).collect()
+        };
+        let same_shape = self
+            .end
+            .borrow()
+            .config
+            .as_ref()
+            .is_some_and(|old| adapters(old) == adapters(&config));
+        if !same_shape {
+            tracing::warn!(
+                event = "node_config_refresh_deferred",
+                generation,
+                "the refreshed config changes the provider set; it applies at the next registration"
+            );
+            return;
+        }
+        if let Some(leases) = &self.leases {
+            leases.revoke(&config.lease_revocations);
+        }
+        let payload = Arc::new(config.clone());
+        self.cores.broadcast(|| CoreMsg::Refresh {
+            generation,
+            payload: Arc::clone(&payload),
+        });
+        tracing::info!(
+            event = "node_config_refreshed",
+            generation,
+            revision = config.revision,
+            providers = config.providers.len(),
+            "node_config_refreshed"
+        );
+        self.end.borrow_mut().config = Some(config);
+    }
+
     /// Runs and tunnels in flight on this connection, over every core.
     fn in_flight(&self) -> u64 {
         self.router
@@ -427,6 +471,12 @@ impl Link {
         if let Some(Msg::LeaseRevocations(update)) = &envelope.msg {
             if let Some(leases) = &self.leases {
                 leases.revoke(&update.revocations);
+            }
+            return;
+        }
+        if let Some(Msg::NodeConfigUpdate(update)) = envelope.msg {
+            if let Some(config) = update.config {
+                self.refresh(config);
             }
             return;
         }

@@ -173,6 +173,10 @@ impl NodeSession {
             (State::Ready, Msg::LeaseRevocations(_)) if envelope.stream_id == 0 => {
                 self.out.push_back(NodeOutput::Deliver(envelope));
             }
+            // An edge.yaml reload's refreshed payload, applied by the link.
+            (State::Ready, Msg::NodeConfigUpdate(_)) if envelope.stream_id == 0 => {
+                self.out.push_back(NodeOutput::Deliver(envelope));
+            }
             _ => self.close(CloseReason::ProtocolViolation),
         }
     }

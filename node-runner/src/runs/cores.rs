@@ -17,6 +17,10 @@
 //!   [`CoreMsg::Shutdown`] and cancels G's runs, sending nothing more. Every
 //!   message carries its generation; a core drops work for a generation it
 //!   does not hold.
+//! - **Refresh.** An edge.yaml reload's payload for the live generation
+//!   ([`CoreMsg::Refresh`]) gives each core a new run manager for new work;
+//!   the old one is retired, not shut down: it keeps its runs (cancels and
+//!   window updates for their streams still reach it) until they end.
 //! - **Placement.** [`Router`] sends a `RunRequest`, a `NodeCommandRequest`
 //!   or a `TERMINATE_SESSION` to the core with the fewest runs in flight
 //!   (ties round-robin, [`pick_core`]); `CANCEL_RUN` to the core that owns
@@ -64,6 +68,15 @@ pub enum CoreMsg {
     Shutdown {
         /// The generation that ended.
         generation: u64,
+    },
+    /// A refreshed config payload for the live `generation` (edge.yaml
+    /// reload): new work uses adapters built from it; runs in flight keep
+    /// theirs.
+    Refresh {
+        /// The generation it is for.
+        generation: u64,
+        /// The new payload.
+        payload: Arc<NodeConfigPayload>,
     },
 }
 
@@ -156,12 +169,16 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
     let timers = CoreTimers::new(&runner.provider.clock, crate::stall::STALL_TICK_MS);
     monoio::spawn(Rc::clone(&timers).run());
     let mut current: Option<Rc<RunManager>> = None;
+    // Managers replaced by a refresh, still finishing their runs.
+    let mut retired: Vec<Rc<RunManager>> = Vec::new();
     while let Some(msg) = inbox.rx.recv().await {
+        retired.retain(|m| m.active_runs() > 0);
         match msg {
             CoreMsg::Configure(configure) => {
                 if let Some(old) = current.take() {
                     old.shutdown();
                 }
+                retired.drain(..).for_each(|m| m.shutdown());
                 let Configure {
                     shared,
                     payload,
@@ -183,10 +200,25 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
                     manager.install_leases(runner.leases.clone(), &payload);
                 }
             }
+            CoreMsg::Refresh {
+                generation,
+                payload,
+            } => {
+                if let Some(old) = current.take_if(|m| m.generation() == generation) {
+                    let fresh = old.refreshed(&payload, &client, runner.store.clone());
+                    fresh.install_leases(runner.leases.clone(), &payload);
+                    current = Some(fresh);
+                    retired.push(old);
+                }
+            }
             CoreMsg::Work {
                 generation,
                 envelope,
-            } => match current.as_ref().filter(|m| m.generation() == generation) {
+            } => match retired
+                .iter()
+                .find(|m| m.generation() == generation && m.has_stream(envelope.stream_id))
+                .or_else(|| current.as_ref().filter(|m| m.generation() == generation))
+            {
                 Some(manager) => manager.handle(envelope),
                 None => tracing::debug!(
                     core,
@@ -204,12 +236,20 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
                         manager.shutdown();
                     }
                 }
+                retired.retain(|m| {
+                    let ended = m.generation() == generation;
+                    if ended {
+                        m.shutdown();
+                    }
+                    !ended
+                });
             }
         }
     }
     if let Some(manager) = current.take() {
         manager.shutdown();
     }
+    retired.drain(..).for_each(|m| m.shutdown());
     timers.stop();
 }
 

@@ -233,6 +233,32 @@ impl RunManager {
         context.open(self.shared.identity(), request)
     }
 
+    /// A manager for the same connection and core configured by `payload`
+    /// (an edge.yaml reload): it shares this one's admission, outbox and
+    /// done channel; this one keeps serving the runs it holds.
+    pub fn refreshed(
+        &self,
+        payload: &NodeConfigPayload,
+        client: &ProviderClient,
+        store: Option<StoreHandle>,
+    ) -> Rc<Self> {
+        RunManager::new(
+            self.core,
+            payload,
+            Arc::clone(&self.shared),
+            client,
+            store,
+            self.outbox.clone(),
+            self.done.clone(),
+            Rc::clone(&self.timers),
+        )
+    }
+
+    /// Whether stream `stream_id` has a run or tunnel active here.
+    pub fn has_stream(&self, stream_id: u64) -> bool {
+        self.runs.borrow().contains_key(&stream_id)
+    }
+
     /// The connection generation this manager serves.
     pub fn generation(&self) -> u64 {
         self.shared.generation()
