@@ -148,9 +148,10 @@ fn report_wanted(name: &str) -> bool {
         .filter(|a| !a.starts_with('-') && a.parse::<f64>().is_err())
         .collect();
     filters.is_empty()
-        || filters
-            .iter()
-            .any(|f| name.contains(f.trim_end_matches('/')))
+        || filters.iter().any(|f| {
+            let f = f.trim_end_matches('/');
+            name.contains(f) || f.contains(name)
+        })
 }
 
 /// One path a stream can take.
