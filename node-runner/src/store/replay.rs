@@ -2,8 +2,10 @@
 //! LMDB until the lease expires, so a restart does not reopen the window.
 //!
 //! Its own environment (`leases.lmdb` in the data dir), separate from the
-//! run store: one durable write per opened lease, checked and inserted in
-//! one write transaction.
+//! run store: one write transaction per opened lease, checked and inserted
+//! together. Commits are not fsynced (`NO_SYNC`, see `open_env`): they
+//! survive a Node restart, and leases lost to a host crash are stale anyway
+//! (their generation is gone).
 
 use std::fs;
 use std::path::Path;
@@ -46,10 +48,20 @@ pub struct ReplayStore {
 fn open_env(path: &Path) -> heed::Result<Env<WithoutTls>> {
     let mut options = EnvOpenOptions::new().read_txn_without_tls();
     options.map_size(MAP_SIZE).max_dbs(1);
+    // SAFETY: `NO_SYNC` is heed-`unsafe` because a *system* crash may lose
+    // the last commits or leave the file unusable. Commits still reach the
+    // kernel, so a Node process restart keeps every id. After a host crash
+    // the Node registers with a new generation, and every lease of the old
+    // one is refused as stale, so lost ids reopen no window; an unusable
+    // file makes the Node refuse to start (fail closed). An fsync per lease
+    // would instead block the core ~2 ms per leased request.
+    unsafe {
+        options.flags(heed::EnvFlags::NO_SYNC);
+    }
     // SAFETY: the environment is a directory of its own inside the Node's
     // data dir, written only through LMDB by this process (heed refuses a
-    // second open of the same path), with default locking and syncing, on a
-    // local filesystem as the data dir is documented to be.
+    // second open of the same path), with default locking, on a local
+    // filesystem as the data dir is documented to be.
     unsafe { options.open(path) }
 }
 
