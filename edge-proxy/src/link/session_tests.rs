@@ -335,3 +335,27 @@ fn close_is_reported_once() {
     assert_eq!(out[1], Output::Close(CloseReason::PeerClosed));
     assert!(s.is_closed());
 }
+
+#[test]
+fn a_drain_notice_stops_dispatch_and_keeps_the_connection() {
+    let registry = NodeRegistry::new(Dir);
+    let mut s = ready_session(&registry);
+    assert!(registry.dispatchable("a").is_some());
+    let notice = proto::v1::NodeDrainNotice {
+        grace_ms: 30_000,
+        in_flight: 2,
+    };
+    s.handle_envelope(env(0, Msg::NodeDrainNotice(notice)), 2, &conn(&registry));
+    assert!(drain(&mut s).is_empty(), "no frame, event or close");
+    assert!(!s.is_closed());
+    assert_eq!(registry.dispatchable("a"), None, "no new work");
+    assert_eq!(registry.live_count(), 1, "its streams continue");
+    // Frames of open streams are still delivered.
+    let event = env(5, Msg::RunEvent(RunEvent::default()));
+    s.handle_envelope(event.clone(), 3, &conn(&registry));
+    assert_eq!(drain(&mut s), vec![Output::Deliver(event)]);
+    // On a work stream it is a protocol violation.
+    let notice = proto::v1::NodeDrainNotice::default();
+    s.handle_envelope(env(7, Msg::NodeDrainNotice(notice)), 4, &conn(&registry));
+    assert!(s.is_closed());
+}

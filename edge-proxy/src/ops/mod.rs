@@ -7,6 +7,8 @@ pub mod drain;
 pub mod reload;
 #[allow(unsafe_code)]
 pub mod signals;
+#[cfg(test)]
+mod tests;
 
 use std::time::{Duration, Instant};
 

@@ -41,8 +41,9 @@ use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::runs::cores::{Configure, Route, Router};
 use crate::runs::{CoreMsg, Cores, GenShared, LinkIdentity, Outbox, RunnerConfig};
 
-/// How often a draining connection looks at its in-flight count.
-const DRAIN_POLL: Duration = Duration::from_millis(20);
+mod ops;
+
+use self::ops::drain_watch;
 
 /// Bytes reserved in the receive buffer before each read.
 const READ_RESERVE: usize = 64 * 1024;
@@ -218,18 +219,6 @@ async fn dial(config: &LinkClientConfig) -> std::io::Result<LinkStream> {
     Ok(LinkStream::Tls(stream, Box::new(session)))
 }
 
-/// Waits for an operator drain ([`crate::drain`]) for as long as the
-/// connection lasts, then drains it.
-async fn drain_watch(link: std::rc::Weak<Link>, ended: local_sync::oneshot::Receiver<()>) {
-    monoio::select! {
-        () = crate::drain::node_drain().wait() => {}
-        _ = ended => return,
-    }
-    if let Some(link) = link.upgrade() {
-        link.drain().await;
-    }
-}
-
 /// Cores report each finished run stream: forget its owner.
 async fn done_loop(router: Rc<RefCell<Router>>, mut done: UnboundedReceiver<u64>) {
     while let Some(stream_id) = done.recv().await {
@@ -355,106 +344,6 @@ impl Link {
             let generation = shared.generation();
             self.cores.broadcast(|| CoreMsg::Shutdown { generation });
         }
-    }
-
-    /// Applies an edge.yaml reload's payload to this generation without
-    /// reconnecting: every core builds new adapters for new work; runs in
-    /// flight keep theirs. Only a payload with the same providers (adapter
-    /// names, in order) applies in place — admission is indexed by them —
-    /// anything else waits for the next registration.
-    fn refresh(&self, config: NodeConfigPayload) {
-        let Some(generation) = self.shared.borrow().as_ref().map(|s| s.generation()) else {
-            return;
-        };
-        let adapters = |c: &NodeConfigPayload| -> Vec<String> {
-            c.providers.iter().map(|p| p.adapter.clone()).collect()
-        };
-        let same_shape = self
-            .end
-            .borrow()
-            .config
-            .as_ref()
-            .is_some_and(|old| adapters(old) == adapters(&config));
-        if !same_shape {
-            tracing::warn!(
-                event = "node_config_refresh_deferred",
-                generation,
-                "the refreshed config changes the provider set; it applies at the next registration"
-            );
-            return;
-        }
-        if let Some(leases) = &self.leases {
-            leases.revoke(&config.lease_revocations);
-        }
-        let payload = Arc::new(config.clone());
-        self.cores.broadcast(|| CoreMsg::Refresh {
-            generation,
-            payload: Arc::clone(&payload),
-        });
-        tracing::info!(
-            event = "node_config_refreshed",
-            generation,
-            revision = config.revision,
-            providers = config.providers.len(),
-            "node_config_refreshed"
-        );
-        self.end.borrow_mut().config = Some(config);
-    }
-
-    /// Runs and tunnels in flight on this connection, over every core.
-    fn in_flight(&self) -> u64 {
-        self.router
-            .borrow()
-            .load()
-            .iter()
-            .map(|&n| u64::from(n))
-            .sum()
-    }
-
-    /// The operator drain of this connection: tell the Edge (it stops
-    /// dispatching here), let in-flight work finish within the grace, then
-    /// close with `shutdown`. Logs `node_draining` and `node_drained`.
-    async fn drain(self: Rc<Self>) {
-        use crate::drain::{DrainStep, node_drain, step};
-        let grace_ms = node_drain().grace_ms();
-        let started = std::time::Instant::now();
-        let at_start = self.in_flight();
-        tracing::info!(
-            event = "node_draining",
-            in_flight = at_start,
-            grace_ms,
-            "node_draining"
-        );
-        if self.end.borrow().was_ready {
-            let notice = proto::v1::NodeDrainNotice {
-                grace_ms,
-                in_flight: u32::try_from(at_start).unwrap_or(u32::MAX),
-            };
-            self.outbox.send_msg(0, Msg::NodeDrainNotice(notice));
-        }
-        let grace_exceeded = loop {
-            if self.session.borrow().is_closed() {
-                break false;
-            }
-            let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            match step(elapsed_ms, grace_ms, self.in_flight()) {
-                DrainStep::Wait => monoio::time::sleep(DRAIN_POLL).await,
-                DrainStep::Close { grace_exceeded } => break grace_exceeded,
-            }
-        };
-        tracing::info!(
-            event = "node_drained",
-            in_flight_at_start = at_start,
-            in_flight = self.in_flight(),
-            grace_exceeded,
-            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "node_drained"
-        );
-        self.session
-            .borrow_mut()
-            .handle_closed(CloseReason::Shutdown);
-        self.pump();
-        self.rearm();
     }
 
     /// Hands a work frame to the core the router picks.
