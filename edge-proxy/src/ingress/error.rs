@@ -131,6 +131,10 @@ pub fn from_failure(failure: &ExecutionFailure) -> ApiError {
         FailureCode::NodeDisconnected => {
             ApiError::new(503, "server_error", "node_unavailable", message).retry_after(1)
         }
+        // A draining node refused work that crossed its NodeDrainNotice.
+        FailureCode::Unsupported if failure.side() == FailureSide::Node => {
+            ApiError::new(503, "server_error", "node_unavailable", message).retry_after(1)
+        }
         code if crate::lease::is_lease_failure(code) => ApiError::credential_unavailable(message),
         _ => ApiError::new(502, "server_error", "upstream_error", message),
     }

@@ -155,3 +155,20 @@ fn a_lease_on_a_removed_provider_releases_into_it() {
         "released once, into the provider it was taken on"
     );
 }
+
+#[test]
+fn work_refused_by_a_draining_node_answers_503_node_unavailable() {
+    let mut failure = proto::v1::ExecutionFailure {
+        message: "the node is draining and takes no new work".into(),
+        ..Default::default()
+    };
+    failure.set_code(proto::v1::FailureCode::Unsupported);
+    failure.set_side(proto::v1::FailureSide::Node);
+    let error = crate::ingress::error::from_failure(&failure);
+    assert_eq!((error.status, error.code), (503, "node_unavailable"));
+    assert_eq!(error.retry_after_s, Some(1));
+    // The same code from the client's side (a kind the node does not serve)
+    // stays an upstream error.
+    failure.set_side(proto::v1::FailureSide::Client);
+    assert_eq!(crate::ingress::error::from_failure(&failure).status, 502);
+}
