@@ -75,6 +75,8 @@ pub struct EdgeServer {
     pub dispatcher: Dispatcher<EdgeConfig>,
     /// Worker count.
     pub workers: usize,
+    /// The `/metrics` counters (a reload re-labels the token counters).
+    pub metrics: Arc<Metrics>,
     /// Flipped by a drain ([`crate::ops::drain_server`]).
     pub drain: Arc<crate::ops::drain::DrainSwitch>,
     /// Each core's link inbox (the drain and a reload close node links).
@@ -123,12 +125,13 @@ impl EdgeServer {
         let pools = Arc::new(Pools::new(&shared.registry.directory()));
         // The stall handoff and recovery validate against live generations.
         pools.attach_generations(shared.registry.clone());
+        let metrics = Arc::new(Metrics::new(&shared.registry.directory()));
         let ingress = Arc::new(IngressShared {
             registry: Arc::clone(&shared.registry),
             dispatcher: dispatcher.clone(),
             pools: Arc::clone(&pools),
             limits: options.ingress_limits,
-            metrics: Arc::new(Metrics::new(&shared.registry.directory())),
+            metrics: Arc::clone(&metrics),
             drain: Arc::clone(&drain),
         });
         // Queued requests re-resolve when a node becomes ready.
@@ -199,6 +202,7 @@ impl EdgeServer {
             bus: shared.bus.clone(),
             dispatcher,
             workers,
+            metrics,
             drain,
             core_inboxes,
             threads,

@@ -263,6 +263,15 @@ fn read_to_close(socket: &mut TcpStream) -> String {
     String::from_utf8_lossy(&all).into_owned()
 }
 
+/// `GET path` with `Connection: close`; the whole response.
+fn get(ingress: SocketAddr, path: &str) -> String {
+    let mut socket = TcpStream::connect(ingress).expect("connect to the ingress");
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: edge\r\nconnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).unwrap();
+    read_to_close(&mut socket)
+}
+
 fn status_of(response: &str) -> u16 {
     response
         .split(' ')
@@ -362,6 +371,8 @@ fn a_draining_edge_answers_open_connections_503_and_readyz_draining() {
     // An idle keep-alive connection opened before the drain.
     let mut idle = TcpStream::connect(ops.ingress).unwrap();
     idle.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut watcher = TcpStream::connect(ops.ingress).unwrap();
+    watcher.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut stream = send_chat(ops.ingress, "m", true);
     read_until(&mut stream, "data: ");
     ops.edge.signal("TERM");
@@ -372,6 +383,13 @@ fn a_draining_edge_answers_open_connections_503_and_readyz_draining() {
     assert_eq!(status_of(&readyz), 503, "{readyz}");
     assert!(readyz.to_ascii_lowercase().contains("connection: close"));
     assert!(readyz.contains("draining"), "{readyz}");
+    // An open connection still reaches /metrics, which says so.
+    watcher
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: edge\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let metrics = read_to_close(&mut watcher);
+    assert_eq!(status_of(&metrics), 200, "{metrics}");
+    assert!(metrics.contains("iop_edge_draining 1"), "{metrics}");
     read_to_close(&mut stream);
     assert_eq!(ops.edge.exit_code(PATIENCE), Some(0));
 }
@@ -392,6 +410,14 @@ fn sighup_adds_a_model_group_without_a_node_reconnect() {
     assert_eq!(reloaded["nodes_removed"], 0, "{reloaded}");
     let after = read_to_close(&mut send_chat(ops.ingress, "m2", false));
     assert_eq!(status_of(&after), 200, "{after}");
+    // /metrics follows: the new group's tokens are counted, the reload too.
+    let metrics = get(ops.ingress, "/metrics");
+    assert!(
+        metrics.contains(r#"iop_tokens_total{model="m2",provider="oa",kind="output"} 40"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"iop_edge_config_reloads_total{result="applied"} 1"#));
+    assert!(metrics.contains("iop_edge_draining 0"));
     // One registration, one generation: the node never reconnected.
     assert_eq!(ops.edge.count("\"node_registered\""), 1);
     assert_eq!(ops.edge.count("\"node_disconnected\""), 0);
@@ -419,6 +445,9 @@ fn sighup_with_an_invalid_file_keeps_the_old_config() {
     let broken = read_to_close(&mut send_chat(ops.ingress, "broken", false));
     assert_eq!(status_of(&broken), 404, "{broken}");
     assert_eq!(ops.edge.count("edge_config_reloaded"), 0);
+    let metrics = get(ops.ingress, "/metrics");
+    assert!(metrics.contains(r#"iop_edge_config_reloads_total{result="rejected"} 1"#));
+    assert!(metrics.contains(r#"iop_edge_config_reloads_total{result="applied"} 0"#));
 }
 
 #[test]

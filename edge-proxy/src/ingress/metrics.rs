@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use proto::v1::Usage;
 
@@ -27,39 +28,91 @@ const APIS: [Api; 2] = [Api::Chat, Api::Responses];
 pub struct Metrics {
     /// `[api][status index]`, the last index being `other`.
     requests: Vec<Vec<AtomicU64>>,
-    /// `(model, provider)` → index into `tokens`.
-    usage_index: HashMap<(String, String), usize>,
-    usage_labels: Vec<(String, String)>,
-    /// `[pair][input, output, reasoning, cached_input]`.
-    tokens: Vec<[AtomicU64; 4]>,
+    /// The token counters of the current config's pairs (a reload swaps
+    /// the table, keeping the counters of pairs it keeps).
+    usage: RwLock<Arc<UsageTable>>,
     /// F32: the StreamGate's recovery counters.
     pub recovery: super::gate::metrics::RecoveryMetrics,
+    /// Drain and reload (`docs/operations.md`).
+    pub ops: OpsMetrics,
 }
 
-impl Metrics {
-    /// Counters for every model group / provider pair of `config`.
-    pub fn new(config: &EdgeConfig) -> Self {
-        let mut usage_labels = Vec::new();
+/// `[input, output, reasoning, cached_input]` of one pair.
+type TokenCounters = Arc<[AtomicU64; 4]>;
+
+/// One config's `(model group, provider)` pairs and their token counters.
+#[derive(Debug, Default)]
+struct UsageTable {
+    /// `(model, provider)` → index into `labels` and `tokens`.
+    index: HashMap<(String, String), usize>,
+    labels: Vec<(String, String)>,
+    tokens: Vec<TokenCounters>,
+}
+
+impl UsageTable {
+    /// The pairs of `config`; a pair `keep` already counts keeps its counters.
+    fn build(config: &EdgeConfig, keep: Option<&UsageTable>) -> Self {
+        let mut labels = Vec::new();
         for group in config.model_groups() {
             for provider in &group.providers {
-                usage_labels.push((group.name.clone(), provider.clone()));
+                labels.push((group.name.clone(), provider.clone()));
             }
         }
-        let usage_index = usage_labels
+        let tokens = labels
+            .iter()
+            .map(|pair| {
+                keep.and_then(|old| old.index.get(pair).map(|&i| Arc::clone(&old.tokens[i])))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let index = labels
             .iter()
             .enumerate()
             .map(|(i, pair)| (pair.clone(), i))
             .collect();
         Self {
+            index,
+            labels,
+            tokens,
+        }
+    }
+}
+
+/// Counters of the operator actions.
+#[derive(Debug, Default)]
+pub struct OpsMetrics {
+    /// Set when a drain begins.
+    pub draining: AtomicBool,
+    /// Reloads applied.
+    pub reloads_applied: AtomicU64,
+    /// Reloads rejected (invalid file).
+    pub reloads_rejected: AtomicU64,
+}
+
+impl Metrics {
+    /// Counters for every model group / provider pair of `config`.
+    pub fn new(config: &EdgeConfig) -> Self {
+        Self {
             requests: APIS
                 .iter()
                 .map(|_| (0..=STATUSES.len()).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
-            tokens: usage_labels.iter().map(|_| Default::default()).collect(),
-            usage_index,
-            usage_labels,
+            usage: RwLock::new(Arc::new(UsageTable::build(config, None))),
             recovery: Default::default(),
+            ops: OpsMetrics::default(),
         }
+    }
+
+    /// Follows a reloaded config: token counters for its pairs, the pairs
+    /// it keeps counting on from where they were.
+    pub fn reload(&self, config: &EdgeConfig) {
+        let old = self.usage_table();
+        let table = UsageTable::build(config, Some(&old));
+        *self.usage.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+    }
+
+    fn usage_table(&self) -> Arc<UsageTable> {
+        Arc::clone(&self.usage.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Counts one completion request answered with `status`.
@@ -77,10 +130,11 @@ impl Metrics {
     /// Adds provider-reported usage (F18) for `model` served by `provider`.
     pub fn usage(&self, model: &str, provider: &str, usage: &Usage) {
         let key = (model.to_owned(), provider.to_owned());
-        let Some(&i) = self.usage_index.get(&key) else {
+        let table = self.usage_table();
+        let Some(&i) = table.index.get(&key) else {
             return;
         };
-        let counters = &self.tokens[i];
+        let counters = &table.tokens[i];
         counters[0].fetch_add(usage.input_tokens, Ordering::Relaxed);
         counters[1].fetch_add(usage.output_tokens, Ordering::Relaxed);
         counters[2].fetch_add(usage.reasoning_tokens.unwrap_or(0), Ordering::Relaxed);
@@ -109,10 +163,11 @@ impl Metrics {
             "# HELP iop_tokens_total Provider-reported tokens by model group, provider and kind.\n",
         );
         out.push_str("# TYPE iop_tokens_total counter\n");
-        for ((model, provider), counters) in self.usage_labels.iter().zip(&self.tokens) {
+        let table = self.usage_table();
+        for ((model, provider), counters) in table.labels.iter().zip(&table.tokens) {
             for (kind, counter) in ["input", "output", "reasoning", "cached_input"]
                 .iter()
-                .zip(counters)
+                .zip(counters.iter())
             {
                 let _ = writeln!(
                     out,
@@ -142,6 +197,24 @@ impl Metrics {
         out.push_str("# HELP iop_nodes_ready Nodes whose current connection is ready.\n");
         out.push_str("# TYPE iop_nodes_ready gauge\n");
         let _ = writeln!(out, "iop_nodes_ready {}", registry.ready_nodes().len());
+        out.push_str("# HELP iop_edge_draining 1 while the Edge drains (SIGTERM/SIGINT).\n");
+        out.push_str("# TYPE iop_edge_draining gauge\n");
+        let draining = self.ops.draining.load(Ordering::Relaxed);
+        let _ = writeln!(out, "iop_edge_draining {}", u8::from(draining));
+        out.push_str(
+            "# HELP iop_edge_config_reloads_total edge.yaml reloads (SIGHUP) by result.\n",
+        );
+        out.push_str("# TYPE iop_edge_config_reloads_total counter\n");
+        for (result, counter) in [
+            ("applied", &self.ops.reloads_applied),
+            ("rejected", &self.ops.reloads_rejected),
+        ] {
+            let _ = writeln!(
+                out,
+                "iop_edge_config_reloads_total{{result=\"{result}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
         // F31: the health overlay's evidence and transitions.
         pools.health_metrics().render(&mut out);
         self.recovery.render(&mut out);

@@ -130,7 +130,7 @@ impl Handler for Router {
         let path = request.head.path();
         let path = path.split(|&b| b == b'?').next().unwrap_or_default();
         let method = request.head.method();
-        if self.shared.drain.is_draining() && path != b"/healthz" {
+        if self.shared.drain.is_draining() && path != b"/healthz" && path != b"/metrics" {
             self.draining(path, responder).await;
             return;
         }

@@ -10,6 +10,7 @@ pub mod signals;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use framing::link::CloseReason;
@@ -30,6 +31,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(3);
 pub fn drain_server(server: &EdgeServer, grace_ms: u64) -> DrainReport {
     let in_flight = || server.drain.in_flight();
     server.drain.begin();
+    server.metrics.ops.draining.store(true, Ordering::Relaxed);
     server.registry.refuse_registrations();
     let start = Instant::now();
     let in_flight_at_start = in_flight();

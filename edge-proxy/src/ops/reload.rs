@@ -23,10 +23,13 @@
 //!   (`shutdown`) and re-registers with the new payload.
 //! - `listen` and `workers` need a restart; a change is logged and ignored.
 //!
+//! `/metrics` follows: token counters re-labelled for the new pairs
+//! (kept pairs keep counting), `iop_edge_config_reloads_total{result}`.
 //! `edge_config_reloaded` logs the counts.
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use framing::link::CloseReason;
 use proto::v1::NodeConfigUpdate;
@@ -115,6 +118,11 @@ pub fn reload_server(server: &EdgeServer, path: &Path) -> Result<ConfigDiff, Str
     let new = match EdgeConfig::load(path) {
         Ok(config) => config,
         Err(error) => {
+            server
+                .metrics
+                .ops
+                .reloads_rejected
+                .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 event = "edge_config_reload_rejected",
                 origin = %origin,
@@ -137,6 +145,12 @@ pub fn reload_server(server: &EdgeServer, path: &Path) -> Result<ConfigDiff, Str
         );
     }
     server.pools.reload(&new);
+    server.metrics.reload(&new);
+    server
+        .metrics
+        .ops
+        .reloads_applied
+        .fetch_add(1, Ordering::Relaxed);
     server.registry.replace_directory(new);
     let mut disconnected = 0;
     for status in server.registry.status() {
