@@ -75,7 +75,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 bench_bins
 bench_k6
@@ -237,18 +237,20 @@ table=$(
   printf '%s\n' "${rows[@]}"
 )
 breakdown="done $(c term_done), error event $(c term_error_event), HTTP error $(c term_http_error), cut $(c term_cut)"
+statuses=$(jq -r 'to_entries | map(select((.key | startswith("http_")) and .value > 0)) | map("\(.key | ltrimstr("http_")): \(.value)") | join(", ")' "$j")
 fault_line="node-kill ${faults[node-kill]}, provider-crash ${faults[provider-crash]}, provider-stall ${faults[provider-stall]}, partition ${faults[partition]}"
-printf '\n%s\n\nterminals: %s\nfaults: %s\n' "$table" "$breakdown" "$fault_line"
+printf '\n%s\n\nterminals: %s\nHTTP errors by status: %s\nfaults: %s\n' "$table" "$breakdown" "${statuses:-none}" "$fault_line"
 
 if [ "$out" != - ]; then
   {
     bench_md_header "Soak: ${seconds} s of mixed load with random faults on the netns bed" \
-      "SOAK_SECONDS=$seconds SOAK_SEED=$seed hack/soak.sh"
+      "SOAK_SECONDS=$seconds SOAK_SEED=$seed hack/soak.sh" | sed 's/(everything on loopback)/(in the Edge'"'"'s network namespace)/'
     cat <<MD
 - **Profile:** $IOP_PROFILE binaries; Edge (2 workers, production heartbeat 30 s / 45 s), 2 Nodes, 2 mock providers, each in its own network namespace on one bridge; k6 in the Edge's namespace
 - **Load:** $vus users, closed loop; 70 % streaming; half \`chat\` (raw tunnel), half \`ollama\` (normalized); mock: 32 tokens, 10 ms apart
 - **Faults:** one every $every s: $fault_line
 - **Terminals:** $breakdown
+- **HTTP errors by status:** ${statuses:-none}
 
 $table
 

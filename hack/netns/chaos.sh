@@ -40,7 +40,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 hack/netns/bed.sh up "$run" 2
 # Thousands of streams need thousands of descriptors (clients, Edge, Node).
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 echo "==> chaos scenarios on netns bed $run (Edge 10.77.0.1, nodes 10.77.0.11-12, providers 10.77.0.101-102)"
 IOP_NETNS_RUN=$run IOP_NETNS_NODES=2 ip netns exec "iop-$run-edge" \

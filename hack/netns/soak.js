@@ -20,7 +20,10 @@ import { env, envInt, headers, sseStats } from '../../perf/k6/lib.js';
 
 const BASE = env('BASE_URL', '').replace(/\/+$/, '');
 const counters = {};
-for (const name of ['requests', 'term_done', 'term_error_event', 'term_http_error', 'term_cut', 'term_double', 'hung']) {
+// http_NNN: the HTTP error answers by status (why requests failed).
+const STATUSES = [400, 404, 408, 429, 500, 502, 503, 504];
+for (const name of ['requests', 'term_done', 'term_error_event', 'term_http_error', 'term_cut', 'term_double', 'hung',
+  ...STATUSES.map((s) => `http_${s}`), 'http_other']) {
   counters[name] = new Counter(name);
 }
 
@@ -54,6 +57,7 @@ export default function () {
   }
   if (res.status >= 400) {
     counters.term_http_error.add(1);
+    counters[STATUSES.includes(res.status) ? `http_${res.status}` : 'http_other'].add(1);
     return;
   }
   if (!stream) {

@@ -36,6 +36,8 @@ pub(crate) struct Outcome {
     pub(crate) io_error: Option<String>,
     /// No end within the deadline: the request hung.
     pub(crate) timed_out: bool,
+    /// The first bytes of the body (to say why a request failed).
+    pub(crate) body_head: String,
 }
 
 impl Outcome {
@@ -173,6 +175,7 @@ fn classify(raw: &[u8], out: &mut Outcome) {
         rest.to_vec()
     };
     let text = String::from_utf8_lossy(&body);
+    out.body_head = text.chars().take(200).collect();
     for line in text.lines() {
         if let Some(data) = line.strip_prefix("data: ") {
             out.data_events += 1;

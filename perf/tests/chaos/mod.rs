@@ -315,12 +315,17 @@ pub(crate) struct Edge {
 }
 
 impl Edge {
-    /// Starts an Edge on `yaml`.
+    /// Starts an Edge on `yaml` with the short [`HEARTBEAT`].
     pub(crate) fn start(yaml: &str) -> Self {
+        Self::start_with(yaml, HEARTBEAT)
+    }
+
+    /// Starts an Edge on `yaml` with `heartbeat`.
+    pub(crate) fn start_with(yaml: &str, heartbeat: HeartbeatConfig) -> Self {
         let config = EdgeConfig::from_yaml_str(yaml, "chaos.yaml").expect("valid config");
         let mut options = StartOptions::new(IoDriver::Epoll);
         options.workers = 2;
-        options.heartbeat = HEARTBEAT;
+        options.heartbeat = heartbeat;
         let server = EdgeServer::start(config, options).expect("edge starts");
         let events = server.bus.subscribe();
         Self {
@@ -427,7 +432,8 @@ impl Metrics {
 
 /// A blocking `GET path` with `connection: close`; the body.
 pub(crate) fn http_get(at: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(at).expect("connect");
+    let mut s = TcpStream::connect(at)
+        .unwrap_or_else(|e| panic!("connect to {at}: {e} ({} fds open here)", own_fds()));
     s.set_read_timeout(Some(SETTLE)).unwrap();
     write!(
         s,
