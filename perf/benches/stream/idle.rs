@@ -84,11 +84,13 @@ fn batch(addr: SocketAddr, headers: &str, model: &str, n: usize) -> Batch {
         }
     }
     let open_s = start.elapsed().as_secs_f64();
-    // Let every thread settle (deferred frees, queued writes).
-    std::thread::sleep(Duration::from_millis(500));
+    // Let every thread settle (deferred frees, queued writes); a few
+    // streams (criterion's test mode) settle at once.
+    let settle = Duration::from_millis((n as u64 / 4).clamp(20, 500));
+    std::thread::sleep(settle);
     let after = rss_kib();
     drop(streams);
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(settle * 2);
     Batch {
         rss_kib: after.saturating_sub(before),
         open_s,
