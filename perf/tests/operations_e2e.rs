@@ -1,300 +1,30 @@
-//! Operations end to end, with real processes: a real `iop-edge` and a real
-//! `iop-node` in front of the mock provider, driven by signals.
+//! Operations end to end, with real processes: a real `iop-edge` and real
+//! `iop-node`s in front of the mock provider, driven by signals
+//! (`docs/operations.md`).
 //!
-//! - SIGTERM on the Edge mid-stream: the stream completes, new connections
-//!   are refused, the Edge exits 0 within the grace.
-//! - SIGTERM past the grace: the in-flight stream ends with a clean error
-//!   terminal, the Edge exits 0.
-//! - SIGHUP adding a model group: it serves without a node reconnect.
-//! - SIGHUP with an invalid file: rejected and logged, the old config serves.
-//! - SIGHUP removing a node: it is disconnected (`shutdown`).
-//! - SIGTERM on the Node mid-run: the run completes, the Node deregisters
-//!   and exits 0.
+//! - Edge drain: SIGTERM mid-stream (the stream completes, new connections
+//!   are refused, exit 0 within the grace); open keep-alive connections get
+//!   503 + close, `/readyz` says draining; past the grace a normalized
+//!   stream ends with an error event and a tunnel body is cut (SIGINT).
+//! - Node drain: SIGTERM mid-run (the run completes, new work goes to the
+//!   other node, the node deregisters, exit 0); past its grace; a node that
+//!   cannot reach its Edge (SIGINT).
+//! - Reload (SIGHUP): a new model group serves without a node reconnect; an
+//!   invalid file is rejected and the old config serves; a removed node is
+//!   disconnected; a changed provider setting reaches the node on its live
+//!   link while a 1 MiB stream in flight finishes on its old adapter; a
+//!   node whose provider set changed re-registers.
 //!
 //! Timing: only bounded polls on process state and log lines.
 
+mod operations;
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::io::Write;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
-use serde_json::Value;
-use support::process::{PATIENCE, Process, bin, spawn_logged};
-use support::stack::read_some;
-
-/// The Edge's config: one node with a ~1 s stream provider and an endless
-/// one. `extra_groups` is appended to `model_groups`.
-fn edge_yaml(mock: SocketAddr, extra_groups: &str, with_node_a: bool) -> String {
-    let node_a = if with_node_a {
-        format!(
-            r#"
-  - id: node-a
-    token: tok-a
-    providers:
-      - id: oa
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "40", x-mock-delay-ms: "25"}}
-      - id: endless
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
-      - id: big
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "64", x-mock-event-bytes: "16384", x-mock-delay-ms: "5"}}
-      - id: endless-ol
-        kind: ollama
-        base_url: http://{mock}
-        targets: [m]
-        headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}"#
-        )
-    } else {
-        String::new()
-    };
-    let groups = if with_node_a {
-        "  - name: m\n    providers: [oa]\n  - name: endless\n    target: m\n    providers: [endless]\n  \
-         - name: endless-ol\n    target: m\n    providers: [endless-ol]\n  \
-         - name: both\n    target: m\n    providers: [oa, b-oa]\n  \
-         - name: big\n    target: m\n    providers: [big]\n"
-    } else {
-        "  - name: b\n    target: m\n    providers: [b-oa]\n"
-    };
-    format!(
-        r#"
-listen:
-  ingress: 127.0.0.1:0
-  nodes: 127.0.0.1:0
-nodes:{node_a}
-  - id: node-b
-    token: tok-b
-    providers:
-      - id: b-oa
-        kind: openai_compat
-        base_url: http://{mock}
-        targets: [m]
-model_groups:
-{groups}{extra_groups}
-"#
-    )
-}
-
-/// A process whose stderr lines are all kept.
-struct Logged {
-    process: Process,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Logged {
-    fn spawn(cmd: Command) -> Self {
-        let (process, rx) = spawn_logged(cmd);
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let keep = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in rx {
-                keep.lock().unwrap().push(line);
-            }
-        });
-        Self { process, lines }
-    }
-
-    /// The first line with `needle` (waiting for it, bounded).
-    fn wait_line(&self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(line) = self.lines().into_iter().find(|l| l.contains(needle)) {
-                return line;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no log line with {needle:?}; log:\n{}",
-                self.lines().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.lines().iter().filter(|l| l.contains(needle)).count()
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.process.0.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
-
-    /// Waits (bounded) for the process to exit; its exit code.
-    fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.process.0.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the process did not exit; log:\n{}",
-                self.lines().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-/// A real Edge, a real Node (node-a) and the mock provider.
-struct Ops {
-    edge: Logged,
-    node: Option<Logged>,
-    ingress: SocketAddr,
-    nodes: SocketAddr,
-    config: PathBuf,
-    mock: SocketAddr,
-    dir: PathBuf,
-    _mock: MockThreads,
-}
-
-impl Ops {
-    fn start(name: &str, grace_ms: u64) -> Self {
-        let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
-            .expect("mock provider");
-        let mock_addr = mock.local_addr();
-        let dir = std::env::temp_dir().join(format!("iop-ops-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("edge.yaml");
-        std::fs::write(&config, edge_yaml(mock_addr, "", true)).unwrap();
-        let mut cmd = Command::new(bin("iop-edge"));
-        cmd.args(["--config", config.to_str().unwrap(), "--workers", "1"])
-            .args(["--log-format", "json", "--drain-grace-ms"])
-            .arg(grace_ms.to_string());
-        let edge = Logged::spawn(cmd);
-        let started: Value = serde_json::from_str(&edge.wait_line("edge_started")).unwrap();
-        let addr = |key: &str| started[key].as_str().unwrap().parse().unwrap();
-        let mut ops = Self {
-            ingress: addr("ingress"),
-            nodes: addr("node_socket"),
-            edge,
-            node: None,
-            config,
-            mock: mock_addr,
-            dir,
-            _mock: mock,
-        };
-        ops.node = Some(ops.start_node("tok-a"));
-        ops.edge.wait_line("\"node_ready\"");
-        ops
-    }
-
-    /// Starts an `iop-node` with `token` and waits until it is ready.
-    fn start_node(&self, token: &str) -> Logged {
-        let mut cmd = Command::new(bin("iop-node"));
-        cmd.args(["--edge", &self.nodes.to_string(), "--workers", "1"])
-            .args(["--data-dir", self.dir.join(token).to_str().unwrap()])
-            .args(["--admin-addr", "off", "--log-format", "json"])
-            .args(["--drain-grace-ms", "10000"])
-            .env("IOP_NODE_TOKEN", token);
-        let node = Logged::spawn(cmd);
-        node.wait_line("node_ready");
-        node
-    }
-
-    fn write_config(&self, text: &str) {
-        std::fs::write(&self.config, text).unwrap();
-    }
-}
-
-impl Drop for Ops {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Sends a chat completion for `model` (streamed when `stream`), with
-/// `Connection: close`.
-fn send_chat(ingress: SocketAddr, model: &str, stream: bool) -> TcpStream {
-    let mut socket = TcpStream::connect(ingress).expect("connect to the ingress");
-    socket.set_read_timeout(Some(PATIENCE)).unwrap();
-    let body = format!(
-        r#"{{"model":"{model}","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
-    );
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: edge\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    socket.write_all(request.as_bytes()).unwrap();
-    socket
-}
-
-/// Reads until `needle` has arrived; everything read so far.
-fn read_until(socket: &mut TcpStream, needle: &str) -> String {
-    let mut all = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&all).contains(needle) {
-        let n = read_some(socket, &mut buf).expect("read");
-        assert!(
-            n > 0,
-            "closed before {needle:?}: {}",
-            String::from_utf8_lossy(&all)
-        );
-        all.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&all).into_owned()
-}
-
-/// Reads to the end of the connection.
-fn read_to_close(socket: &mut TcpStream) -> String {
-    let mut all = Vec::new();
-    socket.read_to_end(&mut all).expect("read to the end");
-    String::from_utf8_lossy(&all).into_owned()
-}
-
-/// `GET path` with `Connection: close`; the whole response.
-fn get(ingress: SocketAddr, path: &str) -> String {
-    let mut socket = TcpStream::connect(ingress).expect("connect to the ingress");
-    socket.set_read_timeout(Some(PATIENCE)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: edge\r\nconnection: close\r\n\r\n");
-    socket.write_all(request.as_bytes()).unwrap();
-    read_to_close(&mut socket)
-}
-
-fn status_of(response: &str) -> u16 {
-    response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {response}"))
-}
-
-/// Polls (bounded) until a connection to `addr` is refused.
-fn wait_refused(addr: SocketAddr) {
-    let deadline = Instant::now() + PATIENCE;
-    while TcpStream::connect(addr).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{addr} still accepts connections"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn json_line(line: &str) -> Value {
-    serde_json::from_str(line).unwrap_or_else(|_| panic!("JSON log line: {line}"))
-}
+use operations::*;
 
 #[test]
 fn sigterm_mid_stream_finishes_the_stream_refuses_new_connections_and_exits_0() {
@@ -351,11 +81,12 @@ fn sigterm_past_the_grace_ends_a_normalized_stream_with_an_error_event_and_exits
 /// cut (no last chunk), the documented ending of any non-stall failure
 /// after commit, so the client sees the truncation.
 #[test]
-fn sigterm_past_the_grace_cuts_a_tunnel_body_and_exits_0() {
+fn sigint_past_the_grace_cuts_a_tunnel_body_and_exits_0() {
     let mut ops = Ops::start("grace-tunnel", 300);
     let mut stream = send_chat(ops.ingress, "endless", true);
     read_until(&mut stream, "data: ");
-    ops.edge.signal("TERM");
+    // SIGINT (Ctrl-C) drains exactly as SIGTERM does.
+    ops.edge.signal("INT");
     let rest = read_to_close(&mut stream);
     assert!(!rest.ends_with("0\r\n\r\n"), "no clean end");
     assert!(!rest.contains("[DONE]"));
@@ -509,11 +240,6 @@ fn sigterm_on_the_node_mid_run_finishes_the_run_sends_new_work_elsewhere_and_exi
     assert_eq!(node_b.count("node_draining"), 0);
 }
 
-/// Content tokens in a non-streamed mock answer (`"tok "` each).
-fn tokens(response: &str) -> usize {
-    response.matches("tok ").count()
-}
-
 #[test]
 fn sighup_changing_a_provider_setting_reaches_the_node_without_a_reconnect() {
     let ops = Ops::start("reload-change", 10_000);
@@ -606,4 +332,43 @@ fn sighup_adding_a_provider_to_a_node_re_registers_it() {
     }
     let extra = read_to_close(&mut send_chat(ops.ingress, "extra", false));
     assert_eq!(status_of(&extra), 200, "{extra}");
+}
+
+#[test]
+fn sigterm_on_the_node_past_its_grace_ends_the_run_and_exits_0() {
+    let mut ops = Ops::start_with("node-grace", 10_000, 300);
+    let mut stream = send_chat(ops.ingress, "endless-ol", true);
+    read_until(&mut stream, "data: ");
+    let node = ops.node.as_mut().unwrap();
+    node.signal("TERM");
+    assert_eq!(node.exit_code(PATIENCE), Some(0));
+    let drained = json_line(&node.wait_line("\"node_drained\""));
+    assert_eq!(drained["grace_exceeded"], true, "{drained}");
+    assert_eq!(drained["in_flight_at_start"], 1, "{drained}");
+    // The Edge ends the client's stream with its terminal error event.
+    let rest = read_to_close(&mut stream);
+    let tail = &rest[rest.len().saturating_sub(400)..];
+    assert!(rest.contains("\"error\""), "{tail}");
+    assert!(rest.ends_with("0\r\n\r\n"), "{tail:?}");
+}
+
+#[test]
+fn sigint_on_a_node_that_cannot_reach_its_edge_exits_0() {
+    let ops = Ops::start("node-offline", 10_000);
+    let mut cmd = std::process::Command::new(operations::node_bin());
+    cmd.args([
+        "--edge",
+        "127.0.0.1:1",
+        "--workers",
+        "1",
+        "--admin-addr",
+        "off",
+    ])
+    .args(["--data-dir", ops.dir.join("offline").to_str().unwrap()])
+    .args(["--log-format", "json"])
+    .env("IOP_NODE_TOKEN", "tok-b");
+    let mut node = Logged::spawn(cmd);
+    node.wait_line("node_reconnecting");
+    node.signal("INT");
+    assert_eq!(node.exit_code(PATIENCE), Some(0));
 }
