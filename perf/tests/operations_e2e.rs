@@ -82,7 +82,8 @@ fn sigterm_past_the_grace_ends_a_normalized_stream_with_an_error_event_and_exits
 /// after commit, so the client sees the truncation.
 #[test]
 fn sigint_past_the_grace_cuts_a_tunnel_body_and_exits_0() {
-    let mut ops = Ops::start("grace-tunnel", 300);
+    // The flag overrides edge.yaml's 60 s.
+    let mut ops = Ops::start_flagged("grace-tunnel", 60_000, 300);
     let mut stream = send_chat(ops.ingress, "endless", true);
     read_until(&mut stream, "data: ");
     // SIGINT (Ctrl-C) drains exactly as SIGTERM does.

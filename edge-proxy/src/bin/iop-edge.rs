@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use edge_proxy::config::EdgeConfig;
-use edge_proxy::ops::drain::DEFAULT_DRAIN_GRACE_MS;
 use edge_proxy::ops::signals::{OperatorSignal, OperatorSignals};
 use edge_proxy::ops::{drain_server, reload::reload_server};
 use edge_proxy::runtime::driver_from_env;
@@ -35,9 +34,10 @@ struct Args {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish
-    /// before the node links are closed, in ms.
-    #[arg(long, default_value_t = DEFAULT_DRAIN_GRACE_MS)]
-    drain_grace_ms: u64,
+    /// before the node links are closed, in ms [default: edge.yaml's
+    /// `drain_grace_ms`, which defaults to 30000].
+    #[arg(long)]
+    drain_grace_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -87,7 +87,11 @@ fn main() -> anyhow::Result<()> {
             },
             signal @ (OperatorSignal::Terminate | OperatorSignal::Interrupt) => {
                 tracing::info!(signal = signal.as_str(), "operator asked to stop");
-                drain_server(&server, args.drain_grace_ms);
+                // The flag, else the running config's (a reload may change it).
+                let grace_ms = args
+                    .drain_grace_ms
+                    .unwrap_or_else(|| server.registry.directory().drain_grace_ms());
+                drain_server(&server, grace_ms);
                 // The cores run until the process ends.
                 std::process::exit(0);
             }

@@ -71,6 +71,7 @@ pub struct EdgeConfig {
     nodes: NodeTable,
     model_groups: Vec<ModelGroup>,
     queue: QueueConfig,
+    drain_grace_ms: u64,
     api_keys: ApiKeys,
     leases: LeaseSettings,
     link_security: LinkSecurity,
@@ -127,6 +128,7 @@ impl EdgeConfig {
             nodes: NodeTable::new(v.nodes),
             model_groups: v.model_groups,
             queue: v.queue,
+            drain_grace_ms: v.drain_grace_ms,
             api_keys: ApiKeys::new(v.api_keys),
             leases: v.leases,
             link_security,
@@ -191,6 +193,12 @@ impl EdgeConfig {
     /// Queue admission limits.
     pub fn queue(&self) -> &QueueConfig {
         &self.queue
+    }
+
+    /// How long a drain (SIGTERM/SIGINT) lets in-flight requests finish, in
+    /// ms (`drain_grace_ms`; `iop-edge --drain-grace-ms` overrides it).
+    pub fn drain_grace_ms(&self) -> u64 {
+        self.drain_grace_ms
     }
 
     /// Client API keys; empty means the ingress needs none.

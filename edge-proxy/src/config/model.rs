@@ -71,6 +71,11 @@ pub const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 30_000;
 /// Largest `queue.timeout_ms` (1 h).
 pub const MAX_QUEUE_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 
+/// Default grace of a drain (SIGTERM) for in-flight requests (30 s).
+pub const DEFAULT_DRAIN_GRACE_MS: u64 = 30_000;
+/// Largest `drain_grace_ms` (1 h).
+pub const MAX_DRAIN_GRACE_MS: u64 = 60 * 60 * 1000;
+
 /// Largest `model_groups[].weights` value.
 pub const MAX_WEIGHT: u64 = 1000;
 

@@ -28,6 +28,9 @@ pub(crate) struct RawEdgeConfig {
     pub(crate) model_groups: Vec<RawModelGroup>,
     #[serde(default)]
     pub(crate) queue: RawQueue,
+    /// How long a drain (SIGTERM) lets in-flight requests finish, ms.
+    #[serde(default)]
+    pub(crate) drain_grace_ms: Option<u64>,
     #[serde(default)]
     pub(crate) api_keys: Vec<RawApiKey>,
     /// F29 lease policy (`config/credential.rs`).

@@ -25,6 +25,7 @@ pub(crate) struct Validated {
     pub(crate) nodes: Vec<NodeRecord>,
     pub(crate) model_groups: Vec<ModelGroup>,
     pub(crate) queue: QueueConfig,
+    pub(crate) drain_grace_ms: u64,
     pub(crate) api_keys: Vec<(String, TokenHash)>,
     pub(crate) leases: super::credential::LeaseSettings,
     pub(crate) warnings: Vec<Issue>,
@@ -42,6 +43,13 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
     let nodes = c.nodes(raw.nodes);
     let model_groups = c.model_groups(raw.model_groups, &nodes);
     let queue = c.queue(&raw.queue);
+    let drain_grace_ms = c.range(
+        "drain_grace_ms",
+        raw.drain_grace_ms,
+        DEFAULT_DRAIN_GRACE_MS,
+        0,
+        MAX_DRAIN_GRACE_MS,
+    );
     let api_keys = c.api_keys(raw.api_keys);
     let leases = super::credential::validate_leases(raw.leases, &mut |p, m| c.fail(p, m));
     if !c.issues.is_empty() {
@@ -54,6 +62,7 @@ pub(crate) fn validate(raw: RawEdgeConfig) -> Result<Validated, Vec<Issue>> {
         nodes,
         model_groups,
         queue,
+        drain_grace_ms,
         api_keys,
         leases,
         warnings: c.warnings,

@@ -136,8 +136,8 @@ pub struct DrainReport {
     pub links_closed: usize,
 }
 
-/// Default grace for in-flight requests, ms.
-pub const DEFAULT_DRAIN_GRACE_MS: u64 = 30_000;
+/// Default grace for in-flight requests, ms (`drain_grace_ms` in edge.yaml).
+pub const DEFAULT_DRAIN_GRACE_MS: u64 = crate::config::DEFAULT_DRAIN_GRACE_MS;
 
 #[cfg(test)]
 mod tests {

@@ -172,3 +172,19 @@ fn work_refused_by_a_draining_node_answers_503_node_unavailable() {
     failure.set_side(proto::v1::FailureSide::Client);
     assert_eq!(crate::ingress::error::from_failure(&failure).status, 502);
 }
+
+#[test]
+fn drain_grace_ms_defaults_to_30_s_and_is_range_checked() {
+    let base = "nodes:\n  - id: a\n    token: tok-a\n    providers:\n      - id: pa\n        \
+                kind: openai_compat\n        base_url: http://127.0.0.1:9\n        targets: [m]\n";
+    let default = EdgeConfig::from_yaml_str(base, "t").unwrap();
+    assert_eq!(default.drain_grace_ms(), 30_000);
+    let set = EdgeConfig::from_yaml_str(&format!("{base}drain_grace_ms: 1500\n"), "t").unwrap();
+    assert_eq!(set.drain_grace_ms(), 1_500);
+    let zero = EdgeConfig::from_yaml_str(&format!("{base}drain_grace_ms: 0\n"), "t").unwrap();
+    assert_eq!(zero.drain_grace_ms(), 0);
+    let error = EdgeConfig::from_yaml_str(&format!("{base}drain_grace_ms: 3600001\n"), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("drain_grace_ms"), "{error}");
+}

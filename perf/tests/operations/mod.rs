@@ -162,7 +162,18 @@ impl Ops {
     }
 
     /// The stack with the Edge's and node-a's drain graces.
+    /// The Edge's drain grace (from edge.yaml) and node-a's.
     pub(crate) fn start_with(name: &str, grace_ms: u64, node_grace_ms: u64) -> Self {
+        Self::launch(name, grace_ms, None, node_grace_ms)
+    }
+
+    /// edge.yaml says `yaml_grace_ms`; `iop-edge --drain-grace-ms` says
+    /// `flag_grace_ms` (which wins).
+    pub(crate) fn start_flagged(name: &str, yaml_grace_ms: u64, flag_grace_ms: u64) -> Self {
+        Self::launch(name, yaml_grace_ms, Some(flag_grace_ms), 10_000)
+    }
+
+    fn launch(name: &str, grace_ms: u64, flag_grace_ms: Option<u64>, node_grace_ms: u64) -> Self {
         let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
             .expect("mock provider");
         let mock_addr = mock.local_addr();
@@ -170,11 +181,17 @@ impl Ops {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("edge.yaml");
-        std::fs::write(&config, edge_yaml(mock_addr, "", true)).unwrap();
+        let yaml = format!(
+            "{}\ndrain_grace_ms: {grace_ms}\n",
+            edge_yaml(mock_addr, "", true)
+        );
+        std::fs::write(&config, yaml).unwrap();
         let mut cmd = Command::new(bin("iop-edge"));
         cmd.args(["--config", config.to_str().unwrap(), "--workers", "1"])
-            .args(["--log-format", "json", "--drain-grace-ms"])
-            .arg(grace_ms.to_string());
+            .args(["--log-format", "json"]);
+        if let Some(flag) = flag_grace_ms {
+            cmd.args(["--drain-grace-ms", &flag.to_string()]);
+        }
         let edge = Logged::spawn(cmd);
         let started: Value = serde_json::from_str(&edge.wait_line("edge_started")).unwrap();
         let addr = |key: &str| started[key].as_str().unwrap().parse().unwrap();
