@@ -297,8 +297,14 @@ fn probe_health_available_unavailable_refused() {
         let (mock, base) = start();
         let a = openai(&base, OpenAiFlavor::OpenAiCompat, &[]);
         let o = ollama(&base, &[]);
-        assert_eq!(a.probe_health("m", PROBE).await, ProviderHealth::Available);
-        assert_eq!(o.probe_health("m", PROBE).await, ProviderHealth::Available);
+        assert_eq!(
+            a.probe_health("m", PROBE, None).await,
+            ProviderHealth::Available
+        );
+        assert_eq!(
+            o.probe_health("m", PROBE, None).await,
+            ProviderHealth::Available
+        );
         // Toggle the mock's /health down.
         let down = ProviderClient::new(ProviderClientConfig::default());
         let request = node_runner::provider_http::ProviderRequest::new(
@@ -310,19 +316,20 @@ fn probe_health_available_unavailable_refused() {
         assert_eq!(response.status(), 200);
         while response.next_chunk().await.is_some() {}
         assert_eq!(
-            a.probe_health("m", PROBE).await,
+            a.probe_health("m", PROBE, None).await,
             ProviderHealth::Unavailable
         );
         let dead = BaseUrl::parse("http://127.0.0.1:1").unwrap();
         let refused = openai(&dead, OpenAiFlavor::Vllm, &[]);
         assert_eq!(
-            refused.probe_health("m", PROBE).await,
+            refused.probe_health("m", PROBE, None).await,
             ProviderHealth::Unavailable
         );
         // A provider that answers too late is Unknown.
         let slow = openai(&base, OpenAiFlavor::Vllm, &[("headers-delay-ms", "500")]);
         assert_eq!(
-            slow.probe_health("m", Duration::from_millis(50)).await,
+            slow.probe_health("m", Duration::from_millis(50), None)
+                .await,
             ProviderHealth::Unknown
         );
         mock.shutdown();
@@ -393,7 +400,7 @@ fn any_adapter_from_provider_config() {
             let events = collect(adapter.execute(spec()).await).await;
             assert_eq!(text(&events, false), "tok tok ", "{kind:?}");
             assert_eq!(
-                adapter.probe_health("m", PROBE).await,
+                adapter.probe_health("m", PROBE, None).await,
                 ProviderHealth::Available
             );
         }

@@ -7,6 +7,9 @@
 //! - The seven fail-closed cases — revoked, disabled, expired, stale,
 //!   replayed, wrong recipient, mismatched — each end in a typed
 //!   `CREDENTIAL_LEASE_*` terminal with the provider receiving zero requests.
+//! - A stall probe of a provider that needs its key on `/v1/models`
+//!   carries the stalled request's own credential: evidence `AVAILABLE`
+//!   (without a credential the same provider's probe is `UNKNOWN`).
 //! - The sentinel credential never appears in the node's logs, the run
 //!   store, `/metrics` or any error.
 
@@ -16,7 +19,10 @@ use edge_proxy::lease::{LeaseAuthority, LeaseScope};
 use framing::io_driver::IoDriver;
 use perf::mock_provider::Route;
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{CredentialLease, FailureCode, LeaseRevocationKind, ProviderTunnelRequest};
+use proto::v1::{
+    CredentialLease, FailureCode, LeaseRevocationKind, LivenessClassification, ProviderHealth,
+    ProviderTunnelRequest,
+};
 
 mod support;
 use support::stack::*;
@@ -55,10 +61,30 @@ nodes:
         headers: {{x-mock-tokens: "3"}}
         credential:
           api_key: "{SENTINEL}"
+      - id: keyed-stall
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        response_stall_timeout_ms: 300
+        headers: {{x-mock-tokens: "10", x-mock-stall-after: "2", x-mock-require-auth: "1"}}
+        credential:
+          api_key: "{SENTINEL}"
+      - id: bare-stall
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        response_stall_timeout_ms: 300
+        headers: {{x-mock-tokens: "10", x-mock-stall-after: "2", x-mock-require-auth: "1"}}
 model_groups:
   - name: remote
     target: m
     providers: [remote]
+  - name: keyed-stall
+    target: m
+    providers: [keyed-stall]
+  - name: bare-stall
+    target: m
+    providers: [bare-stall]
   - name: remote-ol
     target: m
     providers: [remote-ol]
@@ -436,6 +462,69 @@ fn a_node_presenting_a_different_lease_key_is_refused_for_good() {
 }
 
 /// The sentinel is in no node log line, stored run, `/metrics` answer.
+/// The stall evidence of a streamed chat tunnel on `group`, whose
+/// provider stalls after two tokens.
+fn stalled_tunnel_health(stack: &Stack, group: &str) -> (ProviderHealth, LivenessClassification) {
+    let edge = &stack.edge;
+    let lease = block_on(edge.pools.acquire(group, &edge.registry)).expect("a lease");
+    let mut request = chat_request();
+    request.body = Bytes::from_static(
+        br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    request.response_stall_timeout_ms = lease.provider().response_stall_timeout_ms;
+    let frames = block_on(async {
+        let mut stream = within(edge.dispatcher.open_tunnel_as(&lease, request, ""))
+            .await
+            .expect("tunnel opened");
+        let mut frames = Vec::new();
+        while let Some(frame) = within(stream.next()).await {
+            if let Frame::Body(_) = &frame {
+                stream.grant(1 << 20);
+            }
+            frames.push(frame);
+        }
+        frames
+    });
+    drop(lease);
+    let Some(Frame::Error(failure)) = frames.last() else {
+        panic!("a stall error last: {frames:?}");
+    };
+    assert_eq!(failure.code(), FailureCode::ResponseStalled, "{failure:?}");
+    assert!(!failure.message.contains(SENTINEL));
+    (failure.provider_health(), failure.liveness_classification())
+}
+
+#[test]
+fn a_stall_probe_carries_the_stalled_requests_own_credential() {
+    let stack = start("lease-stall-probe");
+    // The provider answers /v1/models 401 without a key: with the
+    // request's credential the probe sees it healthy.
+    assert_eq!(
+        stalled_tunnel_health(&stack, "keyed-stall"),
+        (
+            ProviderHealth::Available,
+            LivenessClassification::RequestStalled
+        )
+    );
+    let calls = stack.mock.stats().requests(Route::Models);
+    assert!(calls >= 1, "the probe asked the list");
+    // The same provider without a credential: 401, so we cannot tell.
+    assert_eq!(
+        stalled_tunnel_health(&stack, "bare-stall"),
+        (
+            ProviderHealth::Unknown,
+            LivenessClassification::HealthUnknown
+        )
+    );
+    // Only the chat requests are recorded: the keyed one carried the
+    // credential, the bare one none.
+    assert_eq!(
+        stack.mock.stats().authorizations(),
+        vec![Some(format!("Bearer {SENTINEL}")), None]
+    );
+    assert_no_secret(&stack);
+}
+
 fn assert_no_secret(stack: &Stack) {
     for line in stack.node_log.lock().unwrap().iter() {
         assert!(!line.contains(SENTINEL), "node log: {line}");

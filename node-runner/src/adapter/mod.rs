@@ -321,7 +321,14 @@ pub trait Adapter {
     /// One exact-target health probe of `target`, bounded by `timeout`;
     /// fail-closed (see [`probe`] for what is asked and the mapping). Its
     /// result is evidence only: never progress, never a retry grant.
-    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth;
+    /// `credential` is the opened credential of the request the probe is
+    /// part of (F29), set as its header and never kept.
+    async fn probe_health(
+        &self,
+        target: &str,
+        timeout: Duration,
+        credential: Option<&crate::lease::OpenedCredential>,
+    ) -> ProviderHealth;
 }
 
 /// Why [`AnyAdapter::from_provider`] refused a provider config.
@@ -416,10 +423,15 @@ impl Adapter for AnyAdapter {
         }
     }
 
-    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+    async fn probe_health(
+        &self,
+        target: &str,
+        timeout: Duration,
+        credential: Option<&crate::lease::OpenedCredential>,
+    ) -> ProviderHealth {
         match self {
-            Self::OpenAi(a) => a.probe_health(target, timeout).await,
-            Self::Ollama(a) => a.probe_health(target, timeout).await,
+            Self::OpenAi(a) => a.probe_health(target, timeout, credential).await,
+            Self::Ollama(a) => a.probe_health(target, timeout, credential).await,
         }
     }
 }

@@ -139,9 +139,22 @@ impl Adapter for OllamaAdapter {
         Ok(())
     }
 
-    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+    async fn probe_health(
+        &self,
+        target: &str,
+        timeout: Duration,
+        credential: Option<&crate::lease::OpenedCredential>,
+    ) -> ProviderHealth {
         let plan = probe::ProbePlan::new(&self.config, None, probe::Listing::OllamaTags);
-        probe::probe_target(&self.client, &self.config, &plan, target, timeout).await
+        probe::probe_target(
+            &self.client,
+            &self.config,
+            &plan,
+            target,
+            timeout,
+            credential,
+        )
+        .await
     }
 }
 

@@ -112,13 +112,26 @@ impl Adapter for OpenAiAdapter {
         Err(TerminateError::Unsupported)
     }
 
-    async fn probe_health(&self, target: &str, timeout: Duration) -> ProviderHealth {
+    async fn probe_health(
+        &self,
+        target: &str,
+        timeout: Duration,
+        credential: Option<&crate::lease::OpenedCredential>,
+    ) -> ProviderHealth {
         let liveness = match self.flavor {
             OpenAiFlavor::OpenAiCompat => None,
             OpenAiFlavor::Vllm => Some(probe::VLLM_HEALTH_PATH),
         };
         let plan = probe::ProbePlan::new(&self.config, liveness, probe::Listing::OpenAiModels);
-        probe::probe_target(&self.client, &self.config, &plan, target, timeout).await
+        probe::probe_target(
+            &self.client,
+            &self.config,
+            &plan,
+            target,
+            timeout,
+            credential,
+        )
+        .await
     }
 }
 

@@ -24,6 +24,14 @@
 //! The probe's answer is the worst of its `GET`s: any `Unavailable` wins,
 //! then any `Unknown`, and only all-`Available` is `Available`.
 //!
+//! # The credential (F29)
+//! A provider with a managed credential may need its key on its lists and
+//! liveness too. The probe then carries the credential of the request it is
+//! part of: the stall probe the one opened for the stalled request, the
+//! `CAPABILITIES` probe one opened for that command. It is set as the one
+//! header the lease names, exactly as on the request, and never kept past
+//! the probe. Without one, such a provider answers 401: `Unknown`.
+//!
 //! A probe result is evidence only: it is not progress, never moves a
 //! stall fence and grants no retry or replay (F22). The probe never sends a
 //! prompt, and its safe result is the only thing that leaves this module
@@ -36,7 +44,8 @@ use proto::v1::ProviderHealth;
 use serde_json::Value;
 
 use super::AdapterConfig;
-use crate::provider_http::{ProviderClient, ProviderError};
+use crate::lease::OpenedCredential;
+use crate::provider_http::{ProviderClient, ProviderError, ProviderRequest};
 
 /// The OpenAI-compatible model list.
 pub const OPENAI_MODELS_PATH: &str = "/v1/models";
@@ -134,16 +143,26 @@ impl ProbePlan {
 }
 
 /// Runs `plan` for `target` against `config`'s provider, bounded by
-/// `timeout`; see the module docs for the answer.
+/// `timeout`, with the request's opened `credential` if it has one; see the
+/// module docs for the answer.
 pub async fn probe_target(
     client: &ProviderClient,
     config: &AdapterConfig,
     plan: &ProbePlan,
     target: &str,
     timeout: Duration,
+    credential: Option<&OpenedCredential>,
 ) -> ProviderHealth {
+    let ask = |path: &str, want: Body| {
+        get(
+            client,
+            probe_request(config, path, credential),
+            want,
+            timeout,
+        )
+    };
     let listing = async {
-        let body = get(client, config, plan.listing.path(), Body::List, timeout).await?;
+        let body = ask(plan.listing.path(), Body::List).await?;
         match plan.listing.names(&body, target) {
             Some(true) => Ok(()),
             Some(false) => Err(ProviderHealth::Unavailable),
@@ -152,9 +171,7 @@ pub async fn probe_target(
     };
     let liveness = async {
         match &plan.liveness {
-            Some(path) => get(client, config, path, Body::Status, timeout)
-                .await
-                .map(drop),
+            Some(path) => ask(path, Body::Status).await.map(drop),
             None => Ok(()),
         }
     };
@@ -184,12 +201,34 @@ enum Body {
     Status,
 }
 
-/// One bounded `GET path`: the 2xx body as `want` says, or the health its
-/// failure means.
-async fn get(
-    client: &ProviderClient,
+/// `GET path` on `config`'s provider, with `credential` as its one header
+/// of that name (replacing a configured one, as on the request).
+fn probe_request(
     config: &AdapterConfig,
     path: &str,
+    credential: Option<&OpenedCredential>,
+) -> ProviderRequest {
+    let mut request = ProviderRequest::new("GET", config.base.clone(), path.to_owned());
+    for (name, value) in &config.headers {
+        if credential.is_some_and(|c| name.eq_ignore_ascii_case(&c.header)) {
+            continue;
+        }
+        request = request.header(name.clone(), value.clone());
+    }
+    if let Some(credential) = credential {
+        request = request.header(
+            credential.header.clone(),
+            Bytes::copy_from_slice(&credential.value),
+        );
+    }
+    request
+}
+
+/// One bounded `request` (a `GET`): the 2xx body as `want` says, or the
+/// health its failure means.
+async fn get(
+    client: &ProviderClient,
+    request: ProviderRequest,
     want: Body,
     timeout: Duration,
 ) -> Result<Bytes, ProviderHealth> {
@@ -197,7 +236,6 @@ async fn get(
         Body::List => MAX_LISTING_BODY,
         Body::Status => MAX_LIVENESS_BODY,
     };
-    let request = config.request("GET", path);
     let exchange = async {
         let mut response = client.request(request).await.map_err(error_health)?;
         let status = response.status();

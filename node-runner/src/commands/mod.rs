@@ -243,7 +243,7 @@ async fn capabilities(
                 ));
             }
             let timeout = named.adapter.config().health_timeout();
-            let status = named.adapter.probe_health(target, timeout).await;
+            let status = named.adapter.probe_health(target, timeout, None).await;
             let mut health = TargetHealth {
                 adapter: named.name.clone(),
                 target: target.to_owned(),

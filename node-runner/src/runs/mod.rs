@@ -382,7 +382,13 @@ impl RunManager {
             stall_timeout_ms,
             credential,
         };
-        let watchdog = self.watchdog(StallKind::Run, &adapter, &spec.target, stall_timeout_ms);
+        let watchdog = self.watchdog(
+            StallKind::Run,
+            &adapter,
+            &spec.target,
+            stall_timeout_ms,
+            spec.credential.clone(),
+        );
         let manager = Rc::clone(self);
         monoio::spawn(async move {
             let timers = Rc::clone(&manager.timers);
@@ -418,13 +424,16 @@ impl RunManager {
 
     /// The stall watchdog of a run or tunnel on `adapter`/`target` (F21):
     /// the effective timeout, the exact-target probe under the adapter's
-    /// probe bound, and this connection's observation sequence (F23).
+    /// probe bound, and this connection's observation sequence (F23). The
+    /// probe carries the request's opened `credential` (F29), dropped with
+    /// the watchdog when the request ends.
     fn watchdog(
         &self,
         kind: StallKind,
         adapter: &AnyAdapter,
         target: &str,
         stall_timeout_ms: u64,
+        credential: Option<crate::lease::OpenedCredential>,
     ) -> Watchdog<TargetHealth> {
         Watchdog {
             timers: Rc::clone(&self.timers),
@@ -436,6 +445,7 @@ impl RunManager {
                 adapter: adapter.clone(),
                 target: target.to_owned(),
                 shared: Arc::clone(&self.shared),
+                credential,
             },
         }
     }
@@ -673,12 +683,17 @@ pub(crate) struct TargetHealth {
     adapter: AnyAdapter,
     target: String,
     shared: Arc<GenShared>,
+    /// The stalled request's own opened credential (F29), if any.
+    credential: Option<crate::lease::OpenedCredential>,
 }
 
 impl HealthCheck for TargetHealth {
     async fn probe(&self) -> proto::v1::ProviderHealth {
         let timeout = self.adapter.config().health_timeout();
-        self.adapter.probe_health(&self.target, timeout).await
+        let credential = self.credential.as_ref();
+        self.adapter
+            .probe_health(&self.target, timeout, credential)
+            .await
     }
 
     fn next_seq(&self) -> Option<u64> {

@@ -95,8 +95,8 @@ impl RunManager {
             }
         };
         request.credential_lease = Bytes::new();
-        if let Some(credential) = credential {
-            super::leases::set_header(&mut request.headers, &credential);
+        if let Some(credential) = &credential {
+            super::leases::set_header(&mut request.headers, credential);
         }
         let credit = Credit::new(self.tunnel_limits.window_for(&request));
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel::<()>();
@@ -118,9 +118,10 @@ impl RunManager {
             &adapter,
             &request.target,
             stall_timeout_ms,
+            credential,
         );
         let manager = Rc::clone(self);
-        monoio::spawn(async move {
+        let task = async move {
             let target = TunnelTarget::of(&adapter, request_timeout_ms);
             let mut sink = FrameSink {
                 outbox: &manager.outbox,
@@ -148,7 +149,12 @@ impl RunManager {
                 TunnelOutcome::Cancelled => Outcome::Cancelled,
             };
             manager.finish(stream_id, &info, &outcome, lease);
-        });
+        };
+        let _ = std::fs::write(
+            "/tmp/p2-tunnel-size",
+            format!("{}", std::mem::size_of_val(&task)),
+        );
+        monoio::spawn(task);
     }
 
     /// More credit for a tunnel's body (its client drained that much).

@@ -57,6 +57,10 @@ pub const KNOB_NAMES: &[(&str, &str)] = &[
         "status",
         "answer with this HTTP error status and an error body",
     ),
+    (
+        "require-auth",
+        "1: the model lists and /health answer 401 without an Authorization header",
+    ),
 ];
 
 /// What a single request asks for. Built from the defaults, then overridden
@@ -86,6 +90,10 @@ pub struct Knobs {
     pub abort_after: Option<u32>,
     /// Answer with this HTTP status and an error body (`status`).
     pub status: Option<u16>,
+    /// The model lists and `/health` answer 401 to a request without an
+    /// `Authorization` header (`require-auth`: `1` or `0`), like a remote
+    /// provider that needs its key on `/v1/models`.
+    pub require_auth: bool,
 }
 
 impl Default for Knobs {
@@ -102,6 +110,7 @@ impl Default for Knobs {
             stall_after: None,
             abort_after: None,
             status: None,
+            require_auth: false,
         }
     }
 }
@@ -174,6 +183,13 @@ impl Knobs {
                     None => None,
                     Some(s) if (100..=999).contains(&s) => Some(s as u16),
                     Some(_) => return Err(err("not an HTTP status code")),
+                }
+            }
+            "require-auth" => {
+                self.require_auth = match value {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(err("must be 0 or 1")),
                 }
             }
             _ => return Err(err("unknown knob")),

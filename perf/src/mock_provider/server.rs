@@ -113,6 +113,10 @@ pub(crate) async fn handle(
             &e.to_string(),
         ));
     }
+    let has_authorization = req
+        .headers()
+        .get("authorization")
+        .is_some_and(|v| !v.is_empty());
     let body = match Limited::new(req.into_body(), MAX_REQUEST_BODY)
         .collect()
         .await
@@ -146,6 +150,16 @@ pub(crate) async fn handle(
         Route::OllamaChat => ollama::chat(&ctx, &knobs, &body),
         Route::OllamaShow => ollama::show(&ctx, &body),
         Route::OllamaPull => ollama::pull(&ctx, &knobs, &body),
+        // A provider that needs its key on its lists and liveness (F29).
+        Route::Models | Route::OllamaTags | Route::Health
+            if knobs.require_auth && !has_authorization =>
+        {
+            Ok(Generated::full(error_response(
+                flavor,
+                StatusCode::UNAUTHORIZED,
+                "mock provider: an Authorization header is required",
+            )))
+        }
         // A provider toggled down fails its model lists too (what the
         // Node's exact-target probe reads), not only `/health`.
         Route::Models | Route::OllamaTags if !ctx.stats.healthy() => {
