@@ -373,3 +373,33 @@ fn sigint_on_a_node_that_cannot_reach_its_edge_exits_0() {
     node.signal("INT");
     assert_eq!(node.exit_code(PATIENCE), Some(0));
 }
+
+/// A client that leaves a run started before a refresh: its cancel reaches
+/// the retired run manager that holds the run, which stops it.
+#[test]
+fn a_cancel_after_a_refresh_reaches_the_run_on_its_old_adapter() {
+    let ops = Ops::start("reload-cancel", 10_000);
+    let mut stream = send_chat(ops.ingress, "endless-ol", true);
+    read_until(&mut stream, "data: ");
+    let yaml = edge_yaml(ops.mock, "", true).replace(
+        r#"x-mock-tokens: "40", x-mock-delay-ms: "25""#,
+        r#"x-mock-tokens: "3""#,
+    );
+    ops.write_config(&yaml);
+    ops.edge.signal("HUP");
+    ops.node
+        .as_ref()
+        .unwrap()
+        .wait_line("\"node_config_refreshed\"");
+    drop(stream);
+    let data_dir = ops.dir.join("tok-a");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let runs = support::stack::stored_runs(&data_dir);
+        if runs.iter().any(|r| r["status"] == "cancelled") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run is cancelled: {runs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
