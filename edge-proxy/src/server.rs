@@ -125,6 +125,11 @@ impl EdgeServer {
         let pools = Arc::new(Pools::new(&shared.registry.directory()));
         // The stall handoff and recovery validate against live generations.
         pools.attach_generations(shared.registry.clone());
+        // Each node's home core is the only writer of its providers' overlay.
+        pools.attach_overlay_route(Arc::new(crate::link::inbox::InboxRoute::new(
+            Arc::clone(&shared.registry),
+            core_inboxes.clone(),
+        )));
         let metrics = Arc::new(Metrics::new(&shared.registry.directory()));
         let ingress = Arc::new(IngressShared {
             registry: Arc::clone(&shared.registry),

@@ -155,7 +155,10 @@ fn an_unavailable_stall_lowers_the_provider_until_a_probe_restores_it() {
 
     // Lowered: not selectable. Avoiding the only eligible provider is
     // refused without the fallback flag, and granted with it.
-    assert!(!eligible(&stack, "stalls"));
+    // Applied by the node's home core, through its inbox: not at once.
+    wait_until("the home core to lower the provider", || {
+        !eligible(&stack, "stalls")
+    });
     assert_eq!(
         block_on(
             edge.pools

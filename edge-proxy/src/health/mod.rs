@@ -24,15 +24,20 @@
 //!   hint, passed on unchanged.
 //!
 //! # Concurrency
-//! Selection reads one atomic per provider (the generation the provider is
-//! unavailable at, 0 = none) without a lock; evidence and probes — the
-//! control path, a handful per stall — take the provider's own mutex.
+//! The node's home core is the only writer ([`shard`]): evidence validated
+//! on any core is sent, as `(node_id, generation, seq, health)`, through
+//! the per-core inbox to the home core, whose [`shard::OverlayShard`]
+//! (no lock, one owner) fences and applies it and publishes the result in
+//! the provider's [`ProviderOverlay`]. Selection reads that summary — one
+//! atomic per provider, the generation the provider is unavailable at,
+//! 0 = none — without a lock.
 
 pub mod metrics;
 pub mod recovery;
+pub mod shard;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use proto::v1::{ExecutionFailure, FailureCode, LivenessClassification, ProviderHealth};
 
@@ -183,31 +188,21 @@ pub fn health_label(health: ProviderHealth) -> &'static str {
 /// The health label values, in order.
 pub const HEALTH_LABELS: [&str; 3] = ["available", "unavailable", "unknown"];
 
-/// One provider's runtime health overlay (see the module docs).
+/// One provider's published health summary (see the module docs): what any
+/// core reads. Only the provider's owning shard ([`shard::OverlayShard`],
+/// on its node's home core) writes it.
 #[derive(Debug, Default)]
 pub struct ProviderOverlay {
     /// The generation the provider is unavailable at; 0 = none. Read by
-    /// selection without a lock; written only under `state`.
+    /// selection without a lock.
     unavailable_generation: AtomicU64,
-    state: Mutex<OverlayState>,
-}
-
-#[derive(Debug, Default)]
-struct OverlayState {
-    /// The node generation this state belongs to (0 = none seen yet).
-    generation: u64,
-    /// The last sequence applied on `generation`.
-    last_seq: u64,
     /// The target the lowering evidence was for (what recovery probes).
-    target: Option<String>,
+    /// Read once per scan by the recovery scheduler; written only by the
+    /// owning shard, before the generation is published.
+    probe_target: RwLock<Option<Arc<str>>>,
 }
 
 impl ProviderOverlay {
-    fn state(&self) -> std::sync::MutexGuard<'_, OverlayState> {
-        // Every update is a few assignments with no panic in between.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Whether the overlay holds the provider unavailable at `generation`.
     pub fn unavailable_at(&self, generation: u64) -> bool {
         generation != 0 && self.unavailable_generation.load(Ordering::Acquire) == generation
@@ -215,95 +210,31 @@ impl ProviderOverlay {
 
     /// The `(generation, target)` to probe, when the provider is lowered.
     pub fn lowered(&self) -> Option<(u64, String)> {
-        let state = self.state();
         let generation = self.unavailable_generation.load(Ordering::Acquire);
-        (generation != 0 && generation == state.generation)
-            .then(|| state.target.clone().map(|t| (generation, t)))
-            .flatten()
+        if generation == 0 {
+            return None;
+        }
+        let target = self
+            .probe_target
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()?;
+        // Still the same lowering after reading the target.
+        (self.unavailable_generation.load(Ordering::Acquire) == generation)
+            .then(|| (generation, target.to_string()))
     }
 
-    /// Applies stall evidence of `health` observed at `generation` with
-    /// `seq`, for a lease on `target`. Only fresh `unavailable` lowers.
-    pub fn apply_stall(
-        &self,
-        generation: u64,
-        seq: Option<u64>,
-        health: ProviderHealth,
-        target: &str,
-    ) -> EvidenceOutcome {
-        let mut state = self.state();
-        if let Some(outcome) = self.fence(&mut state, generation, seq) {
-            return outcome;
-        }
-        if health != ProviderHealth::Unavailable || self.unavailable_at(generation) {
-            return EvidenceOutcome::Recorded;
-        }
-        state.target = Some(target.to_owned());
+    /// Publishes "unavailable at `generation`, probe `target`".
+    fn publish_lowered(&self, generation: u64, target: &str) {
+        *self.probe_target.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(target));
         self.unavailable_generation
             .store(generation, Ordering::Release);
-        EvidenceOutcome::Lowered
     }
 
-    /// Applies a CAPABILITIES probe answer for `target` observed at
-    /// `generation` with `seq`: restores only a lowered provider, of that
-    /// generation, for that target, from a strictly newer `available`.
-    /// Anything else changes nothing (not even the last sequence).
-    pub fn apply_probe(
-        &self,
-        generation: u64,
-        seq: u64,
-        health: ProviderHealth,
-        target: &str,
-    ) -> EvidenceOutcome {
-        let mut state = self.state();
-        if !self.unavailable_at(generation) || state.generation != generation {
-            return if generation < state.generation {
-                EvidenceOutcome::StaleGeneration
-            } else {
-                EvidenceOutcome::Unmatched
-            };
-        }
-        if state.target.as_deref() != Some(target) {
-            return EvidenceOutcome::Unmatched;
-        }
-        if seq <= state.last_seq {
-            return EvidenceOutcome::StaleSequence;
-        }
-        if health != ProviderHealth::Available {
-            return EvidenceOutcome::Recorded;
-        }
-        state.last_seq = seq;
-        state.target = None;
+    /// Publishes "not lowered".
+    fn publish_available(&self) {
         self.unavailable_generation.store(0, Ordering::Release);
-        EvidenceOutcome::Restored
-    }
-
-    /// Generation and sequence fence for stall evidence; `Some` = stop.
-    fn fence(
-        &self,
-        state: &mut OverlayState,
-        generation: u64,
-        seq: Option<u64>,
-    ) -> Option<EvidenceOutcome> {
-        if generation < state.generation {
-            return Some(EvidenceOutcome::StaleGeneration);
-        }
-        if generation > state.generation {
-            // A new connection: a fresh overlay.
-            *state = OverlayState {
-                generation,
-                ..OverlayState::default()
-            };
-            self.unavailable_generation.store(0, Ordering::Release);
-        }
-        let Some(seq) = seq else {
-            return Some(EvidenceOutcome::Unsequenced);
-        };
-        if seq <= state.last_seq {
-            return Some(EvidenceOutcome::StaleSequence);
-        }
-        state.last_seq = seq;
-        None
+        *self.probe_target.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

@@ -1,13 +1,131 @@
 //! Overlay rules and F31 metrics, without pools or sockets.
 
+use std::sync::Arc;
+
 use proto::v1::{ExecutionFailure, LivenessClassification, ProviderHealth};
 
 use super::metrics::HealthMetrics;
+use super::shard::{HealthSink, HealthUpdate, OverlayShard};
 use super::*;
+use crate::pool::{Pools, Provider};
+
+/// One provider (`a` on node `n1`) and the shard that owns it, applying
+/// evidence as its home core would.
+struct Owned {
+    shard: OverlayShard,
+    provider: Arc<Provider>,
+    sink: HealthSink,
+}
+
+impl Owned {
+    fn new() -> Self {
+        let yaml = "
+listen: { ingress: 127.0.0.1:0, nodes: 127.0.0.1:0 }
+nodes:
+  - id: n1
+    token: token-of-node-one
+    providers:
+      - { id: a, kind: openai_compat, base_url: http://127.0.0.1:9, targets: [m], max_concurrency: 2 }
+model_groups:
+  - { name: m, providers: [a] }
+";
+        let config = crate::config::EdgeConfig::from_yaml_str(yaml, "test.yaml").expect("config");
+        let pools = Pools::new(&config);
+        Self {
+            shard: OverlayShard::new(),
+            provider: Arc::clone(&pools.providers()[0]),
+            sink: HealthSink {
+                metrics: Arc::new(HealthMetrics::new(["a".to_owned()])),
+                wake: Arc::new(tokio::sync::Notify::new()),
+            },
+        }
+    }
+
+    fn update(
+        &self,
+        generation: u64,
+        seq: Option<u64>,
+        health: ProviderHealth,
+        target: &str,
+        source: EvidenceSource,
+    ) -> HealthUpdate {
+        HealthUpdate {
+            provider: Arc::clone(&self.provider),
+            generation,
+            seq,
+            health,
+            target: target.to_owned(),
+            source,
+            sink: self.sink.clone(),
+        }
+    }
+
+    fn apply_stall(
+        &mut self,
+        generation: u64,
+        seq: Option<u64>,
+        health: ProviderHealth,
+        target: &str,
+    ) -> EvidenceOutcome {
+        let update = self.update(generation, seq, health, target, EvidenceSource::Stall);
+        self.shard.receive(true, &update)
+    }
+
+    fn apply_probe(
+        &mut self,
+        generation: u64,
+        seq: u64,
+        health: ProviderHealth,
+        target: &str,
+    ) -> EvidenceOutcome {
+        let source = EvidenceSource::Capabilities;
+        let update = self.update(generation, Some(seq), health, target, source);
+        self.shard.receive(true, &update)
+    }
+
+    fn unavailable_at(&self, generation: u64) -> bool {
+        self.provider.overlay().unavailable_at(generation)
+    }
+
+    fn lowered(&self) -> Option<(u64, String)> {
+        self.provider.overlay().lowered()
+    }
+}
+
+#[test]
+fn a_core_that_no_longer_holds_the_generation_drops_the_evidence() {
+    let mut o = Owned::new();
+    let update = o.update(
+        1,
+        Some(1),
+        ProviderHealth::Unavailable,
+        "m",
+        EvidenceSource::Stall,
+    );
+    assert_eq!(
+        o.shard.receive(false, &update),
+        EvidenceOutcome::StaleGeneration
+    );
+    assert!(!o.unavailable_at(1));
+    assert_eq!(
+        o.sink.metrics.evidence_count(
+            "a",
+            EvidenceSource::Stall,
+            "unavailable",
+            EvidenceOutcome::StaleGeneration
+        ),
+        1
+    );
+    // Dropped without a trace in the fence: sequence 1 still counts.
+    assert_eq!(
+        o.apply_stall(1, Some(1), ProviderHealth::Unavailable, "m"),
+        EvidenceOutcome::Lowered
+    );
+}
 
 #[test]
 fn only_fresh_unavailable_lowers_and_only_newer_available_restores() {
-    let o = ProviderOverlay::default();
+    let mut o = Owned::new();
     assert!(!o.unavailable_at(1));
     assert_eq!(
         o.apply_stall(1, Some(1), ProviderHealth::Available, "m"),
@@ -66,7 +184,7 @@ fn only_fresh_unavailable_lowers_and_only_newer_available_restores() {
 
 #[test]
 fn generations_fence_the_overlay() {
-    let o = ProviderOverlay::default();
+    let mut o = Owned::new();
     assert_eq!(
         o.apply_stall(3, Some(9), ProviderHealth::Unavailable, "m"),
         EvidenceOutcome::Lowered

@@ -14,6 +14,7 @@ use framing::timer::{DriverClock, TimerKey, TimerWheel};
 use super::LinkShared;
 use super::conn::Conn;
 use super::inbox::{CoreMsg, OpenError};
+use crate::health::shard::OverlayShard;
 use crate::registry::NodeDirectory;
 
 /// Per-core state shared by the core's connection tasks (never across cores).
@@ -27,6 +28,9 @@ pub(crate) struct Core<D> {
     wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
     /// The ready connection of each node homed here, by node id.
     ready: RefCell<HashMap<String, Rc<Conn<D>>>>,
+    /// The runtime health overlay of the providers homed here: this core
+    /// is its only writer.
+    overlays: RefCell<OverlayShard>,
 }
 
 impl<D: NodeDirectory + 'static> Core<D> {
@@ -40,6 +44,7 @@ impl<D: NodeDirectory + 'static> Core<D> {
             encoder,
             wheel: RefCell::new(TimerWheel::new()),
             ready: RefCell::new(HashMap::new()),
+            overlays: RefCell::new(OverlayShard::new()),
         })
     }
 
@@ -80,7 +85,7 @@ impl<D: NodeDirectory + 'static> Core<D> {
         }
     }
 
-    fn handle(&self, msg: CoreMsg) {
+    pub(super) fn handle(&self, msg: CoreMsg) {
         match msg {
             CoreMsg::Open {
                 node_id,
@@ -124,6 +129,10 @@ impl<D: NodeDirectory + 'static> Core<D> {
                 if let Some(conn) = self.current(&node_id, generation) {
                     conn.disconnect(reason);
                 }
+            }
+            CoreMsg::Health(update) => {
+                let holds = self.current(update.node_id(), update.generation).is_some();
+                self.overlays.borrow_mut().receive(holds, &update);
             }
         }
     }

@@ -6,13 +6,22 @@
 //! `(node_id, generation)` it is for: a core acts only if that exact
 //! generation is its current ready connection, so nothing reaches a fenced
 //! connection (F6).
+//!
+//! The same inbox carries health evidence to the node's home core, the only
+//! writer of its providers' runtime overlay ([`CoreMsg::Health`],
+//! [`InboxRoute`]; see [`crate::health::shard`]).
 
 use std::sync::Arc;
 
 use proto::v1::envelope::Msg;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::error::SendError;
 use tokio::sync::oneshot;
 
 use super::streams::{StreamKind, StreamSink};
+use crate::health::EvidenceOutcome;
+use crate::health::shard::{HealthUpdate, OverlayRoute};
+use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
 
 /// Why a stream could not be opened on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -74,4 +83,52 @@ pub enum CoreMsg {
         /// Why (`shutdown`).
         reason: framing::link::CloseReason,
     },
+    /// Apply validated health evidence to the overlay of a provider homed
+    /// here. The update names `(node_id, generation)`: a core that does not
+    /// hold exactly that generation drops it (`stale_generation`).
+    Health(HealthUpdate),
+}
+
+/// The Edge's [`OverlayRoute`]: sends each update to the inbox of its
+/// node's home core, as the registry knows it. An update whose generation
+/// is not the node's ready one is dropped at once (`stale_generation`).
+pub struct InboxRoute<D> {
+    registry: Arc<NodeRegistry<D>>,
+    inboxes: Vec<UnboundedSender<CoreMsg>>,
+}
+
+impl<D> std::fmt::Debug for InboxRoute<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxRoute")
+            .field("cores", &self.inboxes.len())
+            .finish()
+    }
+}
+
+impl<D> InboxRoute<D> {
+    /// Routes through `inboxes[core]` to the home core `registry` names.
+    pub fn new(registry: Arc<NodeRegistry<D>>, inboxes: Vec<UnboundedSender<CoreMsg>>) -> Self {
+        Self { registry, inboxes }
+    }
+}
+
+impl<D: NodeDirectory> OverlayRoute for InboxRoute<D> {
+    fn route(&self, update: HealthUpdate) -> Option<EvidenceOutcome> {
+        let home = match self.registry.node_state(update.node_id()) {
+            NodeState::Ready { generation, core } if generation == update.generation => {
+                self.inboxes.get(core)
+            }
+            _ => None,
+        };
+        let unsent = match home {
+            Some(inbox) => match inbox.send(CoreMsg::Health(update)) {
+                Ok(()) => return None,
+                Err(SendError(CoreMsg::Health(update))) => update,
+                Err(_) => return Some(EvidenceOutcome::StaleGeneration),
+            },
+            None => update,
+        };
+        unsent.record(EvidenceOutcome::StaleGeneration);
+        Some(EvidenceOutcome::StaleGeneration)
+    }
 }

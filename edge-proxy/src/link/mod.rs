@@ -16,6 +16,8 @@
 
 mod conn;
 mod core;
+#[cfg(test)]
+mod health_route_tests;
 pub mod inbox;
 pub mod session;
 pub mod streams;

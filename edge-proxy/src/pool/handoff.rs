@@ -1,7 +1,9 @@
 //! Applying health evidence to the pools' providers: the stall handoff
 //! (F24) and CAPABILITIES probe answers (F25). The overlay rules are in
 //! [`crate::health`]; this is where evidence is matched to a provider and
-//! validated against the lease and the node's current generation.
+//! validated against the lease and the node's current generation, then
+//! handed to the home core of the provider's node, the overlay's only
+//! writer ([`crate::health::shard`]).
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use proto::v1::{
     ExecutionFailure, NodeCommandKind, NodeCommandResponse, ProviderHealth, TargetHealth,
 };
 
-use super::{Lease, Pools, Provider};
+use super::{Evidence, Lease, Pools, Provider};
 use crate::health::{
     EvidenceOutcome, EvidenceSource, StallHandoff, is_typed_stall, log_observation,
     validated_health,
@@ -22,6 +24,11 @@ impl Pools {
     /// validated (not a typed stall, a lease these pools did not make, a
     /// reception that is not the lease's node and generation, a generation
     /// that is no longer current): the caller treats it as a plain error.
+    ///
+    /// Validation is synchronous, so the caller gets its handoff at once;
+    /// the overlay transition is applied by the home core of the lease's
+    /// node, which fences it again by generation and sequence and records
+    /// its outcome (with a synchronous owner, before this returns).
     ///
     /// The lease is only read: releasing it stays the caller's drop.
     pub fn handoff_stall(
@@ -57,11 +64,15 @@ impl Pools {
             record(EvidenceOutcome::StaleGeneration);
             return None;
         }
-        let outcome = provider
-            .overlay
-            .apply_stall(generation, seq, health, lease.target());
-        record(outcome);
-        if outcome == EvidenceOutcome::StaleGeneration {
+        let evidence = Evidence {
+            generation,
+            seq,
+            health,
+            target: lease.target().to_owned(),
+            source: EvidenceSource::Stall,
+        };
+        let routed = self.route_evidence(Arc::clone(&lease.provider), evidence);
+        if routed == Some(EvidenceOutcome::StaleGeneration) {
             return None;
         }
         Some(StallHandoff {
@@ -96,12 +107,17 @@ impl Pools {
     /// sequence 0, unspecified status; ambiguous: several probe results or
     /// several matching providers; stale; unknown; unavailable) changes
     /// nothing. A restore wakes queued requests.
+    ///
+    /// Returns the outcome when it was settled here (refused by validation,
+    /// or applied by a synchronous owner); `None` when the answer was sent
+    /// to the home core of the provider's node, which applies and records
+    /// it.
     pub fn apply_capabilities(
         &self,
         probed: &str,
         reception: (&str, u64),
         responses: &[NodeCommandResponse],
-    ) -> EvidenceOutcome {
+    ) -> Option<EvidenceOutcome> {
         let (node, generation) = reception;
         let mut results = responses
             .iter()
@@ -133,7 +149,7 @@ impl Pools {
                 generation,
                 seq,
             );
-            outcome
+            Some(outcome)
         };
         if several {
             return record(probed, EvidenceOutcome::Ambiguous);
@@ -159,15 +175,13 @@ impl Pools {
             [one] => one,
             _ => return record(probed, EvidenceOutcome::Ambiguous),
         };
-        let outcome = provider.overlay.apply_probe(
+        let evidence = Evidence {
             generation,
-            probe.health_observation_seq,
-            probe.status(),
-            &probe.target,
-        );
-        if outcome == EvidenceOutcome::Restored {
-            self.capacity_changed();
-        }
-        record(&provider.id, outcome)
+            seq,
+            health,
+            target: probe.target.clone(),
+            source: EvidenceSource::Capabilities,
+        };
+        self.route_evidence(Arc::clone(provider), evidence)
     }
 }

@@ -48,7 +48,8 @@ pub use self::select::{Preference, load_key};
 use crate::config::{EdgeConfig, ProviderKind, QueueConfig};
 pub use crate::health::StallHandoff;
 use crate::health::metrics::HealthMetrics;
-use crate::health::{GenerationView, ProviderOverlay};
+use crate::health::shard::{HealthSink, HealthUpdate, OverlayRoute};
+use crate::health::{EvidenceOutcome, GenerationView, ProviderOverlay};
 use crate::registry::{NodeDirectory, NodeRegistry};
 
 /// One provider as the pools see it: its place and its live load.
@@ -187,7 +188,10 @@ pub struct Pools {
     waiting: AtomicUsize,
     released: Arc<Notify>,
     generations: OnceLock<Generations>,
-    health: HealthMetrics,
+    /// Where validated evidence goes: to the home core of the provider's
+    /// node, the overlay's only writer ([`crate::health::shard`]).
+    overlay_route: OnceLock<OverlayOwner>,
+    health: Arc<HealthMetrics>,
 }
 
 /// One config's groups and providers.
@@ -285,16 +289,28 @@ impl std::fmt::Debug for Generations {
     }
 }
 
+/// The attached overlay route.
+struct OverlayOwner(Arc<dyn OverlayRoute>);
+
+impl std::fmt::Debug for OverlayOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OverlayOwner")
+    }
+}
+
 impl Pools {
     /// The groups of `config`.
     pub fn new(config: &EdgeConfig) -> Self {
         let table = Table::build(config, None);
         Self {
-            health: HealthMetrics::new(table.providers.iter().map(|p| p.id.clone())),
+            health: Arc::new(HealthMetrics::new(
+                table.providers.iter().map(|p| p.id.clone()),
+            )),
             table: RwLock::new(Arc::new(table)),
             waiting: AtomicUsize::new(0),
             released: Arc::new(Notify::new()),
             generations: OnceLock::new(),
+            overlay_route: OnceLock::new(),
         }
     }
 
@@ -321,6 +337,42 @@ impl Pools {
     /// Later calls are ignored.
     pub fn attach_generations(&self, view: Arc<dyn GenerationView>) {
         let _ = self.generations.set(Generations(view));
+    }
+
+    /// Gives the pools the route to each provider's overlay owner (in the
+    /// Edge: the home core of its node, through that core's inbox). Until
+    /// it is attached, evidence is validated and counted but applied
+    /// nowhere (`stale_generation`). Later calls are ignored.
+    pub fn attach_overlay_route(&self, route: Arc<dyn OverlayRoute>) {
+        let _ = self.overlay_route.set(OverlayOwner(route));
+    }
+
+    /// Sends validated evidence about `provider` to its owner (see
+    /// [`OverlayRoute::route`] for the answer).
+    pub(crate) fn route_evidence(
+        &self,
+        provider: Arc<Provider>,
+        evidence: Evidence,
+    ) -> Option<EvidenceOutcome> {
+        let update = HealthUpdate {
+            provider,
+            generation: evidence.generation,
+            seq: evidence.seq,
+            health: evidence.health,
+            target: evidence.target,
+            source: evidence.source,
+            sink: HealthSink {
+                metrics: Arc::clone(&self.health),
+                wake: Arc::clone(&self.released),
+            },
+        };
+        match self.overlay_route.get() {
+            Some(owner) => owner.0.route(update),
+            None => {
+                update.record(EvidenceOutcome::StaleGeneration);
+                Some(EvidenceOutcome::StaleGeneration)
+            }
+        }
     }
 
     /// The node's current generation, per the attached view.
@@ -449,6 +501,16 @@ impl Pools {
     pub fn capacity_changed(&self) {
         self.released.notify_waiters();
     }
+}
+
+/// What [`Pools::route_evidence`] sends, besides the provider.
+#[derive(Debug)]
+pub(crate) struct Evidence {
+    pub(crate) generation: u64,
+    pub(crate) seq: Option<u64>,
+    pub(crate) health: proto::v1::ProviderHealth,
+    pub(crate) target: String,
+    pub(crate) source: crate::health::EvidenceSource,
 }
 
 /// Counts one queued request for as long as it lives.

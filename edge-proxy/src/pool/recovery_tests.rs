@@ -129,26 +129,26 @@ fn recovery_restores_only_from_a_strictly_newer_available_answer() {
         let outcome = w
             .pools
             .apply_capabilities("a", ("n1", generation), &responses);
-        assert_eq!(outcome, expected, "{name}");
+        assert_eq!(outcome, Some(expected), "{name}");
         assert!(!w.eligible("a"), "{name} changed nothing");
     }
     // On another node: no provider there is lowered.
     let g2 = w.registry.dispatchable("n2").unwrap().0;
     assert_eq!(
         w.pools.apply_capabilities("a", ("n2", g2), &[ok(6)]),
-        Unmatched
+        Some(Unmatched)
     );
     // Strictly newer available (6 > 5, the unknown/unavailable answers moved
     // nothing) restores exactly the one provider.
     assert_eq!(
         w.pools.apply_capabilities("a", ("n1", g1), &[ok(6)]),
-        Restored
+        Some(Restored)
     );
     assert!(w.eligible("a"));
     // Once restored, the same answer again matches nothing.
     assert_eq!(
         w.pools.apply_capabilities("a", ("n1", g1), &[ok(7)]),
-        Unmatched
+        Some(Unmatched)
     );
     let m = w.pools.health_metrics();
     assert_eq!(
@@ -178,7 +178,7 @@ fn recovery_does_not_restore_a_provider_lowered_on_a_generation_since_replaced()
             ("n1", g1),
             &[answer("m", ProviderHealth::Available, 2)]
         ),
-        EvidenceOutcome::StaleGeneration
+        Some(EvidenceOutcome::StaleGeneration)
     );
     let g2 = w.connect("n1");
     // The new generation is fresh: nothing lowered to restore.
@@ -189,7 +189,7 @@ fn recovery_does_not_restore_a_provider_lowered_on_a_generation_since_replaced()
             ("n1", g2),
             &[answer("m", ProviderHealth::Available, 2)]
         ),
-        EvidenceOutcome::Unmatched
+        Some(EvidenceOutcome::Unmatched)
     );
 }
 
@@ -214,7 +214,7 @@ fn a_restore_wakes_a_queued_request() {
             ("n1", g1),
             &[answer("m", ProviderHealth::Available, 2)],
         );
-        assert_eq!(outcome, EvidenceOutcome::Restored);
+        assert_eq!(outcome, Some(EvidenceOutcome::Restored));
         let lease = queued.await.unwrap();
         assert_eq!(lease.provider().id, "a");
     })
@@ -267,7 +267,7 @@ fn probes_are_scheduled_for_lowered_providers_at_a_bounded_rate() {
         ("n1", g1),
         &[answer("m", ProviderHealth::Available, 2)],
     );
-    assert_eq!(outcome, EvidenceOutcome::Restored);
+    assert_eq!(outcome, Some(EvidenceOutcome::Restored));
     assert!(schedule.due(20_000, &w.pools).is_empty());
     // Lowered again, then the node reconnects: the old generation's
     // lowering is not probed (the new generation is fresh).

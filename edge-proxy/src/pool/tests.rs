@@ -54,23 +54,35 @@ pub(super) struct World {
 
 impl World {
     pub(super) fn new() -> Self {
-        let config = EdgeConfig::from_yaml_str(YAML, "test.yaml").expect("config");
-        let pools = Arc::new(Pools::new(&config));
-        let registry = Arc::new(NodeRegistry::new(Dir));
-        pools.attach_generations(registry.clone());
-        let world = Self { pools, registry };
+        let world = Self::bare();
+        let owner = crate::health::shard::SyncOwner::default();
+        world.pools.attach_overlay_route(Arc::new(owner));
         world.connect("n1");
         world.connect("n2");
         world
     }
 
+    /// Pools over a registry, with no overlay route and no node connected.
+    pub(super) fn bare() -> Self {
+        let config = EdgeConfig::from_yaml_str(YAML, "test.yaml").expect("config");
+        let pools = Arc::new(Pools::new(&config));
+        let registry = Arc::new(NodeRegistry::new(Dir));
+        pools.attach_generations(registry.clone());
+        Self { pools, registry }
+    }
+
     /// A new ready connection (generation) of `node`.
     pub(super) fn connect(&self, node: &str) -> u64 {
+        self.connect_on(node, 0)
+    }
+
+    /// A new ready connection of `node`, homed on `core`.
+    pub(super) fn connect_on(&self, node: &str, core: usize) -> u64 {
         let request = RegisterRequest {
             token: node.to_owned(),
             ..RegisterRequest::default()
         };
-        let accepted = self.registry.register(&request, 0, 0).expect("register");
+        let accepted = self.registry.register(&request, core, 0).expect("register");
         assert!(self.registry.mark_ready(node, accepted.generation));
         accepted.generation
     }
