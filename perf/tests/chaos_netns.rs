@@ -233,6 +233,14 @@ fn a_provider_crash_mid_stream_ends_each_stream_with_one_terminal() {
     // p2 serves or the gate moves them).
     let after = burst(edge.ingress(), "m", 10, Reader::Eager);
     assert_one_terminal_each("after the crash", &after);
+    eprintln!(
+        "provider crash: {} of 10 later requests served; the rest: {:?}",
+        count_ok(&after),
+        after
+            .iter()
+            .find(|o| !o.ok())
+            .map(|o| (o.status, &o.body_head))
+    );
     edge.assert_drained();
     assert_fds_settle(fds_before + 4);
 }
