@@ -14,7 +14,8 @@
 //! leases:
 //!   enabled: true                               # default
 //!   ttl_ms: 30000
-//!   signing_key_path: /etc/iop/edge-lease.key   # 32 raw bytes; absent = generated at start
+//!   signing_key_path: /etc/iop/edge-lease.key   # 32 raw bytes; absent = state_dir/lease-signing.key
+//!   state_dir: /var/lib/iop-edge   # pins, revocations, key; default: edge.lease-state/ next to edge.yaml
 //!   allow_node_key_change: false
 //! nodes:
 //!   - id: node-1
@@ -54,6 +55,7 @@ pub(crate) struct RawLeases {
     pub(crate) enabled: Option<bool>,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) signing_key_path: Option<String>,
+    pub(crate) state_dir: Option<String>,
     #[serde(default)]
     pub(crate) allow_node_key_change: bool,
 }
@@ -77,9 +79,17 @@ pub struct LeaseSettings {
     pub enabled: bool,
     /// Lifetime of one lease, in ms.
     pub ttl_ms: u64,
-    /// File with the Edge's 32-byte Ed25519 signing key; `None` = a fresh
+    /// File with the Edge's 32-byte Ed25519 signing key; `None` = the one
+    /// kept in `state_dir` (created once), or, without a state dir, a fresh
     /// key at every start (Nodes learn it at registration).
     pub signing_key_path: Option<String>,
+    /// Directory keeping pinned node keys, revocations, disabled providers
+    /// and (without `signing_key_path`) the signing key across restarts
+    /// (`lease/persist.rs`). `None` = kept in memory only: the default of a
+    /// config not read from a file; [`crate::config::EdgeConfig::load`]
+    /// defaults it to `<file stem>.lease-state/` next to the file
+    /// (`edge.yaml` → `edge.lease-state/`).
+    pub state_dir: Option<String>,
     /// Whether a node id may register with a different lease public key
     /// than the one pinned for it since start. Off by default: a changed key
     /// is refused (`REGISTER_REJECT_REASON_LEASE_KEY_MISMATCH`).
@@ -92,6 +102,7 @@ impl Default for LeaseSettings {
             enabled: true,
             ttl_ms: DEFAULT_LEASE_TTL_MS,
             signing_key_path: None,
+            state_dir: None,
             allow_node_key_change: false,
         }
     }
@@ -181,10 +192,14 @@ pub(crate) fn validate_leases(
     if raw.signing_key_path.as_deref() == Some("") {
         fail("leases.signing_key_path".into(), "must not be empty".into());
     }
+    if raw.state_dir.as_deref() == Some("") {
+        fail("leases.state_dir".into(), "must not be empty".into());
+    }
     LeaseSettings {
         enabled: raw.enabled.unwrap_or(true),
         ttl_ms,
         signing_key_path: raw.signing_key_path,
+        state_dir: raw.state_dir,
         allow_node_key_change: raw.allow_node_key_change,
     }
 }
@@ -327,6 +342,7 @@ mod tests {
             enabled: None,
             ttl_ms: Some(1),
             signing_key_path: None,
+            state_dir: None,
             allow_node_key_change: false,
         };
         validate_leases(Some(raw), &mut |p, m| errors.push(format!("{p}: {m}")));

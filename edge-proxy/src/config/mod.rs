@@ -92,7 +92,16 @@ impl EdgeConfig {
             origin: origin.clone(),
             message: e.to_string(),
         })?;
-        Self::from_yaml_str(&text, &origin)
+        let mut config = Self::from_yaml_str(&text, &origin)?;
+        // F29: a file-based Edge keeps its lease state next to its config,
+        // in a directory named after the file (`edge.yaml` →
+        // `edge.lease-state/`), so two configs never share one.
+        if config.leases.state_dir.is_none() {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            let dir = path.with_file_name(format!("{stem}.lease-state"));
+            config.leases.state_dir = Some(dir.display().to_string());
+        }
+        Ok(config)
     }
 
     /// Parses and validates `text`; `origin` names it in messages (a file

@@ -14,6 +14,7 @@ use proto::v1::{
 };
 use zeroize::Zeroizing;
 
+use super::persist::{Persisted, StateDir};
 use super::{LeaseClock, SystemClock, signed_message};
 use crate::config::{CredentialSpec, EdgeConfig, LeaseSettings};
 
@@ -107,19 +108,29 @@ pub struct LeaseAuthority {
     clock: Arc<dyn LeaseClock>,
     credentials: HashMap<String, CredentialSpec>,
     state: Mutex<State>,
+    /// Where pins, revocations and disabled providers are kept across
+    /// restarts; `None` = memory only.
+    store: Option<StateDir>,
 }
 
 impl LeaseAuthority {
     /// The authority for `config`: its credentials and lease settings, the
-    /// signing key from `leases.signing_key_path` (32 raw bytes) or a fresh
-    /// one.
+    /// signing key from `leases.signing_key_path` (32 raw bytes), else the
+    /// one kept in `leases.state_dir` (created once), else a fresh one; and
+    /// the pins, revocations and disabled providers kept in the state dir.
     ///
     /// # Errors
-    /// The key file cannot be read or is not 32 bytes.
+    /// The key file cannot be read or is not 32 bytes; the state dir cannot
+    /// be created or its state file is broken.
     pub fn from_config(config: &EdgeConfig) -> std::io::Result<Self> {
         let settings = config.leases().clone();
-        let key = match &settings.signing_key_path {
-            Some(path) => {
+        let store = settings
+            .state_dir
+            .as_deref()
+            .map(StateDir::open)
+            .transpose()?;
+        let key = match (&settings.signing_key_path, &store) {
+            (Some(path), _) => {
                 let bytes = Zeroizing::new(std::fs::read(path)?);
                 <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
                     std::io::Error::new(
@@ -128,7 +139,8 @@ impl LeaseAuthority {
                     )
                 })?
             }
-            None => random_32(),
+            (None, Some(store)) => store.signing_key(random_32)?,
+            (None, None) => random_32(),
         };
         let credentials = config
             .nodes()
@@ -137,7 +149,16 @@ impl LeaseAuthority {
             .filter_map(|p| Some((p.id.clone(), p.credential.clone()?)))
             .filter(|(_, credential)| credential.managed)
             .collect();
-        Ok(Self::new(key, settings, credentials, Arc::new(SystemClock)))
+        let mut authority = Self::new(key, settings, credentials, Arc::new(SystemClock));
+        if let Some(store) = store {
+            let kept = store.load()?;
+            let state = authority.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            state.pinned = kept.pinned;
+            state.revocations = kept.revocations;
+            state.disabled = kept.disabled;
+            authority.store = Some(store);
+        }
+        Ok(authority)
     }
 
     /// An authority signing with `signing_key`.
@@ -154,6 +175,24 @@ impl LeaseAuthority {
             clock,
             credentials,
             state: Mutex::new(State::default()),
+            store: None,
+        }
+    }
+
+    /// Writes `state` to the state dir, if there is one. A failed write
+    /// keeps the change in memory (it applies now) and is logged: the next
+    /// change writes the whole state again.
+    fn persist(&self, state: &State) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let kept = Persisted {
+            pinned: state.pinned.clone(),
+            revocations: state.revocations.clone(),
+            disabled: state.disabled.clone(),
+        };
+        if let Err(error) = store.save(&kept) {
+            tracing::error!(event = "lease_state_not_saved", %error, "lease_state_not_saved");
         }
     }
 
@@ -214,8 +253,10 @@ impl LeaseAuthority {
                 Some(pinned) if *pinned != key && !self.settings.allow_node_key_change => {
                     return Err(RegisterKeyError::Changed(node_id.to_owned()));
                 }
+                Some(pinned) if *pinned == key => {}
                 _ => {
                     state.pinned.insert(node_id.to_owned(), key);
+                    self.persist(&state);
                 }
             }
         }
@@ -337,6 +378,7 @@ impl LeaseAuthority {
         if !state.revocations.iter().any(|(_, r)| *r == revocation) {
             state.revocations.push((now, revocation.clone()));
         }
+        self.persist(&state);
         revocation
     }
 

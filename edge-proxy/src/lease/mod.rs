@@ -21,12 +21,18 @@
 //!   key is refused unless `leases.allow_node_key_change` is set.
 //! - A disabled provider or a revoked principal, provider or node gets no
 //!   lease (typed [`IssueError`]), and no other credential is tried.
-//! - Revocations are kept for the life of the process and sent to every node
-//!   at registration and pushed to ready nodes when made.
+//! - Revocations are sent to every node at registration and pushed to ready
+//!   nodes when made. With `leases.state_dir` (the default for an Edge read
+//!   from a file) pins, revocations, disabled providers and the signing key
+//!   survive a restart ([`persist`]); otherwise they live as long as the
+//!   process.
 
 mod authority;
 mod clock;
+pub mod persist;
 
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod tests;
 

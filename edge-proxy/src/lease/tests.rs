@@ -24,6 +24,7 @@ fn authority(clock: Arc<ManualClock>, allow_change: bool) -> LeaseAuthority {
         enabled: true,
         ttl_ms: 1_000,
         signing_key_path: None,
+        state_dir: None,
         allow_node_key_change: allow_change,
     };
     LeaseAuthority::new(
