@@ -246,6 +246,34 @@ fn a_provider_crash_mid_stream_ends_each_stream_with_one_terminal() {
 }
 
 #[test]
+fn a_shaped_slow_link_keeps_its_heartbeat_and_its_streams() {
+    let Some(bed) = Bed::from_env("shaped link") else {
+        return;
+    };
+    // n1's link limited to 1 mbit/s (tc tbf; this kernel has no netem):
+    // 10 streams of ~64 KiB each queue ~5 s of body frames on it, longer
+    // than the 1.5 s heartbeat wait. Pings and pongs go ahead of queued
+    // body frames, so the link must stay up and every stream finish.
+    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "64", "--event-bytes", "1024"]);
+    let mut edge = Edge::start(&edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]));
+    let _node = start_node(&bed, &mut edge, 1);
+    let generation = edge.generation("n1");
+    let fds_before = own_fds();
+    bed.sh(&["shape", &bed.run_name(), "n1", "1mbit"]);
+    let started = std::time::Instant::now();
+    let outcomes = burst(edge.ingress(), "m", 10, Reader::Eager);
+    eprintln!("shaped link: 10 streams took {:?}", started.elapsed());
+    bed.sh(&["clear", &bed.run_name(), "n1"]);
+    edge.drain_events();
+    assert_one_terminal_each("shaped link", &outcomes);
+    assert_eq!(count_ok(&outcomes), 10, "{outcomes:?}");
+    assert_eq!(disconnects(&edge, "n1"), vec![], "the link stayed up");
+    assert_eq!(edge.generation("n1"), generation);
+    edge.assert_drained();
+    assert_fds_settle(fds_before + 4);
+}
+
+#[test]
 fn slow_clients_that_stop_reading_do_not_stall_other_streams_on_the_link() {
     let Some(bed) = Bed::from_env("slow clients") else {
         return;

@@ -63,6 +63,11 @@ impl Bed {
         Some(bed)
     }
 
+    /// The bed's name (`RUN` of bed.sh).
+    pub(crate) fn run_name(&self) -> String {
+        self.run.clone()
+    }
+
     /// Nodes in the bed.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes
@@ -350,13 +355,18 @@ impl Edge {
             .map_or(0, |(_, generation, _)| *generation)
     }
 
+    /// Moves the lifecycle events published so far into [`Edge::seen`].
+    pub(crate) fn drain_events(&mut self) {
+        while let Ok(event) = self.events.try_recv() {
+            self.seen.push(event);
+        }
+    }
+
     /// Waits until `done` holds, draining lifecycle events meanwhile.
     pub(crate) fn wait(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
         let deadline = Instant::now() + SETTLE;
         loop {
-            while let Ok(event) = self.events.try_recv() {
-                self.seen.push(event);
-            }
+            self.drain_events();
             if done(self) {
                 return;
             }
