@@ -410,6 +410,59 @@ impl<D: NodeDirectory> Dispatcher<D> {
         Ok(CommandStream { handle, kind })
     }
 
+    /// Sends the F25 recovery probe of `provider_id` — a CAPABILITIES
+    /// command for its `adapter`/`target` on `node_id` — with a credential
+    /// lease when the provider has a managed credential (F29): slot = a
+    /// fresh probe id (the run id space), route = [`PROBE_ROUTE`], bound to
+    /// the node's current generation and revision. A provider or node whose
+    /// leases are refused gets no command at all.
+    ///
+    /// [`PROBE_ROUTE`]: crate::lease::PROBE_ROUTE
+    pub async fn probe_capabilities(
+        &self,
+        node_id: &str,
+        provider_id: &str,
+        adapter: &str,
+        target: &str,
+    ) -> Result<CommandStream, SubmitError> {
+        let node = self.select(Some(node_id))?;
+        let probe_id = self.run_ids.next();
+        let scope = crate::lease::probe_scope(
+            &probe_id,
+            provider_id,
+            (adapter, target),
+            (&node.node_id, node.generation),
+            self.registry
+                .leases()
+                .map_or(0, |l| l.revision_of(&node.node_id)),
+        );
+        let credential_lease = self.issue(&scope)?;
+        let mut request = NodeCommandRequest {
+            adapter: adapter.to_owned(),
+            target: target.to_owned(),
+            probe_id: if credential_lease.is_empty() {
+                String::new()
+            } else {
+                probe_id.to_string()
+            },
+            credential_lease,
+            ..NodeCommandRequest::default()
+        };
+        request.set_kind(NodeCommandKind::Capabilities);
+        let handle = self
+            .open(
+                node,
+                StreamKind::Command,
+                None,
+                Msg::NodeCommandRequest(request),
+            )
+            .await?;
+        Ok(CommandStream {
+            handle,
+            kind: NodeCommandKind::Capabilities,
+        })
+    }
+
     /// Asks the node to end `session_id` on `adapter`/`target` (F13) and
     /// returns its answer (`DONE`, `UNSUPPORTED` or `FAILED`).
     pub async fn terminate_session(

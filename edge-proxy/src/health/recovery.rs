@@ -3,7 +3,8 @@
 //! Every [`SCAN_INTERVAL_MS`] the scheduler looks for providers whose
 //! overlay is lowered on their node's current generation. Each gets at most
 //! one probe per [`PROBE_INTERVAL_MS`] and never two at once: a
-//! `NodeCommandRequest{kind: CAPABILITIES, adapter, target}` to its node,
+//! `NodeCommandRequest{kind: CAPABILITIES, adapter, target}` to its node
+//! (with a credential lease for a provider with a managed credential, F29),
 //! whose responses go to [`Pools::apply_capabilities`] together with the
 //! generation the command was actually sent on. The Node runs the same
 //! bounded exact-target probe it runs after a stall; an answer not back
@@ -151,8 +152,15 @@ pub async fn run<D: NodeDirectory + 'static>(
 
 /// Sends one probe and applies its final answer.
 async fn probe<D: NodeDirectory>(pools: &Pools, dispatcher: &Dispatcher<D>, target: &ProbeTarget) {
+    // F29: carries a credential lease when the provider has a managed
+    // credential; a refused lease sends nothing.
     let Ok(mut stream) = dispatcher
-        .node_command(Some(&target.node_id), target.request())
+        .probe_capabilities(
+            &target.node_id,
+            &target.provider_id,
+            &target.adapter,
+            &target.target,
+        )
         .await
     else {
         return;

@@ -69,6 +69,35 @@ pub fn principal_of(keys: &crate::config::ApiKeys, authorization: Option<&[u8]>)
         .to_owned()
 }
 
+/// The route a CAPABILITIES recovery probe's lease is bound to (F25): a
+/// closed value no client route has (`chat`, `responses`, empty).
+pub const PROBE_ROUTE: &str = "probe";
+
+/// What the lease of the F25 recovery probe `probe_id` of `provider_id`
+/// binds: no principal, no model group, route [`PROBE_ROUTE`], slot the
+/// probe id, the probed `(adapter, target)`, the `(node, generation)` it is
+/// sent on and that node's config `revision`.
+pub fn probe_scope(
+    probe_id: &str,
+    provider_id: &str,
+    (adapter, target): (&str, &str),
+    (node_id, generation): (&str, u64),
+    revision: u64,
+) -> LeaseScope {
+    LeaseScope {
+        principal: String::new(),
+        api: PROBE_ROUTE.to_owned(),
+        model_group: String::new(),
+        slot: probe_id.to_owned(),
+        provider_id: provider_id.to_owned(),
+        adapter: adapter.to_owned(),
+        target: target.to_owned(),
+        node_id: node_id.to_owned(),
+        generation,
+        revision,
+    }
+}
+
 /// Whether `code` is one of the `CREDENTIAL_LEASE_*` fail-closed codes.
 pub fn is_lease_failure(code: proto::v1::FailureCode) -> bool {
     use proto::v1::FailureCode as C;

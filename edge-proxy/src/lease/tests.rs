@@ -242,3 +242,48 @@ fn revocations_stay_bounded() {
     let values: Vec<String> = a.revocations().into_iter().map(|r| r.value).collect();
     assert_eq!(values, ["team-a", "02"]);
 }
+
+#[test]
+fn a_probe_lease_binds_route_probe_and_the_probe_id() {
+    let a = registered(Arc::new(ManualClock::new(10_000)));
+    let scope = probe_scope("probe-7", "remote", ("remote", "m"), ("node-a", 2), 3);
+    let sealed = a.issue(&scope).unwrap().expect("remote has a credential");
+    let (lease, credential) = open(&a, &sealed);
+    assert_eq!(credential, SENTINEL.as_bytes());
+    assert_eq!(
+        (
+            lease.principal.as_str(),
+            lease.api.as_str(),
+            lease.model_group.as_str(),
+            lease.slot.as_str(),
+            lease.profile.as_str(),
+            lease.adapter.as_str(),
+            lease.target.as_str(),
+            lease.node_id.as_str(),
+        ),
+        (
+            "",
+            PROBE_ROUTE,
+            "",
+            "probe-7",
+            "remote",
+            "remote",
+            "m",
+            "node-a"
+        )
+    );
+    assert_eq!((lease.generation, lease.revision), (2, 3));
+    assert!(
+        !["chat", "responses", ""].contains(&PROBE_ROUTE),
+        "no client route can present a probe lease"
+    );
+    // A revoked provider's probe gets no lease, as its runs get none.
+    a.revoke(LeaseRevocationKind::Provider, "remote");
+    assert_eq!(
+        a.issue(&scope).unwrap_err().failure_code(),
+        FailureCode::CredentialLeaseRevoked
+    );
+    // A provider without a managed credential: nothing to lease.
+    let plain = probe_scope("probe-8", "local", ("local", "m"), ("node-a", 2), 3);
+    assert_eq!(a.issue(&plain).unwrap(), None);
+}

@@ -27,6 +27,15 @@
 //! targets serves any) is `UNKNOWN_TARGET`. A failed lookup calls no probe
 //! and takes no sequence number.
 //!
+//! F29: right after the lookups and before the probe, the request's
+//! `credential_lease` is opened through the caller's [`OpenProbeLease`]
+//! (the run manager opens it with exactly a run's rules, route
+//! [`PROBE_ROUTE`], slot `probe_id`); the opened credential is the probe's
+//! header. A provider without a managed credential gets `None` (its plain
+//! configured headers apply, as for runs). Any lease refusal is the typed
+//! `CREDENTIAL_LEASE_*` failure: no provider call, no sequence number.
+//! [`run_command`] has no opener: a probe carrying a lease fails closed.
+//!
 //! # `TRANSPORT_STATUS`
 //! The link's snapshot, with `active_runs` summed over the adapters.
 //!
@@ -70,7 +79,29 @@ use proto::v1::{
 };
 
 use crate::adapter::{Adapter, AnyAdapter, failure};
+use crate::lease::OpenedCredential;
 use crate::provider_http::ProviderClient;
+
+/// The route a CAPABILITIES probe's credential lease is bound to (F29).
+pub const PROBE_ROUTE: &str = "probe";
+
+/// The request a probe's credential lease arrived with.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeLease<'a> {
+    /// The adapter probed.
+    pub adapter: &'a str,
+    /// The exact target probed.
+    pub target: &'a str,
+    /// The probe id (`NodeCommandRequest.probe_id`), the lease's slot.
+    pub slot: &'a str,
+    /// The sealed lease; empty when none came.
+    pub sealed: &'a [u8],
+}
+
+/// Opens a probe's lease: `Ok(None)` when its provider needs none and none
+/// came, the credential when one opened, the typed failure otherwise.
+pub type OpenProbeLease<'a> =
+    &'a dyn Fn(&ProbeLease<'_>) -> Result<Option<OpenedCredential>, ExecutionFailure>;
 
 /// Default [`CommandLimits::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -167,15 +198,31 @@ impl CommandContext<'_> {
 
 /// Answers `request`, emitting one or more responses (the last `final`);
 /// see the module docs.
+///
+/// Without a lease opener: a probe that carries a credential lease fails
+/// closed; use [`run_command_leased`] on a link.
 pub async fn run_command(
     ctx: &CommandContext<'_>,
+    request: NodeCommandRequest,
+    emit: &mut dyn FnMut(NodeCommandResponse),
+) {
+    run_command_leased(ctx, &no_lease_opener, request, emit).await;
+}
+
+/// [`run_command`] opening a probe's credential lease with `open_lease`
+/// (F29; see the module docs).
+pub async fn run_command_leased(
+    ctx: &CommandContext<'_>,
+    open_lease: OpenProbeLease<'_>,
     request: NodeCommandRequest,
     emit: &mut dyn FnMut(NodeCommandResponse),
 ) {
     let kind = request.kind;
     let mut emit = Emitter { kind, emit };
     match NodeCommandKind::try_from(kind) {
-        Ok(NodeCommandKind::Capabilities) => emit.finish(capabilities(ctx, &request).await),
+        Ok(NodeCommandKind::Capabilities) => {
+            emit.finish(capabilities(ctx, open_lease, &request).await);
+        }
         Ok(NodeCommandKind::TransportStatus) => emit.finish(Ok(transport_status(ctx))),
         Ok(NodeCommandKind::OllamaApi) => ollama::run(ctx, &request, &mut emit).await,
         Ok(NodeCommandKind::Unspecified) | Err(_) => emit.finish(Err(invalid(
@@ -224,6 +271,7 @@ impl Emitter<'_> {
 /// `CAPABILITIES`: the adapter list, plus the exact-target probe if asked.
 async fn capabilities(
     ctx: &CommandContext<'_>,
+    open_lease: OpenProbeLease<'_>,
     request: &NodeCommandRequest,
 ) -> Result<NodeCommandResponse, ExecutionFailure> {
     let probe = match (request.adapter.as_str(), request.target.as_str()) {
@@ -242,8 +290,18 @@ async fn capabilities(
                     "target not served by this adapter",
                 ));
             }
+            // F29: opened right before the probe; a refusal calls nothing.
+            let credential = open_lease(&ProbeLease {
+                adapter: &named.name,
+                target,
+                slot: &request.probe_id,
+                sealed: &request.credential_lease,
+            })?;
             let timeout = named.adapter.config().health_timeout();
-            let status = named.adapter.probe_health(target, timeout, None).await;
+            let status = named
+                .adapter
+                .probe_health(target, timeout, credential.as_ref())
+                .await;
             let mut health = TargetHealth {
                 adapter: named.name.clone(),
                 target: target.to_owned(),
@@ -291,6 +349,18 @@ fn transport_status(ctx: &CommandContext<'_>) -> NodeCommandResponse {
         }),
         ..NodeCommandResponse::default()
     }
+}
+
+/// The opener of [`run_command`]: no lease key, so any lease is refused.
+fn no_lease_opener(probe: &ProbeLease<'_>) -> Result<Option<OpenedCredential>, ExecutionFailure> {
+    if probe.sealed.is_empty() {
+        return Ok(None);
+    }
+    Err(crate::lease::LeaseRejection::new(
+        FailureCode::CredentialLeaseWrongRecipient,
+        "this node has no lease key",
+    )
+    .into_failure())
 }
 
 /// `INVALID_REQUEST`, the Edge's fault.

@@ -10,7 +10,10 @@ use proto::v1::{
     OllamaApiCall, OllamaApiRequest, ProviderConfig, ProviderHealth, TransportStatusResult,
 };
 
-use super::{CommandContext, CommandLimits, NamedAdapter, run_command};
+use super::{
+    CommandContext, CommandLimits, NamedAdapter, OpenProbeLease, ProbeLease, run_command,
+    run_command_leased,
+};
 use crate::adapter::AnyAdapter;
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
 
@@ -73,6 +76,16 @@ async fn run(
     seq: &Cell<u64>,
     request: NodeCommandRequest,
 ) -> Vec<NodeCommandResponse> {
+    run_with(adapters, seq, None, request).await
+}
+
+/// [`run`] through [`run_command_leased`] when `open_lease` is set.
+async fn run_with(
+    adapters: &[NamedAdapter],
+    seq: &Cell<u64>,
+    open_lease: Option<OpenProbeLease<'_>>,
+    request: NodeCommandRequest,
+) -> Vec<NodeCommandResponse> {
     let active = |name: &str| if name == "llm" { 2 } else { 1 };
     let next_seq = || {
         seq.set(seq.get() + 1);
@@ -88,7 +101,12 @@ async fn run(
     };
     let kind = request.kind;
     let mut out = Vec::new();
-    run_command(&ctx, request, &mut |r| out.push(r)).await;
+    match open_lease {
+        Some(open_lease) => {
+            run_command_leased(&ctx, open_lease, request, &mut |r| out.push(r)).await;
+        }
+        None => run_command(&ctx, request, &mut |r| out.push(r)).await,
+    }
     assert!(!out.is_empty());
     let finals: Vec<bool> = out.iter().map(|r| r.r#final).collect();
     assert_eq!(finals.iter().filter(|f| **f).count(), 1, "{out:?}");
@@ -321,5 +339,76 @@ fn ollama_api_picks_the_only_ollama_adapter() {
             .await,
         );
         assert_eq!(code(&r), FailureCode::ProviderUnreachable);
+    });
+}
+
+fn leased_probe(adapter: &str, target: &str) -> NodeCommandRequest {
+    NodeCommandRequest {
+        credential_lease: bytes::Bytes::from_static(b"sealed"),
+        probe_id: "probe-3".into(),
+        ..capabilities(adapter, target)
+    }
+}
+
+#[test]
+fn a_refused_probe_lease_fails_closed_before_any_probe() {
+    block_on(|| async {
+        let adapters = adapters();
+        let seq = Cell::new(0);
+        let seen = std::cell::RefCell::new(Vec::new());
+        let refuse = |probe: &ProbeLease<'_>| {
+            seen.borrow_mut().push((
+                probe.adapter.to_owned(),
+                probe.target.to_owned(),
+                probe.slot.to_owned(),
+                probe.sealed.to_vec(),
+            ));
+            Err(crate::lease::LeaseRejection::new(
+                FailureCode::CredentialLeaseRevoked,
+                "the lease is revoked",
+            )
+            .into_failure())
+        };
+        let out = run_with(&adapters, &seq, Some(&refuse), leased_probe("chat", "m")).await;
+        let r = only(out);
+        assert_eq!(code(&r), FailureCode::CredentialLeaseRevoked);
+        assert_eq!(r.capabilities, None);
+        assert_eq!(seq.get(), 0, "no probe ran, no sequence number");
+        assert_eq!(
+            *seen.borrow(),
+            [(
+                "chat".into(),
+                "m".into(),
+                "probe-3".into(),
+                b"sealed".to_vec()
+            )]
+        );
+        // Lookups come first: an unknown target never reaches the opener.
+        let out = run_with(&adapters, &seq, Some(&refuse), leased_probe("llm", "x")).await;
+        assert_eq!(code(&only(out)), FailureCode::UnknownTarget);
+        assert_eq!(seen.borrow().len(), 1);
+    });
+}
+
+#[test]
+fn an_opened_or_absent_probe_lease_runs_the_probe() {
+    block_on(|| async {
+        let adapters = adapters();
+        let seq = Cell::new(0);
+        let none = |_: &ProbeLease<'_>| Ok(None);
+        let out = run_with(&adapters, &seq, Some(&none), capabilities("chat", "m")).await;
+        let probe = only(out).capabilities.unwrap().probe.unwrap();
+        assert_eq!(probe.status(), ProviderHealth::Unavailable);
+        assert_eq!(seq.get(), 1);
+    });
+}
+
+#[test]
+fn without_an_opener_a_probe_lease_is_refused() {
+    block_on(|| async {
+        let seq = Cell::new(0);
+        let out = run(&adapters(), &seq, leased_probe("chat", "m")).await;
+        assert_eq!(code(&only(out)), FailureCode::CredentialLeaseWrongRecipient);
+        assert_eq!(seq.get(), 0);
     });
 }

@@ -293,3 +293,49 @@ fn a_durable_replay_set_survives_a_restart() {
         "after restart"
     );
 }
+
+#[test]
+fn a_probe_lease_opens_only_as_that_probe() {
+    let f = fixture();
+    let probe = |lease: &mut CredentialLease| {
+        lease.principal.clear();
+        lease.model_group.clear();
+        lease.api = crate::commands::PROBE_ROUTE.into();
+        lease.slot = "probe-9".into();
+    };
+    let as_probe = Expected {
+        slot: "probe-9",
+        api: Some(crate::commands::PROBE_ROUTE),
+        ..f.expected()
+    };
+    let mut lease = f.lease();
+    probe(&mut lease);
+    let opened = f.opener.open(&f.seal(&lease), &as_probe).unwrap();
+    assert_eq!(opened.value.as_slice(), b"Bearer sk-SENTINEL-node-0002");
+    // A client route's lease cannot open as a probe, a probe's lease cannot
+    // open on a client route, and another probe id is another slot.
+    let mut chat_in_probe_slot = f.lease();
+    chat_in_probe_slot.slot = "probe-9".into();
+    let mut probe_on_chat = lease.clone();
+    probe_on_chat.slot = "tun-1".into();
+    let mut other_probe = f.lease();
+    probe(&mut other_probe);
+    other_probe.slot = "probe-10".into();
+    for (lease, expected) in [
+        (chat_in_probe_slot, as_probe),
+        (probe_on_chat, f.expected()),
+        (other_probe, as_probe),
+    ] {
+        let mut lease = lease;
+        lease.lease_id = f.lease().lease_id;
+        let rejection = f.opener.open(&f.seal(&lease), &expected).unwrap_err();
+        assert_eq!(rejection.code, FailureCode::CredentialLeaseMismatch);
+    }
+    // Single-use like any lease.
+    let mut again = f.lease();
+    probe(&mut again);
+    let sealed = f.seal(&again);
+    f.opener.open(&sealed, &as_probe).unwrap();
+    let rejection = f.opener.open(&sealed, &as_probe).unwrap_err();
+    assert_eq!(rejection.code, FailureCode::CredentialLeaseReplayed);
+}

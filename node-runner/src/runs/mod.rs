@@ -73,7 +73,7 @@ pub use self::outbox::{FrameTx, Outbox};
 pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay, relay_watched};
 pub use self::shared::{Capacity, GenShared, Lease};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
-use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command};
+use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command_leased};
 use crate::provider_http::{ProviderClient, ProviderClientConfig};
 use crate::stall::{CLOSE_GRACE, CoreTimers, HealthCheck, StallKind, Watchdog};
 use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
@@ -642,7 +642,17 @@ impl RunManager {
                         .send_msg(stream_id, Msg::NodeCommandResponse(response));
                 }
             };
-            run_command(&ctx, request, &mut emit).await;
+            // F29: a probe's lease opens with exactly a run's rules.
+            let open_lease = |probe: &crate::commands::ProbeLease<'_>| {
+                manager.open_lease(&leases::LeasedRequest {
+                    adapter: probe.adapter,
+                    target: probe.target,
+                    slot: probe.slot,
+                    api: Some(crate::commands::PROBE_ROUTE),
+                    sealed: probe.sealed,
+                })
+            };
+            run_command_leased(&ctx, &open_lease, request, &mut emit).await;
         });
     }
 
