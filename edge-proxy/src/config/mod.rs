@@ -28,6 +28,7 @@
 //! No I/O besides reading the file in [`EdgeConfig::load`], no logging (the
 //! caller logs [`EdgeConfig::warnings`]), no reload.
 
+mod admin;
 mod credential;
 mod error;
 mod model;
@@ -42,6 +43,7 @@ mod tests;
 
 use std::path::Path;
 
+pub use admin::AdminKeys;
 pub use credential::{
     CredentialSecret, CredentialSpec, DEFAULT_LEASE_TTL_MS, LeaseSettings, MAX_CREDENTIAL_LEN,
     MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS,
@@ -73,6 +75,7 @@ pub struct EdgeConfig {
     queue: QueueConfig,
     drain_grace_ms: u64,
     api_keys: ApiKeys,
+    admin_keys: AdminKeys,
     leases: LeaseSettings,
     link_security: LinkSecurity,
     warnings: Vec<ConfigWarning>,
@@ -118,11 +121,13 @@ impl EdgeConfig {
                 message: e.to_string(),
             })?;
         let raw_tls = std::mem::take(&mut raw.tls);
+        let admin = admin::validate(raw.admin.take(), &raw.api_keys);
         let (v, link_security) = match (validate::validate(raw), tls::validate(raw_tls)) {
-            (Ok(v), Ok(security)) => (v, security),
+            (Ok(v), Ok(security)) if admin.issues.is_empty() => (v, security),
             (v, security) => {
                 let mut issues = v.err().unwrap_or_default();
                 issues.extend(security.err().unwrap_or_default());
+                issues.extend(admin.issues);
                 return Err(ConfigError::Invalid {
                     origin: origin.to_owned(),
                     issues,
@@ -139,11 +144,13 @@ impl EdgeConfig {
             queue: v.queue,
             drain_grace_ms: v.drain_grace_ms,
             api_keys: ApiKeys::new(v.api_keys),
+            admin_keys: admin.keys,
             leases: v.leases,
             link_security,
             warnings: v
                 .warnings
                 .into_iter()
+                .chain(admin.warnings)
                 .map(|issue| ConfigWarning {
                     origin: origin.to_owned(),
                     issue,
@@ -213,6 +220,11 @@ impl EdgeConfig {
     /// Client API keys; empty means the ingress needs none.
     pub fn api_keys(&self) -> &ApiKeys {
         &self.api_keys
+    }
+
+    /// Admin API keys (`admin.keys`); empty means the admin API is off.
+    pub fn admin_keys(&self) -> &AdminKeys {
+        &self.admin_keys
     }
 
     /// F29 credential lease policy.

@@ -35,6 +35,8 @@ pub(crate) struct RawEdgeConfig {
     pub(crate) api_keys: Vec<RawApiKey>,
     /// F29 lease policy (`config/credential.rs`).
     pub(crate) leases: Option<super::credential::RawLeases>,
+    /// `admin:`, the admin API's keys (`config/admin.rs`).
+    pub(crate) admin: Option<super::admin::RawAdmin>,
     /// `tls:` for the node socket (F28), checked by `config::tls`.
     #[serde(default)]
     pub(crate) tls: super::tls::RawTls,

@@ -9,6 +9,7 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when some model has a provider on a ready node, else 503 |
 //! | `GET /metrics` | Prometheus text |
+//! | `POST /admin/…` | operator lease revocation ([`admin`]) |
 //!
 //! A request's `model` picks a model group; the pool leases a provider
 //! ([`crate::pool`]), and the provider's kind alone picks the wire (F17):
@@ -21,6 +22,7 @@
 //! runs as attempts, and a confirmed stall before anything reached the
 //! client re-admits on another provider under one shared budget.
 
+mod admin;
 pub mod error;
 pub mod gate;
 pub mod http;
@@ -133,6 +135,9 @@ impl Handler for Router {
         if self.shared.drain.is_draining() && path != b"/healthz" && path != b"/metrics" {
             self.draining(path, responder).await;
             return;
+        }
+        if path.starts_with(b"/admin/") {
+            return admin::serve(&self.shared, &request, responder).await;
         }
         if path.starts_with(b"/v1/") {
             if let Err(error) = self.authorize(&request) {
