@@ -10,6 +10,10 @@
 //! - A stall probe of a provider that needs its key on `/v1/models`
 //!   carries the stalled request's own credential: evidence `AVAILABLE`
 //!   (without a credential the same provider's probe is `UNKNOWN`).
+//! - The F25 recovery probe (CAPABILITIES for one adapter/target) of that
+//!   provider carries its own lease (route `probe`): `AVAILABLE` with one
+//!   `/v1/models` call; a revoked, tampered, mismatched or replayed probe
+//!   lease is a typed `CREDENTIAL_LEASE_*` answer with no provider call.
 //! - The sentinel credential never appears in the node's logs, the run
 //!   store, `/metrics` or any error.
 
@@ -24,6 +28,7 @@ use proto::v1::{
     ProviderTunnelRequest,
 };
 
+mod lease_probe;
 mod support;
 use support::stack::*;
 
