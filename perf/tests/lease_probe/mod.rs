@@ -1,14 +1,15 @@
 //! F25 recovery probes with credential leases (F29): the CAPABILITIES probe
 //! the Edge schedules for a lowered provider carries its own lease, bound to
 //! route `probe` and a fresh probe id, opened by the node with a run's rules.
+//! Nothing here asserts a duration.
 
 use bytes::Bytes;
 use edge_proxy::dispatch::SubmitError;
 use edge_proxy::lease::{LeaseScope, probe_scope};
 use perf::mock_provider::Route;
 use proto::v1::{
-    FailureCode, LeaseRevocationKind, NodeCommandKind, NodeCommandRequest, NodeCommandResponse,
-    ProviderHealth,
+    ChatMessage, FailureCode, LeaseRevocationKind, NodeCommandKind, NodeCommandRequest,
+    NodeCommandResponse, ProviderHealth, RunInput,
 };
 
 use super::support::stack::*;
@@ -147,5 +148,60 @@ fn the_recovery_probe_of_a_keyed_provider_carries_its_own_lease() {
         Err(SubmitError::Lease(_))
     ));
     assert_eq!(models(), 3, "no provider call after the genuine one");
+    assert_no_secret(&stack);
+}
+
+/// Whether `keyed-stall` is selectable on the node's current generation.
+fn keyed_eligible(stack: &Stack) -> bool {
+    let generation = stack.generation();
+    stack
+        .edge
+        .pools
+        .providers()
+        .iter()
+        .find(|p| p.id == "keyed-stall")
+        .is_some_and(|p| p.runtime_eligible(generation))
+}
+
+#[test]
+fn the_edges_own_recovery_probe_restores_a_keyed_provider() {
+    let stack = start("lease-recovery-restore");
+    let edge = &stack.edge;
+    // Down while its run stalls: the stall probe (with the run's key) reads
+    // a 503 list, UNAVAILABLE, and the provider is lowered.
+    stack.mock.stats().set_healthy(false);
+    let lease = block_on(edge.pools.acquire("keyed-stall", &edge.registry)).expect("a lease");
+    let run = edge_proxy::dispatch::SubmitRun {
+        input: RunInput {
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: "hello".into(),
+                ..ChatMessage::default()
+            }],
+            ..RunInput::default()
+        },
+        response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+        ..edge_proxy::dispatch::SubmitRun::default()
+    };
+    let stream = block_on(edge.dispatcher.submit_leased(&lease, run)).expect("submitted");
+    let (node, generation) = stream.node();
+    let reception = (node.to_owned(), generation);
+    let events = block_on(events(stream));
+    assert_eq!(error_code(&events), FailureCode::ResponseStalled);
+    let failure = events.last().unwrap().failure.clone().unwrap();
+    assert_eq!(failure.provider_health(), ProviderHealth::Unavailable);
+    edge.pools
+        .handoff_stall(&lease, (&reception.0, reception.1), &failure)
+        .expect("a validated, current, bound stall");
+    drop(lease);
+    wait_until("the home core to lower the provider", || {
+        !keyed_eligible(&stack)
+    });
+    // Up again: only a probe that carries the key can see it (its list is
+    // 401 without one), and the Edge's scheduled probe restores it.
+    stack.mock.stats().set_healthy(true);
+    wait_until("the recovery probe to restore the provider", || {
+        keyed_eligible(&stack)
+    });
     assert_no_secret(&stack);
 }
