@@ -467,6 +467,7 @@ async fn handshake(
         node_version: concat!("iop-link-load/", env!("CARGO_PKG_VERSION")).to_owned(),
         instance_id: format!("link-load-{index}"),
         max_frame_len: shared.config.max_frame_len,
+        ..RegisterRequest::default()
     });
     if let Err(error) = send(ctx, stream, register).await {
         return Handshake::Failed(format!("register: {error}"));
