@@ -342,7 +342,10 @@ pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
                 let returned = async {
                     let _ = relay.await;
                 };
-                Stopped::Stalled(Some(evidence(watchdog, activity, returned).await))
+                // Boxed: the probe (a provider request) is rarely live and
+                // would otherwise size every idle tunnel's task.
+                let evidence = Box::pin(evidence(watchdog, activity, returned));
+                Stopped::Stalled(Some(evidence.await))
             }
             (stopped, ..) => stopped,
         }
@@ -475,7 +478,10 @@ impl<S: TunnelSink> Relay<'_, S> {
             max_chunk,
             close,
         } = self;
-        let mut response = match close.or_close(client.request(prepared.request)).await {
+        // Boxed: connect, TLS and the request write are live only until
+        // the head arrives; inline they would size the whole idle stream.
+        let request_sent = Box::pin(client.request(prepared.request));
+        let mut response = match close.or_close(request_sent).await {
             Some(Ok(response)) => response,
             Some(Err(error)) => return fail(sink, transport_failure(&error)),
             None => return closed(),
