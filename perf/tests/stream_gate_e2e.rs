@@ -13,7 +13,7 @@
 //! - Every lease is released; `/metrics` lists the F32 counters with their
 //!   closed labels from the start and counts the recoveries; a sentinel
 //!   prompt and key never reach `/metrics` or the Edge log.
-//! - A 6 s prefill and a long stream under a 1 s / 1.5 s Edge heartbeat
+//! - A 6 s prefill and a long stream under a 1 s / 1.5 s heartbeat on both sides
 //!   never close the link and never fire the watchdog.
 //!
 //! Nothing here asserts a duration.
@@ -536,6 +536,10 @@ fn a_long_prefill_and_a_long_stream_keep_the_link_under_a_short_heartbeat() {
             options.heartbeat.interval_ms = 1000;
             options.heartbeat.wait_ms = 1500;
         });
+        // The same short profile on the node's side of the link.
+        stack.node_args = ["--heartbeat-interval-ms", "1000", "--heartbeat-wait-ms", "1500"]
+            .map(String::from)
+            .to_vec();
         stack.start_node();
         let generation = stack.generation();
         let stack = &stack;

@@ -98,6 +98,17 @@ struct Args {
     /// finish before the link is closed, in ms.
     #[arg(long, default_value_t = node_runner::drain::DEFAULT_DRAIN_GRACE_MS)]
     drain_grace_ms: u64,
+    /// Link heartbeat: time from one ping to the next, in ms. Keep the
+    /// production profile (30 s ping, 45 s wait, as the Edge) unless a test
+    /// or a deliberate profile needs shorter ones.
+    #[arg(long, default_value_t = framing::link::HEARTBEAT_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    heartbeat_interval_ms: u64,
+    /// Link heartbeat: how long a ping may stay unanswered before the link
+    /// closes with `heartbeat_timeout`, in ms (at least the interval).
+    #[arg(long, default_value_t = framing::link::HEARTBEAT_WAIT_MS,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    heartbeat_wait_ms: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +158,13 @@ fn main() -> anyhow::Result<ExitCode> {
     if token.is_empty() {
         anyhow::bail!("--token (or IOP_NODE_TOKEN) must not be empty");
     }
+    if args.heartbeat_wait_ms < args.heartbeat_interval_ms {
+        anyhow::bail!(
+            "--heartbeat-wait-ms ({}) must be at least --heartbeat-interval-ms ({})",
+            args.heartbeat_wait_ms,
+            args.heartbeat_interval_ms
+        );
+    }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
     let edge = resolve(&args.edge)?;
@@ -180,7 +198,10 @@ fn main() -> anyhow::Result<ExitCode> {
             instance_id: format!("{:016x}", fastrand::u64(..)),
             max_frame_len: u32::try_from(DEFAULT_MAX_FRAME_LEN).unwrap_or(u32::MAX),
             handshake_timeout_ms: 10_000,
-            heartbeat: HeartbeatConfig::default(),
+            heartbeat: HeartbeatConfig {
+                interval_ms: args.heartbeat_interval_ms,
+                wait_ms: args.heartbeat_wait_ms,
+            },
         },
         tick_ms: 100,
         clock: ClockSource::Coarse,
