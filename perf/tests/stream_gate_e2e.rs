@@ -537,9 +537,14 @@ fn a_long_prefill_and_a_long_stream_keep_the_link_under_a_short_heartbeat() {
             options.heartbeat.wait_ms = 1500;
         });
         // The same short profile on the node's side of the link.
-        stack.node_args = ["--heartbeat-interval-ms", "1000", "--heartbeat-wait-ms", "1500"]
-            .map(String::from)
-            .to_vec();
+        stack.node_args = [
+            "--heartbeat-interval-ms",
+            "1000",
+            "--heartbeat-wait-ms",
+            "1500",
+        ]
+        .map(String::from)
+        .to_vec();
         stack.start_node();
         let generation = stack.generation();
         let stack = &stack;
