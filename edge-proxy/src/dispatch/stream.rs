@@ -91,20 +91,45 @@ impl RunStream {
     pub async fn next(&mut self) -> Option<RunEvent> {
         while !self.handle.ended {
             let item = self.handle.rx.recv().await;
-            let event = match item {
-                Some(StreamItem::Frame(Msg::RunEvent(event))) => event,
-                // The node's answer to our cancel: the terminal follows.
-                Some(StreamItem::Frame(_)) => continue,
-                Some(StreamItem::Lost(reason)) => self.synthesized(Some(reason)),
-                None => self.synthesized(None),
-            };
-            self.last_seq = event.seq;
-            if is_terminal(&event) {
-                self.handle.ended = true;
+            if let Some(event) = self.event_of(item) {
+                return Some(event);
             }
-            return Some(event);
         }
         None
+    }
+
+    /// The next event if one is already queued, without waiting (to batch
+    /// what is ready into one client write); `None` when nothing is queued
+    /// or after the terminal.
+    pub fn try_next(&mut self) -> Option<RunEvent> {
+        while !self.handle.ended {
+            let item = match self.handle.rx.try_recv() {
+                Ok(item) => Some(item),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
+            };
+            if let Some(event) = self.event_of(item) {
+                return Some(event);
+            }
+        }
+        None
+    }
+
+    /// The event an item carries (`None`: an item to skip); the channel's
+    /// end or a lost connection becomes the synthesized terminal.
+    fn event_of(&mut self, item: Option<StreamItem>) -> Option<RunEvent> {
+        let event = match item {
+            Some(StreamItem::Frame(Msg::RunEvent(event))) => event,
+            // The node's answer to our cancel: the terminal follows.
+            Some(StreamItem::Frame(_)) => return None,
+            Some(StreamItem::Lost(reason)) => self.synthesized(Some(reason)),
+            None => self.synthesized(None),
+        };
+        self.last_seq = event.seq;
+        if is_terminal(&event) {
+            self.handle.ended = true;
+        }
+        Some(event)
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the

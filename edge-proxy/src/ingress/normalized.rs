@@ -18,6 +18,7 @@
 
 use bytes::Bytes;
 use proto::v1::{ExecutionFailure, FailureCode, RunEvent, RunEventKind, Usage};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
@@ -268,7 +269,8 @@ async fn collect(
     }
 }
 
-/// Stream: writes each event as it arrives, from the first output on.
+/// Stream: writes the events from the first output on, those already
+/// queued together in one write.
 /// Returns the status answered (499: the client left) and the terminal.
 async fn stream_events(
     writer: &mut SseWriter<'_>,
@@ -278,10 +280,21 @@ async fn stream_events(
     responder: &mut Responder,
 ) -> (u16, Option<RunEvent>) {
     let mut event = Some(first);
+    let mut batch = Vec::new();
     while let Some(current) = event {
         let terminal = apply(&current, out);
-        let bytes = writer.event(&current, out, terminal.as_ref());
-        responder.chunk(Bytes::from(bytes)).await;
+        writer.event(&current, out, terminal.as_ref(), &mut batch);
+        // Events already queued join this write; it goes out when the
+        // run has nothing more ready (or at the terminal, or when full).
+        if terminal.is_none() && batch.len() < MAX_BATCH {
+            if let Some(next) = stream.try_next() {
+                event = Some(next);
+                continue;
+            }
+        }
+        responder
+            .chunk(Bytes::from(std::mem::take(&mut batch)))
+            .await;
         if responder.is_gone() {
             return (499, None);
         }
@@ -299,6 +312,9 @@ async fn stream_events(
     (499, None)
 }
 
+/// A client write gathers ready events up to about this many bytes.
+const MAX_BATCH: usize = 32 * 1024;
+
 /// Turns run events into the API's SSE events.
 struct SseWriter<'a> {
     api: Api,
@@ -313,21 +329,20 @@ impl SseWriter<'_> {
         event: &RunEvent,
         out: &Output,
         terminal: Option<&Result<(), ApiError>>,
-    ) -> Vec<u8> {
-        let mut bytes = Vec::new();
+        bytes: &mut Vec<u8>,
+    ) {
         if !self.started {
             self.started = true;
             bytes.extend(self.opening());
         }
         if let Some(Err(error)) = terminal {
             bytes.extend(error_event(self.api, error));
-            return bytes;
+            return;
         }
         match self.api {
-            Api::Chat => self.chat(event, out, terminal.is_some(), &mut bytes),
-            Api::Responses => self.responses(event, out, terminal.is_some(), &mut bytes),
+            Api::Chat => self.chat(event, out, terminal.is_some(), bytes),
+            Api::Responses => self.responses(event, out, terminal.is_some(), bytes),
         }
-        bytes
     }
 
     fn chat_chunk(&self, delta: Value, finish: Option<&str>) -> Value {
@@ -336,6 +351,23 @@ impl SseWriter<'_> {
             "model": self.ids.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         })
+    }
+
+    /// One delta chunk, serialized from borrowed fields (the per-event
+    /// path: no `Value` tree, no intermediate string).
+    fn chat_delta(&self, delta: DeltaText<'_>, bytes: &mut Vec<u8>) {
+        let chunk = ChatDeltaChunk {
+            choices: [ChatDeltaChoice {
+                delta,
+                finish_reason: None,
+                index: 0,
+            }],
+            created: self.ids.created,
+            id: &self.ids.id,
+            model: &self.ids.model,
+            object: "chat.completion.chunk",
+        };
+        typed_sse(None, &chunk, bytes);
     }
 
     fn opening(&self) -> Vec<u8> {
@@ -369,16 +401,10 @@ impl SseWriter<'_> {
 
     fn chat(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
         match event.kind() {
-            RunEventKind::Delta => {
-                bytes.extend(sse(
-                    None,
-                    &self.chat_chunk(json!({"content": event.text}), None),
-                ));
+            RunEventKind::Delta => self.chat_delta(DeltaText::content(&event.text), bytes),
+            RunEventKind::ReasoningDelta => {
+                self.chat_delta(DeltaText::reasoning(&event.text), bytes);
             }
-            RunEventKind::ReasoningDelta => bytes.extend(sse(
-                None,
-                &self.chat_chunk(json!({"reasoning_content": event.text}), None),
-            )),
             _ if terminal => {
                 let finish = if out.finish_reason.is_empty() {
                     "stop"
@@ -401,11 +427,17 @@ impl SseWriter<'_> {
     fn responses(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
         let item = &self.ids.item_id;
         match event.kind() {
-            RunEventKind::Delta => bytes.extend(sse(
+            RunEventKind::Delta => typed_sse(
                 Some("response.output_text.delta"),
-                &json!({"type": "response.output_text.delta", "item_id": item,
-                    "output_index": 0, "content_index": 0, "delta": event.text}),
-            )),
+                &ResponsesTextDelta {
+                    content_index: 0,
+                    delta: &event.text,
+                    item_id: item,
+                    output_index: 0,
+                    kind: "response.output_text.delta",
+                },
+                bytes,
+            ),
             _ if terminal => {
                 let part = json!({"type": "output_text", "text": out.text, "annotations": []});
                 bytes.extend(sse(
@@ -436,6 +468,77 @@ impl SseWriter<'_> {
     fn response_object(&self, status: &str, out: &Output) -> Value {
         responses_body(self.ids, status, out)
     }
+}
+
+// The per-event shapes, typed. Fields are declared in the order
+// `serde_json::Value` writes its (sorted) keys, so a client receives the
+// same bytes as from the `json!` form (`typed_events_are_the_json_bytes`).
+
+/// A Chat Completions delta chunk.
+#[derive(Serialize)]
+struct ChatDeltaChunk<'a> {
+    choices: [ChatDeltaChoice<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+}
+
+/// The one choice of a delta chunk.
+#[derive(Serialize)]
+struct ChatDeltaChoice<'a> {
+    delta: DeltaText<'a>,
+    finish_reason: Option<&'a str>,
+    index: u32,
+}
+
+/// A chunk's delta: answer text or reasoning text.
+#[derive(Serialize)]
+struct DeltaText<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+}
+
+impl<'a> DeltaText<'a> {
+    fn content(text: &'a str) -> Self {
+        Self {
+            content: Some(text),
+            reasoning_content: None,
+        }
+    }
+
+    fn reasoning(text: &'a str) -> Self {
+        Self {
+            content: None,
+            reasoning_content: Some(text),
+        }
+    }
+}
+
+/// A Responses `response.output_text.delta` event.
+#[derive(Serialize)]
+struct ResponsesTextDelta<'a> {
+    content_index: u32,
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// Appends one SSE event whose data is `data`, serialized in place.
+fn typed_sse(event: Option<&str>, data: &impl Serialize, bytes: &mut Vec<u8>) {
+    if let Some(name) = event {
+        bytes.extend_from_slice(b"event: ");
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(b"data: ");
+    // Serializing borrowed strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *bytes, data);
+    bytes.extend_from_slice(b"\n\n");
 }
 
 fn message_item(item_id: &str, out: &Output) -> Value {
@@ -475,4 +578,57 @@ fn chat_json(ids: &Ids, out: &Output) -> Value {
 
 fn responses_json(ids: &Ids, out: &Output) -> Value {
     responses_body(ids, "completed", out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer_ids() -> Ids {
+        Ids {
+            id: "chatcmpl-r\"1".into(),
+            item_id: "msg-r1".into(),
+            model: "llama3\u{e9}".into(),
+            created: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn typed_events_are_the_json_bytes() {
+        let ids = writer_ids();
+        let writer = SseWriter {
+            api: Api::Chat,
+            ids: &ids,
+            include_usage: false,
+            started: true,
+        };
+        for text in [
+            "",
+            "tok ",
+            "quote \" back \\ nl \n tab \t ctl \u{1} \u{e9}\u{1f600}",
+        ] {
+            let mut typed = Vec::new();
+            writer.chat_delta(DeltaText::content(text), &mut typed);
+            assert_eq!(
+                typed,
+                sse(None, &writer.chat_chunk(json!({"content": text}), None))
+            );
+            let mut typed = Vec::new();
+            writer.chat_delta(DeltaText::reasoning(text), &mut typed);
+            let value = writer.chat_chunk(json!({"reasoning_content": text}), None);
+            assert_eq!(typed, sse(None, &value));
+            let mut typed = Vec::new();
+            let delta = ResponsesTextDelta {
+                content_index: 0,
+                delta: text,
+                item_id: &ids.item_id,
+                output_index: 0,
+                kind: "response.output_text.delta",
+            };
+            typed_sse(Some("response.output_text.delta"), &delta, &mut typed);
+            let value = json!({"type": "response.output_text.delta", "item_id": ids.item_id,
+                "output_index": 0, "content_index": 0, "delta": text});
+            assert_eq!(typed, sse(Some("response.output_text.delta"), &value));
+        }
+    }
 }
