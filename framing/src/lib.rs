@@ -13,6 +13,7 @@
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
+//! | `tls`      | the link's TLS record steps around a sans-IO `rustls::Connection` (F28; feature `tls`) |
 //!
 //! # What it does not do
 //! No sockets, no runtime, no threads, and no clock reads in logic: time is
@@ -45,6 +46,8 @@ pub mod link;
 pub mod ndjson;
 pub mod sse;
 pub mod timer;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod write_batch;
 
 pub use error::Error;

@@ -6,6 +6,10 @@
 //!   frame slices  ──plaintext───▶ rustls (same session) ──ciphertext──▶ TCP write half
 //! ```
 //!
+//! The record-layer steps (feed, drain, queue, gather, handshake steps)
+//! are `framing::tls`, shared with the other end of the link; this file
+//! only moves bytes between them and the socket halves.
+//!
 //! The reader and the writer are separate tasks, as for plain TCP; they
 //! share the rustls session through a `RefCell` that is never borrowed
 //! across an await, and each owns its half of the socket. So the read stays
@@ -24,10 +28,11 @@
 //! they share no runtime code by design (see `crate::iovec`).
 
 use std::cell::RefCell;
-use std::io::{self, Read, Write};
+use std::io;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use framing::tls::{self, Drained};
 use monoio::buf::IoBufMut;
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
@@ -40,8 +45,6 @@ use rustls::Connection;
 const CIPHER_READ: usize = 18 * 1024;
 /// Ciphertext gathered from rustls before one socket write.
 const CIPHER_WRITE: usize = 64 * 1024;
-/// Free space kept in the frame buffer while draining plaintext.
-const PLAIN_MIN: usize = 4 * 1024;
 
 /// One connection's stream, before it is split into its reader and writer.
 pub(crate) enum LinkStream {
@@ -141,7 +144,7 @@ impl TlsRead {
     ) -> (io::Result<usize>, BytesMut) {
         let start = buf.len();
         loop {
-            match drain_plaintext(&mut self.session.borrow_mut(), &mut buf) {
+            match tls::drain_plaintext(&mut self.session.borrow_mut(), &mut buf) {
                 Ok(Drained::CloseNotify) => return (Ok(buf.len() - start), buf),
                 Ok(Drained::More) if buf.len() > start => return (Ok(buf.len() - start), buf),
                 Ok(Drained::More) => {}
@@ -156,60 +159,11 @@ impl TlsRead {
                 Ok(_) => {}
                 Err(error) => return (Err(error), buf),
             }
-            if let Err(error) = feed(&mut self.session.borrow_mut(), &self.cipher, &mut buf) {
+            if let Err(error) = tls::feed(&mut self.session.borrow_mut(), &self.cipher, &mut buf) {
                 return (Err(error), buf);
             }
         }
     }
-}
-
-enum Drained {
-    /// rustls has no more plaintext now.
-    More,
-    /// The peer sent `close_notify`: the stream has ended cleanly.
-    CloseNotify,
-}
-
-/// Moves every decrypted byte rustls holds into `buf`.
-fn drain_plaintext(session: &mut Connection, buf: &mut BytesMut) -> io::Result<Drained> {
-    loop {
-        if buf.capacity() - buf.len() < PLAIN_MIN {
-            buf.reserve(PLAIN_MIN);
-        }
-        let len = buf.len();
-        buf.resize(buf.capacity(), 0);
-        let result = session.reader().read(&mut buf[len..]);
-        match result {
-            Ok(0) => {
-                buf.truncate(len);
-                return Ok(Drained::CloseNotify);
-            }
-            Ok(n) => buf.truncate(len + n),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                buf.truncate(len);
-                return Ok(Drained::More);
-            }
-            Err(error) => {
-                buf.truncate(len);
-                return Err(error);
-            }
-        }
-    }
-}
-
-/// Hands `cipher` to rustls, draining plaintext as it goes so rustls'
-/// bounded plaintext buffer never refuses input.
-fn feed(session: &mut Connection, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<()> {
-    while !cipher.is_empty() {
-        session.read_tls(&mut cipher)?;
-        session
-            .process_new_packets()
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        if let Drained::CloseNotify = drain_plaintext(session, buf)? {
-            return Ok(());
-        }
-    }
-    Ok(())
 }
 
 /// The writing half of a [`LinkStream`].
@@ -227,7 +181,7 @@ impl LinkWriter {
                 for slice in slices {
                     let mut rest = &slice[..];
                     while !rest.is_empty() {
-                        let n = tls.session.borrow_mut().writer().write(rest)?;
+                        let n = tls::queue(&mut tls.session.borrow_mut(), rest)?;
                         rest = &rest[n..];
                         if n == 0 {
                             // rustls' send buffer is full: make room.
@@ -256,12 +210,7 @@ impl TlsWrite {
         loop {
             let mut cipher = std::mem::take(&mut self.cipher);
             cipher.clear();
-            {
-                let mut session = self.session.borrow_mut();
-                while session.wants_write() && cipher.len() < CIPHER_WRITE {
-                    session.write_tls(&mut cipher)?;
-                }
-            }
+            tls::gather(&mut self.session.borrow_mut(), &mut cipher, CIPHER_WRITE)?;
             if cipher.is_empty() {
                 self.cipher = cipher;
                 return Ok(());
@@ -280,9 +229,9 @@ pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) 
     let mut cipher = Vec::with_capacity(CIPHER_READ);
     let mut out = Vec::new();
     loop {
-        while session.wants_write() {
-            out.clear();
-            session.write_tls(&mut out)?;
+        out.clear();
+        tls::gather(session, &mut out, usize::MAX)?;
+        if !out.is_empty() {
             let (result, returned) = stream.write_all(out).await;
             out = returned;
             result?;
@@ -299,24 +248,13 @@ pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) 
                 "peer closed the connection during the TLS handshake",
             ));
         }
-        let mut rest = &cipher[..];
-        while !rest.is_empty() {
-            session.read_tls(&mut rest)?;
-            if let Err(error) = session.process_new_packets() {
-                // Tell the peer why (the alert rustls queued), then fail.
-                while session.wants_write() {
-                    out.clear();
-                    if session.write_tls(&mut out).is_err() {
-                        break;
-                    }
-                    let (sent, returned) = stream.write_all(out).await;
-                    out = returned;
-                    if sent.is_err() {
-                        break;
-                    }
-                }
-                return Err(io::Error::new(io::ErrorKind::InvalidData, error));
+        if let Err(error) = tls::absorb_handshake(session, &cipher) {
+            // Tell the peer why (the alert rustls queued), then fail.
+            out.clear();
+            if tls::gather(session, &mut out, usize::MAX).is_ok() && !out.is_empty() {
+                let _ = stream.write_all(out).await;
             }
+            return Err(error);
         }
     }
 }
