@@ -10,7 +10,6 @@
 //! and prompt text appear in neither `/metrics` nor the node's logs.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::SocketAddr;
 
 use edge_proxy::dispatch::SubmitRun;
@@ -67,23 +66,8 @@ fn start(driver: framing::io_driver::IoDriver, name: &str) -> (Stack, SocketAddr
 
 /// `GET path` on the admin port: (status line, body).
 fn get(admin: SocketAddr, path: &str) -> (String, String) {
-    let mut socket = std::net::TcpStream::connect(admin).expect("admin port");
-    socket
-        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
-        .unwrap();
-    write!(
-        socket,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match read_some(&mut socket, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => response.extend_from_slice(&buf[..n]),
-        }
-    }
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let response = http_exchange(admin, request.as_bytes());
     let response = String::from_utf8(response).expect("utf-8");
     let (head, body) = response.split_once("\r\n\r\n").expect("a head");
     let status = head.lines().next().unwrap_or_default().to_owned();
@@ -199,27 +183,8 @@ fn tunnel_chat(stack: &Stack) -> String {
         "model": "stalls",
         "stream": true,
         "messages": [{"role": "user", "content": PROMPT_SENTINEL}],
-    })
-    .to_string();
-    let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
-    socket
-        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
-        .unwrap();
-    write!(
-        socket,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match read_some(&mut socket, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => response.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&response).into_owned()
+    });
+    post_chat(stack.edge.ingress_addr, &body.to_string())
 }
 
 #[test]

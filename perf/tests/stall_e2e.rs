@@ -322,30 +322,10 @@ fn a_tunnel_stalled_before_its_head_is_one_error_frame_with_unknown_health() {
 
 /// A streamed chat request to the Edge's ingress; the whole response.
 fn http_chat(stack: &Stack, model: &str) -> String {
-    use std::io::Write;
     let body = serde_json::json!({
         "model": model,
         "stream": true,
         "messages": [{"role": "user", "content": "hello"}],
-    })
-    .to_string();
-    let mut socket = std::net::TcpStream::connect(stack.edge.ingress_addr).unwrap();
-    socket
-        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
-        .unwrap();
-    write!(
-        socket,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match read_some(&mut socket, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => response.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&response).into_owned()
+    });
+    post_chat(stack.edge.ingress_addr, &body.to_string())
 }

@@ -427,3 +427,34 @@ pub(crate) fn read_some(socket: &mut impl std::io::Read, buf: &mut [u8]) -> std:
         }
     }
 }
+
+/// Sends one whole HTTP/1.1 request (it should say `connection: close`) to
+/// `addr` and returns every byte of the response, read until the server
+/// closes or 15 s pass without a byte.
+pub(crate) fn http_exchange(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut socket = std::net::TcpStream::connect(addr).expect("connect");
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    socket.write_all(request).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match read_some(&mut socket, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+    }
+    response
+}
+
+/// POSTs the JSON `body` to the Edge's `/v1/chat/completions` at `addr`;
+/// the whole response, lossily as text.
+pub(crate) fn post_chat(addr: std::net::SocketAddr, body: &str) -> String {
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    String::from_utf8_lossy(&http_exchange(addr, request.as_bytes())).into_owned()
+}
