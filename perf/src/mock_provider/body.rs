@@ -18,7 +18,9 @@
 //! ```
 //!
 //! Dropping a stream that is not `Done`/`Aborted` means hyper gave up on it
-//! (the client went away): [`Stats`] counts it as `streams_client_gone`.
+//! (the client went away): [`Stats`] counts it as `streams_client_gone`
+//! and reports a [`StreamCut`] (with the instant its connection's socket
+//! saw the client go, when the body was [attached](MockBody::attach)).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -30,6 +32,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use super::cut::{ConnWatch, StreamCut};
 use super::knobs::Knobs;
 use super::stats::Stats;
 use super::text::{EventBuf, Token, pad};
@@ -137,6 +140,8 @@ struct Stream {
     /// An event produced while batching that did not fit the batch.
     stash: Option<EventBuf>,
     stats: Arc<Stats>,
+    /// The connection this stream is written to, if attached.
+    conn: Option<Arc<ConnWatch>>,
 }
 
 /// The error a body returns to make hyper drop the connection (`abort-after`).
@@ -192,7 +197,16 @@ impl MockBody {
             digits: BytesMut::new(),
             stash: None,
             stats,
+            conn: None,
         })))
+    }
+
+    /// Ties a streaming body to the connection it is written on, so a cut
+    /// reports when that connection saw its peer go. No-op on a full body.
+    pub(crate) fn attach(&mut self, conn: &Arc<ConnWatch>) {
+        if let Inner::Stream(s) = &mut self.0 {
+            s.conn = Some(conn.clone());
+        }
     }
 }
 
@@ -402,6 +416,11 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if !matches!(self.state, State::Done | State::Aborted) {
             Stats::bump(&self.stats.streams_client_gone);
+            self.stats.report_cut(StreamCut {
+                closed_at: self.conn.as_ref().and_then(|c| c.peer_gone_at()),
+                dropped_at: std::time::Instant::now(),
+                tokens_sent: self.sent,
+            });
         }
     }
 }
@@ -507,6 +526,30 @@ mod tests {
         drop(b);
         assert_eq!(stats.streams_stalled.load(Relaxed), 1);
         assert_eq!(stats.streams_client_gone(), 1);
+    }
+
+    #[test]
+    fn an_unfinished_stream_reports_its_cut_to_the_watcher() {
+        let stats = Arc::new(Stats::new(true));
+        let cuts = stats.watch_cuts();
+        let knobs = Knobs {
+            stall_after: Some(2),
+            ..Knobs::default()
+        };
+        let conn = Arc::new(ConnWatch::default());
+        let mut b = MockBody::stream(script(5), &knobs, stats.clone());
+        b.attach(&conn);
+        drain(&mut b);
+        drop(b);
+        let cut = cuts.try_recv().expect("a cut is reported");
+        assert_eq!(cut.tokens_sent, 2);
+        assert_eq!(cut.closed_at, None, "the socket never saw a close");
+        // A finished stream is no cut.
+        let mut done = MockBody::stream(script(1), &Knobs::default(), stats);
+        done.attach(&conn);
+        drain(&mut done);
+        drop(done);
+        assert!(cuts.try_recv().is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::MockConfig;
+use super::cut::{ConnWatch, WatchedIo};
 use super::server::{Ctx, handle};
 use super::stats::Stats;
 
@@ -210,12 +211,22 @@ async fn connection(stream: TcpStream, ctx: Arc<Ctx>, mut stop: watch::Receiver<
     Stats::bump(&ctx.stats.connections_total);
     Stats::bump(&ctx.stats.connections_open);
     let _open = OpenConn(ctx.stats.clone());
-    let svc = service_fn(move |req| handle(ctx.clone(), req));
+    // Streams report when this socket saw the client go (see `cut`).
+    let watch = Arc::new(ConnWatch::default());
+    let io = TokioIo::new(WatchedIo::new(stream, watch.clone()));
+    let svc = service_fn(move |req| {
+        let (ctx, watch) = (ctx.clone(), watch.clone());
+        async move {
+            let mut response = handle(ctx, req).await?;
+            response.body_mut().attach(&watch);
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
     let conn = http1::Builder::new()
         .keep_alive(true)
         .writev(true)
         .header_read_timeout(None)
-        .serve_connection(TokioIo::new(stream), svc);
+        .serve_connection(io, svc);
     tokio::select! {
         _ = conn => {}
         _ = stop.changed() => {}

@@ -13,7 +13,9 @@
 //! test-control routes under `/mock/` expose [`Stats`] (`GET /mock/stats`),
 //! toggle health (`POST /mock/health?status=up|down`; down answers 503 on
 //! `/health`, `/v1/models` and `/api/tags`) and reset counters
-//! (`POST /mock/reset`).
+//! (`POST /mock/reset`). [`Stats::watch_cuts`] reports each stream a
+//! client cut, with the instant the mock's socket saw the client go
+//! ([`StreamCut`]; cancellation-latency benches).
 //!
 //! It is test and benchmark infrastructure, not IOP's data path; it must
 //! never be the bottleneck: static JSON fragments are precomputed per
@@ -31,6 +33,7 @@
 
 mod body;
 mod config;
+mod cut;
 mod knobs;
 mod listen;
 mod ollama;
@@ -44,6 +47,7 @@ mod text;
 
 pub use body::{MockAbort, MockBody};
 pub use config::MockConfig;
+pub use cut::StreamCut;
 pub use knobs::{
     HEADER_PREFIX, KNOB_NAMES, KnobError, Knobs, MAX_EVENT_BYTES, MAX_NON_STREAM_TOKENS,
 };

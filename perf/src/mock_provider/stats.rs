@@ -4,7 +4,11 @@
 //! synchronisation. `POST /mock/reset` zeroes every counter except the
 //! `connections_open` gauge, which tracks live sockets.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc;
+
+use super::cut::StreamCut;
 
 /// The routes the mock counts requests for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +98,9 @@ pub struct Stats {
     pub(crate) healthy: AtomicBool,
     /// The `Authorization` header of every model request (chat, responses,
     /// Ollama chat), in arrival order; `None` when absent (F29 tests).
-    authorizations: std::sync::Mutex<Vec<Option<String>>>,
+    authorizations: Mutex<Vec<Option<String>>>,
+    /// Where cut streams are reported ([`Stats::watch_cuts`]); none by default.
+    cuts: Mutex<Option<mpsc::Sender<StreamCut>>>,
 }
 
 impl Stats {
@@ -127,6 +133,26 @@ impl Stats {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Reports every stream cut from now on (a client that left
+    /// mid-stream; see [`StreamCut`]) to the returned receiver, in the
+    /// order the mock dropped them. One watcher at a time: a new call
+    /// replaces the previous one. Not touched by [`Stats::reset`].
+    pub fn watch_cuts(&self) -> mpsc::Receiver<StreamCut> {
+        let (tx, rx) = mpsc::channel();
+        *self.cuts.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// Hands `cut` to the watcher, if any (a gone watcher is forgotten).
+    pub(crate) fn report_cut(&self, cut: StreamCut) {
+        let mut cuts = self.cuts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = cuts.as_ref()
+            && tx.send(cut).is_err()
+        {
+            *cuts = None;
+        }
     }
 
     /// Requests seen on `route` since start or the last reset.
