@@ -35,6 +35,11 @@
 //!   (`IOP_BENCH_IDLE_STREAMS`) quiet after their first event, direct and
 //!   through IOP; this process's RSS growth, and the difference (the Edge's
 //!   and the Node's share; see [`idle`]).
+//! - **`cancel`** (printed) — cancellation latency: a client closes a
+//!   paced stream after its first event; the time until the mock's socket
+//!   sees its connection closed, p50 / p99 / max, direct, through the
+//!   tunnel (`mock-chat`) and a normalized run (`mock-ollama`); see
+//!   [`cancel`].
 //!
 //! Under `cargo test` (criterion's test mode, also `cargo bench -- --test`)
 //! every workload shrinks to a few events and each path runs once, so CI
@@ -45,6 +50,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 
+mod cancel;
 mod client;
 mod cpu;
 mod idle;
@@ -183,7 +189,8 @@ fn main() {
         monoio::utils::detect_uring(),
     )
     .expect("IOP_IO_DRIVER is uring, epoll or unset");
-    let scenarios = sizes.scenarios();
+    let mut scenarios = sizes.scenarios();
+    scenarios.extend(cancel::scenarios());
     let stack = Stack::start(driver, &scenarios);
     eprintln!(
         "stream bench: driver {}, mock {}, edge {}",
@@ -210,6 +217,10 @@ fn main() {
     }
     if report_wanted("idle") {
         idle::idle_streams(&stack, &scenarios[4], sizes.idle_streams);
+    }
+    if report_wanted("cancel") {
+        let n = cancel::samples(quick);
+        cancel::cancel_report(&stack, &scenarios[5], &scenarios[6], n);
     }
     criterion.final_summary();
 }

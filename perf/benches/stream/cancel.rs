@@ -1,0 +1,183 @@
+//! Cancellation latency (printed, not a criterion figure): from a client
+//! closing its socket mid-stream to the mock provider's socket seeing its
+//! own connection closed (issue 8 target: p99 ≤ 2 ms through IOP).
+//!
+//! Each sample opens a streaming chat completion paced at one token every
+//! [`TOKEN_DELAY_MS`] (so a close is a close, never the stream's end),
+//! reads its first event, takes `t0` and closes the socket. The mock
+//! reports the cut stream with the instant its socket saw the close (a
+//! read of 0 bytes, or `ECONNRESET`/`EPIPE`; see
+//! [`perf::mock_provider::StreamCut`]); the sample is that instant − `t0`,
+//! both from this process's monotonic clock. Paths:
+//!
+//! - `direct` — client → mock: the kernel's and the mock's own share, the
+//!   baseline;
+//! - `tunnel` — client → Edge → Node → mock over the raw tunnel (F16,
+//!   provider `mock-chat`): the Edge sees the close, cancels the stream on
+//!   the link, the Node drops the provider connection;
+//! - `normalized` — the same for a normalized run of an Ollama provider
+//!   (`mock-ollama`, F17): the Edge drops the run stream, which cancels the
+//!   run on the Node.
+//!
+//! Samples run one at a time on an otherwise idle stack. Under `cargo
+//! test` each path takes [`QUICK_SAMPLES`].
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use perf::mock_provider::StreamCut;
+
+use super::stack::{Scenario, Stack};
+
+/// The mock's pace: one token every this many milliseconds.
+const TOKEN_DELAY_MS: u64 = 20;
+/// Samples a path under `cargo bench` (`IOP_BENCH_CANCEL_SAMPLES` overrides).
+const SAMPLES: usize = 300;
+/// Samples a path in criterion's test mode.
+const QUICK_SAMPLES: usize = 2;
+/// How long a sample waits for the mock to report the cut.
+const CUT_WAIT: Duration = Duration::from_secs(5);
+
+/// The two providers the report streams through IOP: `mock-chat` (raw
+/// tunnel) and `mock-ollama` (normalized run), both paced.
+pub(crate) fn scenarios() -> Vec<Scenario> {
+    let knobs = || {
+        vec![
+            ("tokens", "1000000".to_owned()),
+            ("delay-ms", TOKEN_DELAY_MS.to_string()),
+        ]
+    };
+    vec![
+        Scenario {
+            model: "mock-chat",
+            kind: "openai_compat",
+            knobs: knobs(),
+        },
+        Scenario {
+            model: "mock-ollama",
+            kind: "ollama",
+            knobs: knobs(),
+        },
+    ]
+}
+
+/// Samples a path: `quick` (test mode) takes [`QUICK_SAMPLES`].
+pub(crate) fn samples(quick: bool) -> usize {
+    if quick {
+        return QUICK_SAMPLES;
+    }
+    std::env::var("IOP_BENCH_CANCEL_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SAMPLES)
+}
+
+/// Measures every path `n` times and prints p50 / p99 / max in µs.
+/// `chat` and `ollama` are the two [`scenarios`].
+pub(crate) fn cancel_report(stack: &Stack, chat: &Scenario, ollama: &Scenario, n: usize) {
+    let cuts = stack.mock.stats().watch_cuts();
+    let paths = [
+        (
+            "direct",
+            stack.mock_addr(),
+            request(&chat.header_lines(), "m"),
+        ),
+        ("tunnel", stack.ingress(), request("", chat.model)),
+        ("normalized", stack.ingress(), request("", ollama.model)),
+    ];
+    println!(
+        "cancel/{}: client close -> the mock provider's socket sees its connection closed; \
+         {n} samples a path, one token every {TOKEN_DELAY_MS} ms, µs",
+        stack.driver.as_str()
+    );
+    for (name, addr, request) in paths {
+        // One unmeasured sample warms the connections and the pools.
+        let _ = sample(addr, &request, &cuts);
+        let mut latencies = Vec::with_capacity(n);
+        let mut failures = Vec::new();
+        for _ in 0..n {
+            match sample(addr, &request, &cuts) {
+                Ok(latency) => latencies.push(latency.as_secs_f64() * 1e6),
+                Err(e) => failures.push(e),
+            }
+        }
+        print_row(name, &mut latencies);
+        if let Some(first) = failures.first() {
+            println!(
+                "  {name:<10} {} samples failed; first: {first}",
+                failures.len()
+            );
+        }
+    }
+}
+
+/// The raw request of one paced streaming chat completion.
+fn request(headers: &str, model: &str) -> Vec<u8> {
+    let body = format!(
+        r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
+         accept: text/event-stream\r\n{headers}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// One sample: open a stream, read its first event, close, and wait for
+/// the mock's report; the time from the close to the mock's socket
+/// seeing it.
+fn sample(
+    addr: SocketAddr,
+    request: &[u8],
+    cuts: &Receiver<StreamCut>,
+) -> Result<Duration, String> {
+    // A cut left over from an earlier (failed) sample is not this one's.
+    while cuts.try_recv().is_ok() {}
+    let mut socket = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    socket.set_nodelay(true).map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    socket
+        .write_all(request)
+        .map_err(|e| format!("request: {e}"))?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(6).any(|w| w == b"data: ") {
+        match socket.read(&mut buf) {
+            Ok(0) => {
+                let head = String::from_utf8_lossy(&seen).into_owned();
+                return Err(format!("closed before the first event: {head}"));
+            }
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading the first event: {e}")),
+        }
+    }
+    let closed = Instant::now();
+    drop(socket);
+    let cut = cuts
+        .recv_timeout(CUT_WAIT)
+        .map_err(|_| format!("the mock saw no cut within {CUT_WAIT:?}"))?;
+    let seen_at = cut.closed_at.unwrap_or(cut.dropped_at);
+    Ok(seen_at.saturating_duration_since(closed))
+}
+
+fn print_row(name: &str, latencies: &mut [f64]) {
+    if latencies.is_empty() {
+        println!("  {name:<10} no samples");
+        return;
+    }
+    latencies.sort_by(f64::total_cmp);
+    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "  {name:<10} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}  max {:>8.1}",
+        pick(0.5),
+        pick(0.9),
+        pick(0.99),
+        pick(1.0)
+    );
+}
