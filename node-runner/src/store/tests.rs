@@ -212,6 +212,7 @@ fn a_full_queue_drops_and_counts_without_blocking() {
     let config = WriterConfig {
         queue_capacity: 4,
         max_batch: 2,
+        ..WriterConfig::default()
     };
     let writer = StoreWriter::spawn_gated(store, config, Some(gate)).unwrap();
     // The thread is held at the gate, so the queue fills deterministically:
@@ -335,5 +336,32 @@ fn errors_name_the_path() {
     assert!(
         err.to_string().contains(&expected.display().to_string()),
         "{err}"
+    );
+}
+
+#[test]
+fn updates_arriving_inside_the_commit_interval_share_one_transaction() {
+    let (_dir, store) = temp_store(1000);
+    let config = WriterConfig {
+        commit_interval: std::time::Duration::from_secs(5),
+        ..WriterConfig::default()
+    };
+    let writer = StoreWriter::spawn(store, config).unwrap();
+    // The first update after an idle spell commits at once.
+    writer.record(update("first", Transition::Queued));
+    writer.flush().unwrap();
+    assert_eq!(writer.stats().batches, 1);
+    // The next ones arrive well inside the interval: the thread holds them
+    // until the interval is over (or a flush comes), then writes them all in
+    // one transaction instead of one sync each.
+    for i in 0..100 {
+        assert!(writer.record(update(&format!("r{i}"), Transition::Queued)));
+    }
+    writer.flush().unwrap();
+    let stats = writer.stats();
+    assert_eq!(stats.written, 101);
+    assert!(
+        stats.batches <= 3,
+        "100 updates inside one interval are at most a couple of commits: {stats:?}"
     );
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::StoreError;
 use super::lmdb::RunStore;
@@ -35,6 +36,9 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
 /// Default most updates written in one transaction.
 pub const DEFAULT_MAX_BATCH: usize = 1024;
 
+/// Default least time between two commits (see the module docs).
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(20);
+
 /// How a [`StoreWriter`] queues and batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterConfig {
@@ -42,6 +46,9 @@ pub struct WriterConfig {
     pub queue_capacity: usize,
     /// Most updates written in one transaction (at least 1).
     pub max_batch: usize,
+    /// Least time between two commits; zero commits as soon as anything is
+    /// queued.
+    pub commit_interval: Duration,
 }
 
 impl Default for WriterConfig {
@@ -49,6 +56,7 @@ impl Default for WriterConfig {
         WriterConfig {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
+            commit_interval: DEFAULT_COMMIT_INTERVAL,
         }
     }
 }
@@ -123,6 +131,9 @@ enum Msg {
 pub struct StoreHandle {
     tx: SyncSender<Msg>,
     counters: Arc<Counters>,
+    /// The store thread, unparked by a flush so it does not wait out a
+    /// commit interval.
+    thread: std::thread::Thread,
 }
 
 impl StoreHandle {
@@ -152,6 +163,7 @@ impl StoreHandle {
         self.tx
             .send(Msg::Flush(ack_tx))
             .map_err(|_| StoreError::WriterClosed)?;
+        self.thread.unpark();
         ack_rx.recv().map_err(|_| StoreError::WriterClosed)
     }
 
@@ -184,17 +196,20 @@ impl StoreWriter {
         let (tx, rx) = mpsc::sync_channel(config.queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
-        let max_batch = config.max_batch.max(1);
         let thread = std::thread::Builder::new()
             .name("iop-run-store".into())
             .spawn(move || {
                 if let Some(gate) = gate {
                     let _ = gate.recv();
                 }
-                run(&store, &rx, &thread_counters, max_batch);
+                run(&store, &rx, &thread_counters, config);
             })?;
         Ok(StoreWriter {
-            handle: StoreHandle { tx, counters },
+            handle: StoreHandle {
+                tx,
+                counters,
+                thread: thread.thread().clone(),
+            },
             thread: Some(thread),
         })
     }
@@ -224,19 +239,31 @@ impl Drop for StoreWriter {
     fn drop(&mut self) {
         // A blocking send: shutdown waits for the queue, never drops it.
         let _ = self.handle.tx.send(Msg::Shutdown);
+        self.handle.thread.unpark();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-/// The store thread: wait for one message, take whatever else is queued (up
-/// to `max_batch` updates, stopping at a flush or shutdown), write it in one
-/// transaction, acknowledge flushes.
-fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, max_batch: usize) {
+/// The store thread: wait for one message; if it is an update that came
+/// sooner than the commit interval after the last commit, park for the rest
+/// of the interval (a flush or shutdown unparks it early); then take whatever else is queued (up to `max_batch`
+/// updates, stopping at a flush or shutdown), write it in one transaction,
+/// acknowledge flushes.
+fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: WriterConfig) {
+    let max_batch = config.max_batch.max(1);
     let mut pending = Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH));
+    let mut last_commit: Option<Instant> = None;
     loop {
         let Ok(first) = rx.recv() else { return };
+        if matches!(first, Msg::Update(_)) {
+            let hold = commit_hold(last_commit, Instant::now(), config.commit_interval);
+            if !hold.is_zero() {
+                // A spurious or early wake only commits sooner.
+                std::thread::park_timeout(hold);
+            }
+        }
         let mut next = Some(first);
         let mut ack = None;
         let mut shutdown = false;
@@ -254,6 +281,7 @@ fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, max_batch: usi
         if !pending.is_empty() {
             write_batch(store, &pending, counters);
             pending.clear();
+            last_commit = Some(Instant::now());
         }
         if let Some(ack) = ack {
             let _ = ack.send(());
@@ -262,6 +290,15 @@ fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, max_batch: usi
             return;
         }
     }
+}
+
+/// How long an update arriving at `now` waits before its commit: the rest of
+/// `interval` since the last commit, or nothing if there was none or it is
+/// older than that.
+fn commit_hold(last_commit: Option<Instant>, now: Instant, interval: Duration) -> Duration {
+    last_commit.map_or(Duration::ZERO, |last| {
+        interval.saturating_sub(now.saturating_duration_since(last))
+    })
 }
 
 fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
