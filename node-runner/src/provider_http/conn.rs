@@ -12,6 +12,17 @@
 //! `Content-Length` or chunked body cut short is
 //! [`ProviderError::BodyTruncated`]; a close-delimited body ends there, as
 //! with plain TCP.
+//!
+//! Idle streams hold no receive buffer: after a read that drained the
+//! socket (fewer bytes than offered), and before the first read (the wait
+//! for the head), with nothing left unparsed, a read first gives the
+//! buffer up and waits for the socket to be readable, then reserves a
+//! fresh one. A stream quiet for minutes (a model thinking) then costs no
+//! [`READ_RESERVE`] bytes, nor does a request waiting for its head; a busy
+//! one (full reads) reads straight on. So a buffer lives from the moment
+//! bytes arrive until its slices are relayed, and a burst of new streams
+//! does not hold one each. Plain TCP only: rustls may hold decrypted bytes the
+//! socket's readiness does not show, so a TLS connection keeps its buffer.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -57,6 +68,11 @@ pub(crate) struct Connection {
     /// Addresses of the bytes the last read put in `buf` (for the
     /// zero-copy tests: a body chunk must point into such a range).
     pub(crate) last_read: Range<usize>,
+    /// True when the last read drained the socket (it returned fewer bytes
+    /// than offered), or nothing was read since the connection was opened
+    /// or pooled: the next read is likely to wait, so it waits without a
+    /// buffer (see the module docs).
+    drained: bool,
 }
 
 impl Connection {
@@ -89,10 +105,12 @@ impl Connection {
         };
         Ok(Self {
             io,
-            buf: BytesMut::with_capacity(READ_RESERVE),
+            // No buffer until the provider has answered (see `drained`).
+            buf: BytesMut::new(),
             reused: false,
             busy: false,
             last_read: 0..0,
+            drained: true,
         })
     }
 
@@ -115,7 +133,18 @@ impl Connection {
 
     /// Reads once into the spare capacity of `buf`, after the bytes it
     /// holds; `Ok(0)` is EOF (for TLS also a close without `close_notify`).
+    /// When the socket was drained and nothing is left unparsed, first
+    /// releases the buffer and waits for readability (see the module docs).
     pub(crate) async fn read_more(&mut self) -> io::Result<usize> {
+        if self.drained && self.buf.is_empty() {
+            if let Transport::Plain(stream) = &self.io {
+                self.buf = BytesMut::new();
+                // Not `busy`: no buffer is in flight, so dropping this wait
+                // leaves the framing position intact. Not relaxed: the
+                // epoll driver's cached readiness could be stale.
+                stream.readable(false).await?;
+            }
+        }
         if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
             self.buf.reserve(READ_RESERVE);
         }
@@ -138,7 +167,23 @@ impl Connection {
         self.busy = false;
         let n = result?;
         self.last_read = start..start + n;
+        self.drained = n < capacity - len;
         Ok(n)
+    }
+
+    /// Gives up the receive buffer if it holds nothing unparsed: its
+    /// allocation is freed once the body slices handed out are dropped.
+    pub(crate) fn release_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.drained = true;
+        }
+    }
+
+    /// The receive buffer's capacity (the buffer-release tests).
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 }
 

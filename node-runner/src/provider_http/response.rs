@@ -3,9 +3,10 @@
 
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use framing::http::{
-    BodyDecoder, BodyFraming, BodyItem, Headers, ResponseHead, parse_response_head,
+    BodyDecoder, BodyFraming, BodyItem, HeadLimits, Headers, HttpError, ResponseHead,
+    parse_response_head,
 };
 
 use super::Inner;
@@ -32,7 +33,7 @@ pub(crate) async fn read_head(
 ) -> Result<ResponseHead, HeadFailure> {
     let mut received = false;
     loop {
-        match parse_response_head(&mut conn.buf, &inner.config.head_limits, head_request) {
+        match parse_head_owned(conn, &inner.config.head_limits, head_request) {
             // 101 would switch protocols, which this client never asks for.
             Ok(Some(head)) if head.status() == 101 => {
                 return Err(HeadFailure::Failed(ProviderError::MalformedHead(
@@ -58,6 +59,28 @@ pub(crate) async fn read_head(
             Err(error) => return Err(HeadFailure::Failed(ProviderError::io(&error))),
         }
     }
+}
+
+/// Parses a head from a right-sized copy of the received bytes and, when
+/// one is complete, consumes it from the receive buffer. The head lives as
+/// long as the response, and a head sliced from the receive buffer would
+/// pin that whole buffer for the stream's life, so that an idle stream
+/// could never release it (see `conn`). One copy of a few hundred bytes
+/// a response; the body stays zero-copy.
+fn parse_head_owned(
+    conn: &mut Connection,
+    limits: &HeadLimits,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, HttpError> {
+    // One byte past the limit keeps "head too large" exactly as on the
+    // whole buffer.
+    let window = conn.buf.len().min(limits.effective_head_bytes() + 1);
+    let mut copy = BytesMut::from(&conn.buf[..window]);
+    let head = parse_response_head(&mut copy, limits, head_request)?;
+    if head.is_some() {
+        conn.buf.advance(window - copy.len());
+    }
+    Ok(head)
 }
 
 /// A provider's response: the final head, then the body as a stream of
@@ -178,6 +201,14 @@ impl ProviderResponse {
         self.conn.as_ref().map(|c| c.last_read.clone())
     }
 
+    /// The receive buffer's capacity (the buffer-release tests).
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> Option<usize> {
+        self.conn
+            .as_ref()
+            .map(super::conn::Connection::buffer_capacity)
+    }
+
     /// Releases the connection after the body's end (or at once for a
     /// response without a body): back to the pool when
     /// both sides keep it alive, nothing stray follows the body and no
@@ -190,6 +221,8 @@ impl ProviderResponse {
             self.head.keep_alive() && !self.eof && conn.buf.is_empty() && conn.is_clean();
         if reusable {
             conn.reused = true;
+            // An idle pooled connection holds no receive buffer either.
+            conn.release_buffer();
             let now = self.inner.clock.refresh();
             let key = self.key.clone();
             self.inner.pool.borrow_mut().checkin(key, conn, now);

@@ -496,10 +496,13 @@ fn a_cancelled_read_poisons_the_response() {
         let (base, server) = serve(move |l| {
             let mut s = accept(&l);
             read_request(&mut s);
-            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+            // A partial size line stays in the receive buffer, so the next
+            // read runs with the buffer in flight (an empty buffer would
+            // only wait for readability, which is cancel-safe).
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n3")
                 .unwrap();
             released.recv_timeout(PATIENCE).unwrap();
-            let _ = s.write_all(b"3\r\ntwo\r\n0\r\n\r\n");
+            let _ = s.write_all(b"\r\ntwo\r\n0\r\n\r\n");
         });
         let client = client();
         let mut response = client.request(post(&base, "{}")).await.unwrap();
@@ -513,6 +516,46 @@ fn a_cancelled_read_poisons_the_response() {
         assert!(response.next_chunk().await.is_none());
         assert_eq!(client.idle_connections(&base), 0);
         drop(response);
+        join(server).await;
+    });
+}
+
+#[test]
+fn an_idle_body_waits_without_a_receive_buffer() {
+    each_driver(|| async {
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                .unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(b"world").unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let hello = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&hello[..], b"hello");
+        assert!(response.buffer_capacity().unwrap() > 0);
+        // The head was copied out: it does not pin the receive buffer.
+        let read = response.last_read().unwrap();
+        let field = response.headers().get("content-length").unwrap().as_ptr() as usize;
+        assert!(!read.contains(&field), "{read:?} holds the head at {field}");
+        // The stream idles: its wait holds no buffer, and dropping the
+        // wait (no read in flight) leaves the response usable.
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        assert_eq!(response.buffer_capacity(), Some(0));
+        drop(hello);
+        release.send(()).unwrap();
+        let world = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&world[..], b"world");
+        assert!(response.next_chunk().await.is_none());
+        // Pooled without a buffer.
+        assert_eq!(client.idle_connections(&base), 1);
+        drop(response);
+        drop(client);
         join(server).await;
     });
 }
