@@ -35,20 +35,45 @@ impl TunnelStream {
     /// The next frame; `None` after the terminal.
     pub async fn next(&mut self) -> Option<Frame> {
         while !self.handle.ended {
-            let frame = match self.handle.rx.recv().await {
-                Some(StreamItem::Frame(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
-                    frame: Some(frame),
-                }))) => frame,
-                Some(StreamItem::Frame(_)) => continue,
-                Some(StreamItem::Lost(reason)) => Frame::Error(link_lost(Some(reason))),
-                None => Frame::Error(link_lost(None)),
-            };
-            if matches!(frame, Frame::End(_) | Frame::Error(_)) {
-                self.handle.ended = true;
+            let item = self.handle.rx.recv().await;
+            if let Some(frame) = self.frame_of(item) {
+                return Some(frame);
             }
-            return Some(frame);
         }
         None
+    }
+
+    /// The next frame if one has already arrived (never waits): lets the
+    /// caller write every frame that is ready in one go.
+    pub fn try_next(&mut self) -> Option<Frame> {
+        while !self.handle.ended {
+            let item = match self.handle.rx.try_recv() {
+                Ok(item) => Some(item),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
+            };
+            if let Some(frame) = self.frame_of(item) {
+                return Some(frame);
+            }
+        }
+        None
+    }
+
+    /// The frame an item carries (`None`: an item to skip); the channel's
+    /// end or a lost link becomes the synthesized `error` terminal.
+    fn frame_of(&mut self, item: Option<StreamItem>) -> Option<Frame> {
+        let frame = match item {
+            Some(StreamItem::Frame(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                frame: Some(frame),
+            }))) => frame,
+            Some(StreamItem::Frame(_)) => return None,
+            Some(StreamItem::Lost(reason)) => Frame::Error(link_lost(Some(reason))),
+            None => Frame::Error(link_lost(None)),
+        };
+        if matches!(frame, Frame::End(_) | Frame::Error(_)) {
+            self.handle.ended = true;
+        }
+        Some(frame)
     }
 
     /// Gives the node `bytes` more credit for this stream's body (the

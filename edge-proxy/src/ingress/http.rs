@@ -93,6 +93,9 @@ pub struct Responder {
     gone: Rc<Cell<bool>>,
     gone_rx: Option<local_sync::oneshot::Receiver<()>>,
     failed: bool,
+    /// While corked ([`Responder::cork`]), what the writes would have sent,
+    /// in order; [`Responder::uncork`] sends it in one `writev`.
+    corked: Option<Vec<Bytes>>,
 }
 
 impl std::fmt::Debug for Responder {
@@ -235,8 +238,37 @@ impl Responder {
         self.close = true;
     }
 
+    /// Holds every write from now on until [`Responder::uncork`], which
+    /// sends them in one `writev`: a caller that has several pieces ready
+    /// at once (a tunnel's head, body and end) costs the client one write,
+    /// not one each. The caller bounds what it writes while corked.
+    pub fn cork(&mut self) {
+        self.corked.get_or_insert_with(Vec::new);
+    }
+
+    /// Bytes held by [`Responder::cork`] so far.
+    pub fn corked_len(&self) -> usize {
+        self.corked
+            .as_ref()
+            .map_or(0, |parts| parts.iter().map(Bytes::len).sum())
+    }
+
+    /// Sends what was held since [`Responder::cork`] and writes directly
+    /// again.
+    pub async fn uncork(&mut self) {
+        if let Some(parts) = self.corked.take() {
+            if !parts.is_empty() {
+                self.send(parts).await;
+            }
+        }
+    }
+
     async fn send(&mut self, parts: Vec<Bytes>) {
         if self.failed {
+            return;
+        }
+        if let Some(corked) = self.corked.as_mut() {
+            corked.extend(parts);
             return;
         }
         if iovec::write_all(&mut self.write, parts).await.is_err() {
@@ -265,6 +297,7 @@ pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler
         gone: Rc::new(Cell::new(false)),
         gone_rx: None,
         failed: false,
+        corked: None,
     };
     let mut buf = BytesMut::with_capacity(4096);
     loop {
@@ -296,6 +329,8 @@ pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler
             gone_tx,
         ));
         handler.handle(request, &mut responder).await;
+        // A handler that left its writes corked still gets them sent.
+        responder.uncork().await;
         stopping.set(true);
         drop(canceller.cancel());
         let (returned_read, returned_buf, left) = watcher.await;
@@ -485,3 +520,7 @@ async fn read_body(
         _ => parts.concat().into(),
     })
 }
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;

@@ -8,10 +8,12 @@
 //!   (F18), so usage is always accounted and the client's stream is exactly
 //!   what it asked for.
 //! - Body frames are `Bytes` slices of the node connection's receive buffer;
-//!   each goes to the client as one chunk (size line + slice + CRLF in one
-//!   `writev`) the moment it arrives — nothing is buffered or copied.
-//!   Credit for the stream is returned to the Node after each write, so a
-//!   client that stops reading pauses only its own provider read.
+//!   each goes to the client as one chunk (size line + slice + CRLF) the
+//!   moment it arrives — nothing is copied, and nothing waits: frames that
+//!   arrived together leave in one `writev` (a small answer's head, body
+//!   and end are one write). Credit for the stream is returned to the Node
+//!   after each write, so a client that stops reading pauses only its own
+//!   provider read.
 //! - Hop-by-hop and framing headers of the provider are dropped; the Edge
 //!   frames the body itself (chunked, or close-delimited for HTTP/1.0).
 //! - The provider's status and headers are held (they are small `Bytes`
@@ -175,7 +177,28 @@ async fn write_head(head: HeldHead, responder: &mut Responder) {
         .await;
 }
 
+/// Most frames written to the client in one go (see [`relay`]).
+const MAX_BATCH_FRAMES: usize = 64;
+
+/// Most body bytes held for one write (see [`relay`]).
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+
+/// What one frame did to the relay.
+enum Step {
+    /// Go on with the next frame.
+    Next,
+    /// The relay is over.
+    Over(Ended),
+}
+
 /// Relays the tunnel's frames to the client (see the module docs).
+///
+/// Every frame that has already arrived when the relay wakes is written in
+/// one `writev` (up to [`MAX_BATCH_FRAMES`] / [`MAX_BATCH_BYTES`]): a small
+/// answer's head, body and end leave in one write, and a fast stream's
+/// events that queued while the last write ran leave together. Nothing
+/// waits to be batched: the relay writes as soon as no frame is ready, and
+/// credit goes back to the Node after that write.
 async fn relay(
     ctx: &AttemptCtx<'_, '_>,
     lease: &Lease,
@@ -194,64 +217,107 @@ async fn relay(
             responder.close_after();
             return Ended::Answered(499);
         };
-        match frame {
-            Frame::Status(s) => commit.status(s.code),
-            Frame::Headers(headers) => commit.headers(
-                headers
-                    .headers
-                    .into_iter()
-                    .filter(|h| relayed(&h.name))
-                    .map(|h| (h.name, h.value))
-                    .collect(),
-            ),
-            Frame::Body(body) => {
-                if let Some(head) = commit.body() {
-                    write_head(head, responder).await;
-                }
-                let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-                responder.chunk(body).await;
-                if responder.is_gone() {
-                    return Ended::Answered(499);
-                }
-                stream.grant(len);
+        responder.cork();
+        let mut credit = 0u32;
+        let mut next = Some(frame);
+        let mut frames = 0;
+        let mut over = None;
+        while let Some(frame) = next.take() {
+            let step = relay_frame(
+                ctx,
+                lease,
+                frame,
+                responder,
+                commit,
+                &mut last_usage,
+                &mut credit,
+            )
+            .await;
+            if let Step::Over(ended) = step {
+                over = Some(ended);
+                break;
             }
-            Frame::Usage(usage) => last_usage = Some(usage),
-            Frame::End(end) => {
-                if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
-                    super::record_usage(ctx.shared, lease, usage);
-                }
-                match commit.end() {
-                    EndStep::Headless => {
-                        let error = ApiError::new(
-                            502,
-                            "server_error",
-                            "upstream_error",
-                            "the provider answered without a response head",
-                        );
-                        responder.error(&error).await;
-                        return Ended::Answered(error.status);
-                    }
-                    EndStep::CommitThenFinish(head) => write_head(head, responder).await,
-                    EndStep::Finish => {}
-                }
-                responder.finish().await;
-                return Ended::Answered(commit.answered_status());
+            frames += 1;
+            if frames < MAX_BATCH_FRAMES && responder.corked_len() < MAX_BATCH_BYTES {
+                next = stream.try_next();
             }
-            Frame::Error(failure) if failure.code() == FailureCode::ResponseStalled => {
-                return Ended::Stalled(failure);
-            }
-            Frame::Error(failure) => match commit.failure_ending() {
-                FailureEnding::HttpError => {
-                    let error = from_failure(&failure);
-                    responder.error(&error).await;
-                    return Ended::Answered(error.status);
-                }
-                _ => {
-                    // Mid-body: cut the client's stream so it sees the break.
-                    responder.close_after();
-                    return Ended::Answered(commit.answered_status());
-                }
-            },
         }
+        responder.uncork().await;
+        if let Some(ended) = over {
+            return ended;
+        }
+        if responder.is_gone() {
+            return Ended::Answered(499);
+        }
+        stream.grant(credit);
     }
+}
+
+/// Handles one frame of the relay; writes go to the corked responder.
+async fn relay_frame(
+    ctx: &AttemptCtx<'_, '_>,
+    lease: &Lease,
+    frame: Frame,
+    responder: &mut Responder,
+    commit: &mut TunnelCommit,
+    last_usage: &mut Option<proto::v1::Usage>,
+    credit: &mut u32,
+) -> Step {
+    match frame {
+        Frame::Status(s) => commit.status(s.code),
+        Frame::Headers(headers) => commit.headers(
+            headers
+                .headers
+                .into_iter()
+                .filter(|h| relayed(&h.name))
+                .map(|h| (h.name, h.value))
+                .collect(),
+        ),
+        Frame::Body(body) => {
+            if let Some(head) = commit.body() {
+                write_head(head, responder).await;
+            }
+            let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+            responder.chunk(body).await;
+            *credit = credit.saturating_add(len);
+        }
+        Frame::Usage(usage) => *last_usage = Some(usage),
+        Frame::End(end) => {
+            if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
+                super::record_usage(ctx.shared, lease, usage);
+            }
+            match commit.end() {
+                EndStep::Headless => {
+                    let error = ApiError::new(
+                        502,
+                        "server_error",
+                        "upstream_error",
+                        "the provider answered without a response head",
+                    );
+                    responder.error(&error).await;
+                    return Step::Over(Ended::Answered(error.status));
+                }
+                EndStep::CommitThenFinish(head) => write_head(head, responder).await,
+                EndStep::Finish => {}
+            }
+            responder.finish().await;
+            return Step::Over(Ended::Answered(commit.answered_status()));
+        }
+        Frame::Error(failure) if failure.code() == FailureCode::ResponseStalled => {
+            return Step::Over(Ended::Stalled(failure));
+        }
+        Frame::Error(failure) => match commit.failure_ending() {
+            FailureEnding::HttpError => {
+                let error = from_failure(&failure);
+                responder.error(&error).await;
+                return Step::Over(Ended::Answered(error.status));
+            }
+            _ => {
+                // Mid-body: cut the client's stream so it sees the break.
+                responder.close_after();
+                return Step::Over(Ended::Answered(commit.answered_status()));
+            }
+        },
+    }
+    Step::Next
 }
