@@ -29,14 +29,14 @@ use proto::v1::{
     CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest,
     ProviderTunnelRequest, RunInput, RunRequest, envelope::Msg,
 };
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 pub use self::stream::{CommandStream, RunStream, is_terminal};
 use self::stream::{StreamHandle, cancel_answer};
 pub use self::tunnel::TunnelStream;
 use crate::link::inbox::CoreMsg;
-use crate::link::streams::StreamKind;
+use crate::link::streams::{StreamKind, stream_channel};
 use crate::pool::Lease;
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
 
@@ -539,7 +539,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             .get(target.core)
             .ok_or(SubmitError::ConnectionGone)?
             .clone();
-        let (sink, rx) = unbounded_channel();
+        let (sink, rx) = stream_channel();
         let (reply, answer) = oneshot::channel();
         inbox
             .send(CoreMsg::Open {

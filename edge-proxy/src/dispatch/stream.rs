@@ -8,10 +8,10 @@ use proto::v1::{
     CancelKind, CancelRequest, CancelResponse, CancelStatus, ExecutionFailure, FailureCode,
     FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, envelope::Msg,
 };
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::link::inbox::CoreMsg;
-use crate::link::streams::StreamItem;
+use crate::link::streams::{StreamItem, StreamReceiver};
 
 /// One open stream on one node connection, from the caller's side. Dropping
 /// it before its end tells the owning core to forget the stream (and to
@@ -21,7 +21,7 @@ pub(crate) struct StreamHandle {
     pub(crate) node_id: String,
     pub(crate) generation: u64,
     pub(crate) stream_id: u64,
-    pub(crate) rx: UnboundedReceiver<StreamItem>,
+    pub(crate) rx: StreamReceiver,
     pub(crate) inbox: UnboundedSender<CoreMsg>,
     pub(crate) ended: bool,
 }

@@ -10,15 +10,23 @@
 //! every open stream gets exactly one [`StreamItem::Lost`] instead.
 //!
 //! Sans-IO: no sockets, no clock. The connection driver owns one table.
+//!
+//! A stream's channel ([`stream_channel`]) allocates per queued item and
+//! keeps nothing at rest beyond its small shared state: a stream that idles
+//! for minutes (a model thinking) holds no block of item slots. The items
+//! are large (a [`Msg`] by value), so a channel with a preallocated block
+//! (tokio's: 32 slots, ~9 KB) cost every idle stream that much.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use framing::link::CloseReason;
+use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use proto::Envelope;
 use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
 use proto::v1::{RunEventKind, envelope::Msg};
-use tokio::sync::mpsc::UnboundedSender;
+
+use tokio::sync::mpsc::error::TryRecvError;
 
 /// What a stream is, which decides its terminal frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +76,45 @@ pub enum StreamItem {
     Lost(CloseReason),
 }
 
-/// Where a stream's items go (any thread).
-pub type StreamSink = UnboundedSender<StreamItem>;
+/// Where a stream's items go (any thread); see [`stream_channel`].
+#[derive(Debug, Clone)]
+pub struct StreamSink(UnboundedSender<StreamItem>);
+
+impl StreamSink {
+    /// Queues `item`; `false` when the receiver is gone.
+    pub fn send(&self, item: StreamItem) -> bool {
+        self.0.unbounded_send(item).is_ok()
+    }
+}
+
+/// The caller's end of a stream's channel (any thread).
+#[derive(Debug)]
+pub struct StreamReceiver(UnboundedReceiver<StreamItem>);
+
+impl StreamReceiver {
+    /// The next item; `None` once every sink is gone and nothing is queued.
+    pub async fn recv(&mut self) -> Option<StreamItem> {
+        self.0.recv().await.ok()
+    }
+
+    /// The next item if one is queued, without waiting; the errors are
+    /// tokio's (as for the other channels): `Empty`, or `Disconnected`
+    /// once every sink is gone and nothing is queued.
+    pub fn try_recv(&mut self) -> Result<StreamItem, TryRecvError> {
+        self.0.try_recv().map_err(|error| match error {
+            futures_channel::mpsc::TryRecvError::Empty => TryRecvError::Empty,
+            futures_channel::mpsc::TryRecvError::Closed => TryRecvError::Disconnected,
+        })
+    }
+}
+
+/// A stream's channel: unbounded (the node's window bounds what is in
+/// flight), one allocation per queued item, no preallocated slots (see the
+/// module docs).
+pub fn stream_channel() -> (StreamSink, StreamReceiver) {
+    let (tx, rx) = unbounded();
+    (StreamSink(tx), StreamReceiver(rx))
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -176,7 +221,6 @@ impl StreamTable {
 #[cfg(test)]
 mod tests {
     use proto::v1::{CancelResponse, NodeCommandResponse, RunEvent};
-    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
     use super::*;
 
@@ -189,15 +233,15 @@ mod tests {
         }
     }
 
-    fn drain(rx: &mut UnboundedReceiver<StreamItem>) -> Vec<StreamItem> {
+    fn drain(rx: &mut StreamReceiver) -> Vec<StreamItem> {
         std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 
     #[test]
     fn ids_increase_and_frames_reach_their_stream_until_the_terminal() {
         let mut table = StreamTable::new();
-        let (tx_a, mut rx_a) = unbounded_channel();
-        let (tx_b, mut rx_b) = unbounded_channel();
+        let (tx_a, mut rx_a) = stream_channel();
+        let (tx_b, mut rx_b) = stream_channel();
         let a = table.open(StreamKind::Run, tx_a, Some("run-a".into()));
         let b = table.open(StreamKind::Run, tx_b, None);
         assert_eq!((a, b), (1, 2));
@@ -223,7 +267,7 @@ mod tests {
     #[test]
     fn each_kind_ends_at_its_own_terminal_and_refuses_foreign_frames() {
         let mut table = StreamTable::new();
-        let (tx, _rx) = unbounded_channel();
+        let (tx, _rx) = stream_channel();
         let cmd = table.open(StreamKind::Command, tx.clone(), None);
         let not_final = Envelope {
             stream_id: cmd,
@@ -262,9 +306,28 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_channel_reports_empty_then_disconnected_and_a_gone_receiver() {
+        let (sink, mut rx) = stream_channel();
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+        assert!(sink.send(StreamItem::Lost(CloseReason::HeartbeatTimeout)));
+        let second = sink.clone();
+        drop(sink);
+        assert_eq!(
+            rx.try_recv(),
+            Ok(StreamItem::Lost(CloseReason::HeartbeatTimeout))
+        );
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty), "a sink is left");
+        drop(second);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+        let (sink, rx) = stream_channel();
+        drop(rx);
+        assert!(!sink.send(StreamItem::Lost(CloseReason::HeartbeatTimeout)));
+    }
+
+    #[test]
     fn a_closed_connection_loses_every_open_stream_exactly_once() {
         let mut table = StreamTable::new();
-        let (tx, mut rx) = unbounded_channel();
+        let (tx, mut rx) = stream_channel();
         let a = table.open(StreamKind::Run, tx.clone(), None);
         table.open(StreamKind::Command, tx, None);
         assert_eq!(table.close(a).map(|(kind, _)| kind), Some(StreamKind::Run));
