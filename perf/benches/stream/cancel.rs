@@ -3,15 +3,20 @@
 //! own connection closed (issue 8 target: p99 ≤ 2 ms through IOP).
 //!
 //! Each sample opens a streaming chat completion paced at one token every
-//! [`TOKEN_DELAY_MS`] (so a close is a close, never the stream's end),
+//! [`TOKEN_DELAY_MS`] (`IOP_BENCH_CANCEL_TOKEN_MS` overrides it; a close
+//! is then a close, never the stream's end, and a latency that tracks the
+//! pace would show a cancel waiting for the provider's next token),
 //! reads its first event, takes `t0` and closes the socket. The mock
 //! reports the cut stream with the instant its socket saw the close (a
 //! read of 0 bytes, or `ECONNRESET`/`EPIPE`; see
 //! [`perf::mock_provider::StreamCut`]); the sample is that instant − `t0`,
 //! both from this process's monotonic clock. Paths:
 //!
-//! - `direct` — client → mock: the kernel's and the mock's own share, the
-//!   baseline;
+//! - `direct` — client → mock (`/v1/chat/completions`): the kernel's and
+//!   the mock's own share, the baseline of `tunnel`;
+//! - `direct-ol` — client → mock on the Ollama wire (`/api/chat`, NDJSON),
+//!   the baseline of `normalized`: its first event comes one token delay
+//!   after the request (no role chunk), as through IOP;
 //! - `tunnel` — client → Edge → Node → mock over the raw tunnel (F16,
 //!   provider `mock-chat`): the Edge sees the close, cancels the stream on
 //!   the link, the Node drops the provider connection;
@@ -33,6 +38,14 @@ use super::stack::{Scenario, Stack};
 
 /// The mock's pace: one token every this many milliseconds.
 const TOKEN_DELAY_MS: u64 = 20;
+
+/// [`TOKEN_DELAY_MS`], or `IOP_BENCH_CANCEL_TOKEN_MS`.
+fn token_delay_ms() -> u64 {
+    std::env::var("IOP_BENCH_CANCEL_TOKEN_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TOKEN_DELAY_MS)
+}
 /// Samples a path under `cargo bench` (`IOP_BENCH_CANCEL_SAMPLES` overrides).
 const SAMPLES: usize = 300;
 /// Samples a path in criterion's test mode.
@@ -46,7 +59,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
     let knobs = || {
         vec![
             ("tokens", "1000000".to_owned()),
-            ("delay-ms", TOKEN_DELAY_MS.to_string()),
+            ("delay-ms", token_delay_ms().to_string()),
         ]
     };
     vec![
@@ -82,23 +95,41 @@ pub(crate) fn cancel_report(stack: &Stack, chat: &Scenario, ollama: &Scenario, n
         (
             "direct",
             stack.mock_addr(),
-            request(&chat.header_lines(), "m"),
+            request(CHAT, &chat.header_lines(), "m"),
+            SSE_EVENT,
         ),
-        ("tunnel", stack.ingress(), request("", chat.model)),
-        ("normalized", stack.ingress(), request("", ollama.model)),
+        (
+            "tunnel",
+            stack.ingress(),
+            request(CHAT, "", chat.model),
+            SSE_EVENT,
+        ),
+        (
+            "direct-ol",
+            stack.mock_addr(),
+            request("/api/chat", &ollama.header_lines(), "m"),
+            NDJSON_LINE,
+        ),
+        (
+            "normalized",
+            stack.ingress(),
+            request(CHAT, "", ollama.model),
+            SSE_EVENT,
+        ),
     ];
     println!(
         "cancel/{}: client close -> the mock provider's socket sees its connection closed; \
-         {n} samples a path, one token every {TOKEN_DELAY_MS} ms, µs",
-        stack.driver.as_str()
+         {n} samples a path, one token every {} ms, µs",
+        stack.driver.as_str(),
+        token_delay_ms()
     );
-    for (name, addr, request) in paths {
+    for (name, addr, request, first) in paths {
         // One unmeasured sample warms the connections and the pools.
-        let _ = sample(addr, &request, &cuts);
+        let _ = sample(addr, &request, first, &cuts);
         let mut latencies = Vec::with_capacity(n);
         let mut failures = Vec::new();
         for _ in 0..n {
-            match sample(addr, &request, &cuts) {
+            match sample(addr, &request, first, &cuts) {
                 Ok(latency) => latencies.push(latency.as_secs_f64() * 1e6),
                 Err(e) => failures.push(e),
             }
@@ -113,25 +144,33 @@ pub(crate) fn cancel_report(stack: &Stack, chat: &Scenario, ollama: &Scenario, n
     }
 }
 
-/// The raw request of one paced streaming chat completion.
-fn request(headers: &str, model: &str) -> Vec<u8> {
+/// The OpenAI chat route (the Edge's, and the mock's direct one).
+const CHAT: &str = "/v1/chat/completions";
+/// What the first event of an SSE body contains.
+const SSE_EVENT: &[u8] = b"data: ";
+/// What the first line of an Ollama NDJSON stream contains.
+const NDJSON_LINE: &[u8] = b"\"done\":false";
+
+/// The raw request of one paced streaming chat to `path`.
+fn request(path: &str, headers: &str, model: &str) -> Vec<u8> {
     let body = format!(
         r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
     );
     format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
          accept: text/event-stream\r\n{headers}content-length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
 }
 
-/// One sample: open a stream, read its first event, close, and wait for
-/// the mock's report; the time from the close to the mock's socket
-/// seeing it.
+/// One sample: open a stream, read until `first` (its first event),
+/// close, and wait for the mock's report; the time from the close to the
+/// mock's socket seeing it.
 fn sample(
     addr: SocketAddr,
     request: &[u8],
+    first: &[u8],
     cuts: &Receiver<StreamCut>,
 ) -> Result<Duration, String> {
     // A cut left over from an earlier (failed) sample is not this one's.
@@ -146,7 +185,7 @@ fn sample(
         .map_err(|e| format!("request: {e}"))?;
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
-    while !seen.windows(6).any(|w| w == b"data: ") {
+    while !seen.windows(first.len()).any(|w| w == first) {
         match socket.read(&mut buf) {
             Ok(0) => {
                 let head = String::from_utf8_lossy(&seen).into_owned();
@@ -173,11 +212,18 @@ fn print_row(name: &str, latencies: &mut [f64]) {
     }
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let over = |us: f64| latencies.iter().filter(|&&l| l > us).count();
     println!(
-        "  {name:<10} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}  max {:>8.1}",
+        "  {name:<10} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}  max {:>8.1}  \
+         > 2 ms: {}  > 5 ms: {}",
         pick(0.5),
         pick(0.9),
         pick(0.99),
-        pick(1.0)
+        pick(1.0),
+        over(TARGET_US),
+        over(5_000.0)
     );
 }
+
+/// Issue 8's target for the p99, in µs.
+const TARGET_US: f64 = 2_000.0;
