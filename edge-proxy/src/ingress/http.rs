@@ -22,12 +22,17 @@
 //! - **Client gone.** While a response streams, a watcher reads the socket:
 //!   end of stream or an error means the client left, and the handler drops
 //!   its upstream at once (which cancels the run or tunnel on the node).
+//! - **Memory of a long answer.** A handler holds its request for as long
+//!   as it answers (minutes for a quiet stream), so the request owns
+//!   right-sized copies of its head and of a small body instead of slices
+//!   that would pin the connection's read buffer; and the watcher waits on
+//!   an idle client with a 64-byte read, not a 4 KiB one.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use framing::http::{
     BodyDecoder, BodyFraming, BodyItem, ChunkedEncoder, HeadLimits, HttpError, RequestHead,
     Version, parse_request_head, write_response_head,
@@ -109,6 +114,15 @@ impl std::fmt::Debug for Responder {
 
 /// Most pipelined bytes buffered while a response is being written.
 const PIPELINE_AHEAD_MAX: usize = 64 * 1024;
+
+/// The watcher's read while the client sends nothing (the usual case: it
+/// waits for the answer). End of stream or an error fits in any size; a
+/// pipelined byte switches it to full reads.
+const WATCH_READ: usize = 64;
+
+/// A request body up to this size is copied out of the read buffer (see
+/// the module docs); a larger one is most of its buffer anyway.
+const OWNED_BODY_MAX: usize = 16 * 1024;
 
 const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
 
@@ -360,7 +374,12 @@ async fn watch(
         if buf.len() >= PIPELINE_AHEAD_MAX {
             return (read, buf, false);
         }
-        buf.reserve(4096);
+        if buf.is_empty() {
+            // Lets go of the request's read buffer (see the module docs).
+            buf = BytesMut::with_capacity(WATCH_READ);
+        } else {
+            buf.reserve(4096);
+        }
         let (len, capacity) = (buf.len(), buf.capacity());
         let (result, returned) = read
             .cancelable_read(buf.slice_mut(len..capacity), handle.clone())
@@ -429,7 +448,7 @@ async fn read_request(
     let head_deadline = Duration::from_millis(limits.head_timeout_ms);
     let head = monoio::time::timeout(head_deadline, async {
         loop {
-            match parse_request_head(buf, &limits.head) {
+            match parse_head_owned(buf, &limits.head) {
                 Ok(Some(head)) => return Ok(Some(head)),
                 Ok(None) => {}
                 Err(e) => return Err(framing_error(&e)),
@@ -457,6 +476,35 @@ async fn read_request(
     }
     let body = read_body(read, buf, framing, limits).await?;
     Ok(Some(Request { head, body }))
+}
+
+/// Parses a request head from a right-sized copy of `buf`'s bytes (up to
+/// the head's blank line) and, when one is complete, consumes it from
+/// `buf`: the head then pins no read buffer (see the module docs). Same
+/// answers as parsing `buf` itself: the copy ends at the first CRLF CRLF
+/// (a bare-LF head, or none yet, copies the whole head window).
+fn parse_head_owned(
+    buf: &mut BytesMut,
+    limits: &HeadLimits,
+) -> Result<Option<RequestHead>, HttpError> {
+    // One byte past the limit keeps "head too large" exactly as on `buf`.
+    let window = buf.len().min(limits.effective_head_bytes() + 1);
+    let end = memchr::memmem::find(&buf[..window], b"\r\n\r\n").map_or(window, |at| at + 4);
+    let mut copied = end;
+    let mut copy = BytesMut::from(&buf[..end]);
+    let mut parsed = parse_request_head(&mut copy, limits);
+    if matches!(parsed, Ok(None)) && end < window {
+        // Not complete up to that CRLF CRLF (cannot happen for a valid
+        // head, which ends there): parse the whole window as `buf` would.
+        copied = window;
+        copy = BytesMut::from(&buf[..window]);
+        parsed = parse_request_head(&mut copy, limits);
+    }
+    let parsed = parsed?;
+    if parsed.is_some() {
+        buf.advance(copied - copy.len());
+    }
+    Ok(parsed)
 }
 
 fn too_large(limits: &IngressLimits) -> ApiError {
@@ -516,7 +564,14 @@ async fn read_body(
     }
     Ok(match parts.len() {
         0 => Bytes::new(),
-        1 => parts.pop().unwrap_or_default(),
+        1 => {
+            let body = parts.pop().unwrap_or_default();
+            if body.len() <= OWNED_BODY_MAX {
+                Bytes::copy_from_slice(&body)
+            } else {
+                body
+            }
+        }
         _ => parts.concat().into(),
     })
 }
@@ -524,3 +579,7 @@ async fn read_body(
 #[cfg(test)]
 #[path = "http_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "http_memory_tests.rs"]
+mod memory_tests;
