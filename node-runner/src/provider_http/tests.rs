@@ -559,3 +559,37 @@ fn an_idle_body_waits_without_a_receive_buffer() {
         join(server).await;
     });
 }
+
+#[test]
+fn an_idle_chunked_body_pins_nothing_but_the_chunk_handed_out() {
+    each_driver(|| async {
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            s.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n",
+            )
+            .unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(b"2\r\n\n\n\r\n0\r\n\r\n").unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let first = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&first[..], b"data: ");
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        // Nothing in the response (head, buffer) shares the chunk's memory:
+        // once the relay drops it, the idle stream holds no read buffer.
+        assert!(first.is_unique());
+        assert_eq!(response.buffer_capacity(), Some(0));
+        release.send(()).unwrap();
+        assert_eq!(drain(&mut response).await.unwrap(), b"\n\n");
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
