@@ -72,16 +72,17 @@ notes=()
 if [ "$scenario" = qps ]; then load="closed loop, ${CONCURRENCY:-16} users"; else load="${RATE:-1000}/s"; fi
 ramp_details=()
 
-# row SUMMARY_JSON PATH DRIVER MODEL: one markdown row of the scenario's table.
+# row SUMMARY_JSON PATH DRIVER MODEL CPU: one markdown row of the scenario's
+# table (CPU: "Edge / Node / mock" µs per request).
 row() {
   local j=$1 h
   h() { local v; v=$(bench_headline "$j" "$1"); [ -n "$v" ] && printf "%.${2:-2}f" "$v" || printf -- '-'; }
   case "$script" in
     chat-stream.js)
-      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $5 | $(h 'error rate' 4) |")
       ;;
     chat-nonstream.js)
-      rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $5 | $(h 'error rate' 4) |")
       ;;
   esac
 }
@@ -150,9 +151,19 @@ run_k6() {
     ramp_details+=("- $path $driver $model — $(sed -n 's/^series: //p' <<<"$rep")")
     cp "$csv" "$out_dir/k6/$name.csv" 2>/dev/null || true
   else
+    # CPU per request of each process over the k6 run (steadier than wall
+    # time on a shared box): the direct path has only the mock.
+    local pids=(- - "$(procs_pid mock)") before=() after=() cpu=() i requests
+    [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
+    for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
     bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$base" -e MODEL="$model" \
       -e LABEL="$path $driver $model" || rc=$?
-    row "$json" "$path" "$driver" "$model"
+    for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
+    requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
+    for i in 0 1 2; do
+      if [ "${pids[i]}" = - ]; then cpu[i]=-; else cpu[i]=$(bench_cpu_per_request "${before[i]}" "${after[i]}" "$requests"); fi
+    done
+    row "$json" "$path" "$driver" "$model" "${cpu[0]} / ${cpu[1]} / ${cpu[2]}"
   fi
   [ "$rc" -eq 0 ] || notes+=("k6 exited with status $rc for $path/$driver/$model (99: a threshold failed, e.g. an error rate above 0) — see its summary JSON")
   return 0
@@ -189,12 +200,12 @@ md=$out_dir/loadtest-$scenario.md
   echo
   case "$script" in
     chat-stream.js)
-      echo "| path | driver | model | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | CPU µs per stream, Edge / Node / mock | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|---|"
       ;;
     chat-nonstream.js)
-      echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | CPU µs per request, Edge / Node / mock | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
     long-streams.js)
       echo "| path | driver | model | target streams | peak open streams | Edge RSS MB (peak) | Node RSS MB (peak) | Edge + Node RSS MB (peak) | Edge / Node CPU % of a core while held | held | streams completed | TTFB p99 ms | error rate |"

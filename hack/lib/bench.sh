@@ -185,6 +185,19 @@ bench_sampler_start() {
   bench_sampler_pid=$!
 }
 
+# bench_cpu_ticks PID: the CPU time PID has used so far (utime + stime of
+# all its threads), in clock ticks; 0 when it is gone.
+bench_cpu_ticks() {
+  awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# bench_cpu_per_request BEFORE AFTER REQUESTS: microseconds of CPU per
+# request from two bench_cpu_ticks readings, or "-".
+bench_cpu_per_request() {
+  awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / hz / n; else printf "-" }'
+}
+
 bench_sampler_stop() {
   if [ -n "${bench_sampler_pid:-}" ]; then
     kill "$bench_sampler_pid" 2>/dev/null || true
