@@ -20,6 +20,7 @@
 //! committed (for tests and shutdown). Dropping the [`StoreWriter`] flushes
 //! and joins the thread.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -301,20 +302,41 @@ fn commit_hold(last_commit: Option<Instant>, now: Instant, interval: Duration) -
     })
 }
 
+/// Writes `updates` in one transaction. A run's updates in the batch (a
+/// short request's queued, running and terminal steps usually arrive
+/// together) are merged first: its record is read once, every update is
+/// applied in order, and it is validated and written once.
 fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
     let result = store.write(|batch| {
-        let mut invalid = 0;
+        // Runs in first-seen order (a new run's place in the store's order
+        // is its first write), each with its merged record and how many
+        // updates it took.
+        let mut runs: Vec<(RunRecord, u64)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
         for u in updates {
-            let mut record = match batch.get(&u.run.run_id)? {
-                Some(record) => record,
-                None => RunRecord::new(&u.run),
+            let at = match index.get(u.run.run_id.as_str()) {
+                Some(&at) => at,
+                None => {
+                    let record = match batch.get(&u.run.run_id)? {
+                        Some(record) => record,
+                        None => RunRecord::new(&u.run),
+                    };
+                    runs.push((record, 0));
+                    index.insert(&u.run.run_id, runs.len() - 1);
+                    runs.len() - 1
+                }
             };
+            let (record, count) = &mut runs[at];
             record.apply(&u.transition);
+            *count += 1;
+        }
+        let mut invalid = 0;
+        for (record, count) in &runs {
             if record.validate().is_err() {
-                invalid += 1;
+                invalid += count;
                 continue;
             }
-            batch.upsert(&record)?;
+            batch.upsert(record)?;
         }
         Ok(invalid)
     });
