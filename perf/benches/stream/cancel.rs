@@ -23,6 +23,10 @@
 //! - `normalized` — the same for a normalized run of an Ollama provider
 //!   (`mock-ollama`, F17): the Edge drops the run stream, which cancels the
 //!   run on the Node.
+//! - `run-drop` — the normalized run without the ingress: submitted to the
+//!   Edge's dispatcher (as the ingress does), its first delta read, then
+//!   the run stream dropped; tells the ingress's share from the
+//!   dispatcher's, the link's and the Node's.
 //!
 //! Samples run one at a time on an otherwise idle stack. Under `cargo
 //! test` each path takes [`QUICK_SAMPLES`].
@@ -32,9 +36,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use edge_proxy::dispatch::SubmitRun;
 use perf::mock_provider::StreamCut;
+use proto::v1::{ChatMessage, RunEventKind, RunInput};
 
-use super::stack::{Scenario, Stack};
+use super::stack::{NODE_ID, Scenario, Stack};
 
 /// The mock's pace: one token every this many milliseconds.
 const TOKEN_DELAY_MS: u64 = 20;
@@ -142,6 +148,74 @@ pub(crate) fn cancel_report(stack: &Stack, chat: &Scenario, ollama: &Scenario, n
             );
         }
     }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _ = runtime.block_on(run_sample(stack, ollama.model, &cuts));
+    let mut latencies = Vec::with_capacity(n);
+    let mut failures = Vec::new();
+    for _ in 0..n {
+        match runtime.block_on(run_sample(stack, ollama.model, &cuts)) {
+            Ok(latency) => latencies.push(latency.as_secs_f64() * 1e6),
+            Err(e) => failures.push(e),
+        }
+    }
+    print_row("run-drop", &mut latencies);
+    if let Some(first) = failures.first() {
+        println!(
+            "  run-drop   {} samples failed; first: {first}",
+            failures.len()
+        );
+    }
+}
+
+/// One `run-drop` sample: a normalized run of provider `model` submitted
+/// to the Edge's dispatcher; after its first delta the stream is dropped
+/// (which cancels the run on the Node).
+async fn run_sample(
+    stack: &Stack,
+    model: &str,
+    cuts: &Receiver<StreamCut>,
+) -> Result<Duration, String> {
+    while cuts.try_recv().is_ok() {}
+    let run = SubmitRun {
+        adapter: model.into(),
+        target: "m".into(),
+        input: RunInput {
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+                ..ChatMessage::default()
+            }],
+            ..RunInput::default()
+        },
+        node: Some(NODE_ID.into()),
+        session_id: "bench-cancel".into(),
+        ..SubmitRun::default()
+    };
+    let mut stream = stack
+        .edge
+        .dispatcher
+        .submit_run(run)
+        .await
+        .map_err(|e| format!("submit: {e:?}"))?;
+    loop {
+        match stream.next().await {
+            Some(event) if event.kind() == RunEventKind::Delta => break,
+            Some(_) => {}
+            None => return Err("the run ended before its first delta".into()),
+        }
+    }
+    let dropped = Instant::now();
+    drop(stream);
+    let cut = cuts
+        .recv_timeout(CUT_WAIT)
+        .map_err(|_| format!("the mock saw no cut within {CUT_WAIT:?}"))?;
+    Ok(cut
+        .closed_at
+        .unwrap_or(cut.dropped_at)
+        .saturating_duration_since(dropped))
 }
 
 /// The OpenAI chat route (the Edge's, and the mock's direct one).

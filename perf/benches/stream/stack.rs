@@ -25,7 +25,7 @@ use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 use proto::v1::{ChatMessage, RunEventKind, RunInput};
 
-const NODE_ID: &str = "node-a";
+pub(crate) const NODE_ID: &str = "node-a";
 const NODE_TOKEN: &str = "bench-token";
 
 /// One streaming workload: the mock's knobs and the model group (and
