@@ -31,10 +31,13 @@ use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::events::{LifecycleEvent, RunBusEvent};
 use crate::registry::{ConnRegistrar, NodeDirectory};
 
-/// Free space guaranteed in the receive buffer before each read. Small, so
-/// an idle link costs little; a large frame grows the buffer to its size
-/// (the decoder reserves it once the length prefix is in).
+/// Free space guaranteed in the receive buffer before a read on a quiet
+/// link. Small, so an idle link costs little; a large frame grows the buffer
+/// to its size (the decoder reserves it once the length prefix is in).
 const READ_MIN: usize = 4 * 1024;
+/// Most free space reserved before a read on a busy link (see
+/// [`next_read_size`]).
+const READ_MAX: usize = 128 * 1024;
 /// A drained receive buffer larger than this is dropped after a small read
 /// (a read of less than [`READ_MIN`] bytes: the link has gone quiet), so one
 /// large frame does not pin its memory for the connection's life, while a
@@ -230,19 +233,24 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     async fn read_loop(self: Rc<Self>, mut read_half: LinkReader) {
         let mut decoder = FrameDecoder::new(self.core.shared.config.max_frame_len);
         let mut buf = BytesMut::new();
+        let mut want = READ_MIN;
         // Stop reading as soon as the session has closed (the writer flushes
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
         while !self.closing.get() && !self.session.borrow().is_closed() {
-            if buf.capacity() - buf.len() < READ_MIN {
-                buf.reserve(READ_MIN);
+            if buf.capacity() - buf.len() < want {
+                buf.reserve(want);
             }
+            let room = buf.capacity() - buf.len();
             let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).
             let (result, returned) = read_half.read(buf, handle).await;
             buf = returned;
             let now = self.core.clock.refresh();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
+            if let Ok(n) = result {
+                want = next_read_size(want, room, n);
+            }
             match result {
                 Ok(0) => self
                     .session
@@ -424,4 +432,44 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The free space to reserve before the next read, after a read of `read`
+/// bytes into `room` bytes of space when `want` were asked for: a read that
+/// filled its room means more is waiting, so the next one may take twice as
+/// much (up to [`READ_MAX`]); a small read (the link went quiet) goes back to
+/// [`READ_MIN`]. Body frames are slices of this buffer, so the buffer is not
+/// reused while they are in flight and each reservation is a fresh
+/// allocation of about this size: on a busy link, 4 KiB reads cost one
+/// read and one allocation per 4 KiB relayed.
+fn next_read_size(want: usize, room: usize, read: usize) -> usize {
+    if read >= room {
+        (want.max(room) * 2).min(READ_MAX)
+    } else if read < READ_MIN {
+        READ_MIN
+    } else {
+        want
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_grow_while_they_fill_and_fall_back_when_the_link_goes_quiet() {
+        let mut want = READ_MIN;
+        let mut sizes = Vec::new();
+        for _ in 0..8 {
+            want = next_read_size(want, want, want);
+            sizes.push(want / 1024);
+        }
+        assert_eq!(sizes, [8, 16, 32, 64, 128, 128, 128, 128]);
+        // A read that did not fill its room but was not small keeps the size.
+        assert_eq!(next_read_size(READ_MAX, READ_MAX, 20 * 1024), READ_MAX);
+        // A small read: the link went quiet.
+        assert_eq!(next_read_size(READ_MAX, READ_MAX, 100), READ_MIN);
+        // Room larger than asked (a partial frame's reservation) that filled.
+        assert_eq!(next_read_size(READ_MIN, 40 * 1024, 40 * 1024), 80 * 1024);
+    }
 }
