@@ -276,102 +276,111 @@ pub async fn run_tunnel<S: TunnelSink>(
 /// Exactly one terminal reaches `sink`, last. A cancel or hard deadline
 /// ready together with a stall wins.
 #[allow(clippy::too_many_arguments)]
-pub async fn run_tunnel_watched<S: TunnelSink, H: HealthCheck>(
-    client: &ProviderClient,
-    target: Option<TunnelTarget<'_>>,
+// Not an `async fn` on purpose (see the comment in the body).
+#[allow(clippy::manual_async_fn)]
+pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
+    client: &'a ProviderClient,
+    target: Option<TunnelTarget<'a>>,
     request: ProviderTunnelRequest,
     limits: TunnelLimits,
-    credit: &Credit,
-    cancel: impl Future<Output = ()>,
+    credit: &'a Credit,
+    cancel: impl Future<Output = ()> + 'a,
     watchdog: Option<Watchdog<H>>,
-    sink: &mut S,
-) -> TunnelOutcome {
-    let prepared = match prepare(target, &request) {
-        Ok(prepared) => prepared,
-        Err(failure) => return fail(sink, failure),
-    };
-    let hard_ms = prepared.hard_timeout_ms;
-    // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
-    // a tie with the stall is decided on one clock (the deadline wins).
-    let deadline = async {
-        match (hard_ms, &watchdog) {
-            (0, _) => pending().await,
-            (ms, Some(w)) => {
-                w.timers.timeout(ms, pending::<()>()).await;
+    sink: &'a mut S,
+) -> impl Future<Output = TunnelOutcome> + 'a {
+    // An async block, not an async fn: an async fn moves each argument into
+    // a local of its own, so the request and the watchdog would be laid out
+    // twice in the future every (idle) tunnel holds for its whole life.
+    async move {
+        let prepared = match prepare(target, &request) {
+            Ok(prepared) => prepared,
+            Err(failure) => return fail(sink, failure),
+        };
+        let hard_ms = prepared.hard_timeout_ms;
+        // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
+        // a tie with the stall is decided on one clock (the deadline wins).
+        let deadline = async {
+            match (hard_ms, &watchdog) {
+                (0, _) => pending().await,
+                (ms, Some(w)) => {
+                    w.timers.timeout(ms, pending::<()>()).await;
+                }
+                // Boxed: monoio's `Sleep` is 640 B aligned to 128, which would
+                // size (and align) every watched tunnel's future too.
+                (ms, None) => Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await,
             }
-            (ms, None) => monoio::time::sleep(Duration::from_millis(ms)).await,
-        }
-    };
-    let activity = watchdog.as_ref().map(Watchdog::start);
-    let stalled = async {
-        match &activity {
-            Some(activity) => activity.stalled().await,
-            None => pending().await,
-        }
-    };
-    let close = CloseSignal::new();
-    let fenced = std::cell::Cell::new(false);
-    // The relay borrows the sink: it lives in this block, and the
-    // terminals of outside stops go out after it (dropped or returned).
-    let stopped = {
-        let mut watched = Watched {
-            sink: &mut *sink,
-            activity: activity.as_ref(),
-            fenced: &fenced,
         };
-        let relay = Relay {
-            sink: &mut watched,
-            credit,
-            max_chunk: limits.max_body_chunk.max(1),
-            close: &close,
-        };
-        let mut relay = std::pin::pin!(relay.run(client, prepared, &request));
-        let stopped = monoio::select! {
-            biased;
-            outcome = &mut relay => return outcome,
-            () = cancel => Stopped::Cancelled,
-            () = deadline => Stopped::HardTimeout(hard_ms),
-            () = stalled => Stopped::Stalled(None),
-        };
-        match (stopped, &watchdog, &activity) {
-            (Stopped::Stalled(_), Some(watchdog), Some(activity)) => {
-                // The claim: fence the output, tell the relay to close,
-                // and confirm its return (joined with the probe).
-                fenced.set(true);
-                close.signal();
-                let returned = async {
-                    let _ = relay.await;
-                };
-                // Boxed: the probe (a provider request) is rarely live and
-                // would otherwise size every idle tunnel's task.
-                let evidence = Box::pin(evidence(watchdog, activity, returned));
-                Stopped::Stalled(Some(evidence.await))
+        let activity = watchdog.as_ref().map(Watchdog::start);
+        let stalled = async {
+            match &activity {
+                Some(activity) => activity.stalled().await,
+                None => pending().await,
             }
-            (stopped, ..) => stopped,
-        }
-    };
-    match stopped {
-        Stopped::Cancelled => {
-            sink.frame(error_frame(failure(
-                FailureCode::Cancelled,
-                FailureSide::Edge,
-                "the tunnel was cancelled",
-            )));
-            TunnelOutcome::Cancelled
-        }
-        Stopped::HardTimeout(ms) => fail(
-            sink,
-            failure(
-                FailureCode::HardTimeout,
-                FailureSide::Provider,
-                format!("the tunnel exceeded its hard timeout of {ms} ms"),
-            ),
-        ),
-        Stopped::Stalled(failure) => {
-            let Some(failure) = failure else {
-                unreachable!("no watchdog, no stall");
+        };
+        let close = CloseSignal::new();
+        let fenced = std::cell::Cell::new(false);
+        // The relay borrows the sink: it lives in this block, and the
+        // terminals of outside stops go out after it (dropped or returned).
+        let stopped = {
+            let mut watched = Watched {
+                sink: &mut *sink,
+                activity: activity.as_ref(),
+                fenced: &fenced,
             };
-            fail(sink, failure)
+            let relay = Relay {
+                sink: &mut watched,
+                credit,
+                max_chunk: limits.max_body_chunk.max(1),
+                close: &close,
+            };
+            let mut relay = std::pin::pin!(relay.run(client, prepared, &request));
+            let stopped = monoio::select! {
+                biased;
+                outcome = &mut relay => return outcome,
+                () = cancel => Stopped::Cancelled,
+                () = deadline => Stopped::HardTimeout(hard_ms),
+                () = stalled => Stopped::Stalled(None),
+            };
+            match (stopped, &watchdog, &activity) {
+                (Stopped::Stalled(_), Some(watchdog), Some(activity)) => {
+                    // The claim: fence the output, tell the relay to close,
+                    // and confirm its return (joined with the probe).
+                    fenced.set(true);
+                    close.signal();
+                    let returned = async {
+                        let _ = relay.await;
+                    };
+                    // Boxed: the probe (a provider request) is rarely live and
+                    // would otherwise size every idle tunnel's task.
+                    let evidence = Box::pin(evidence(watchdog, activity, returned));
+                    Stopped::Stalled(Some(evidence.await))
+                }
+                (stopped, ..) => stopped,
+            }
+        };
+        match stopped {
+            Stopped::Cancelled => {
+                sink.frame(error_frame(failure(
+                    FailureCode::Cancelled,
+                    FailureSide::Edge,
+                    "the tunnel was cancelled",
+                )));
+                TunnelOutcome::Cancelled
+            }
+            Stopped::HardTimeout(ms) => fail(
+                sink,
+                failure(
+                    FailureCode::HardTimeout,
+                    FailureSide::Provider,
+                    format!("the tunnel exceeded its hard timeout of {ms} ms"),
+                ),
+            ),
+            Stopped::Stalled(failure) => {
+                let Some(failure) = failure else {
+                    unreachable!("no watchdog, no stall");
+                };
+                fail(sink, failure)
+            }
         }
     }
 }
@@ -504,11 +513,16 @@ impl<S: TunnelSink> Relay<'_, S> {
         let mut seen = Seen::default();
         loop {
             // Read only with credit: a spent window pauses this provider.
-            let read = async {
-                wait_credit(credit, send.sink).await;
-                response.next_chunk().await
+            // Pinned here and lent to `or_close`: passed by value, it would
+            // be laid out twice in this (idle stream's) future.
+            let next = {
+                let read = std::pin::pin!(async {
+                    wait_credit(credit, send.sink).await;
+                    response.next_chunk().await
+                });
+                close.or_close(read).await
             };
-            let Some(next) = close.or_close(read).await else {
+            let Some(next) = next else {
                 drop(response);
                 return closed();
             };
