@@ -78,6 +78,19 @@ use crate::provider_http::{ProviderClient, ProviderClientConfig};
 use crate::stall::{CLOSE_GRACE, CoreTimers, HealthCheck, StallKind, Watchdog};
 use crate::store::{RunInfo, StoreHandle, StoreUpdate, Transition};
 
+/// Upper bound on the spawned task of one normalized run, in bytes
+/// (checked in debug builds): it lives as long as the run, so every quiet
+/// stream pays it. The adapter's call, the relay and the final body read
+/// are boxed apart (2,616 B when measured; 4,864 B before, with the
+/// keep-alive read inline).
+const RUN_TASK_BUDGET: usize = 3 * 1024;
+
+/// Upper bound on one run's relay ([`relay_watched`]), in bytes (checked in
+/// debug builds). The stall evidence (a health probe of the provider) is
+/// boxed inside it; inline it made the relay 29,440 B, and with it a quiet
+/// normalized stream cost the Node ~44 KB (5,376 B when measured).
+const RUN_RELAY_BUDGET: usize = 6 * 1024;
+
 /// F20: the stall timeout a wire value of 0 means, in ms.
 pub const DEFAULT_STALL_TIMEOUT_MS: u64 = proto::DEFAULT_RESPONSE_STALL_TIMEOUT_MS;
 /// F20: the largest raw stall timeout accepted (24 h); larger is refused as
@@ -390,7 +403,7 @@ impl RunManager {
             spec.credential.clone(),
         );
         let manager = Rc::clone(self);
-        monoio::spawn(async move {
+        let task = async move {
             let timers = Rc::clone(&manager.timers);
             let stop = async move {
                 let cancelled = async {
@@ -407,19 +420,35 @@ impl RunManager {
             };
             let outbox = manager.outbox.clone();
             let closed = &manager.closed;
-            let open = adapter.execute(spec);
-            let (outcome, rest) = relay_watched(open, stop, Some(watchdog), |event| {
+            // The adapter's call and the relay are boxed apart from this
+            // task, each built in place: a future held in a local and then
+            // awaited is laid out twice, and the task lives as long as the
+            // run (every quiet stream pays it).
+            let open = Box::pin(adapter.execute(spec));
+            let relay = Box::pin(relay_watched(open, stop, Some(watchdog), |event| {
                 if !closed.get() {
                     outbox.send_msg(stream_id, Msg::RunEvent(event));
                 }
-            })
-            .await;
+            }));
+            debug_assert!(
+                std::mem::size_of_val(&*relay) <= RUN_RELAY_BUDGET,
+                "a run's relay grew to {} B",
+                std::mem::size_of_val(&*relay)
+            );
+            let (outcome, rest) = relay.await;
             manager.finish(stream_id, &info, &outcome, lease);
             if let Some(mut rest) = rest {
-                // Read the provider body's end so the connection is pooled.
-                let _ = EventSource::next(&mut rest).await;
+                // Read the provider body's end so the connection is pooled
+                // (boxed: the source's read is large and over at once).
+                let _ = Box::pin(EventSource::next(&mut rest)).await;
             }
-        });
+        };
+        debug_assert!(
+            std::mem::size_of_val(&task) <= RUN_TASK_BUDGET,
+            "a run's task grew to {} B",
+            std::mem::size_of_val(&task)
+        );
+        monoio::spawn(task);
     }
 
     /// The stall watchdog of a run or tunnel on `adapter`/`target` (F21):

@@ -122,7 +122,9 @@ where
         why = &mut stop => return (stopped(why, &mut send), None),
         source = &mut open => source,
         () = &mut stalled => {
-            let failure = claim(&watchdog, &activity, async move { drop(open) }).await;
+            // Boxed: the evidence (a health probe of the provider) is rare
+            // and large, and an idle run would carry its layout.
+            let failure = Box::pin(claim(&watchdog, &activity, async move { drop(open) })).await;
             return (stall(failure, &mut send), None);
         },
     };
@@ -134,7 +136,7 @@ where
             () = &mut stalled => Err(()),
         };
         let Ok(next) = next else {
-            let failure = claim(&watchdog, &activity, source.close()).await;
+            let failure = Box::pin(claim(&watchdog, &activity, source.close())).await;
             return (stall(failure, &mut send), None);
         };
         let Some(event) = next else {
