@@ -127,6 +127,20 @@ const OWNED_BODY_MAX: usize = 16 * 1024;
 const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
 
 impl Responder {
+    /// A responder for a new connection's write half.
+    fn new(write: OwnedWriteHalf<TcpStream>) -> Responder {
+        Responder {
+            write,
+            close: false,
+            http10: false,
+            chunked: false,
+            gone: Rc::new(Cell::new(false)),
+            gone_rx: None,
+            failed: false,
+            corked: None,
+        }
+    }
+
     /// Answers with a whole body.
     pub async fn full(&mut self, status: u16, content_type: &str, body: Vec<u8>) {
         self.full_with(status, content_type, body, &[]).await;
@@ -303,16 +317,7 @@ pub trait Handler {
 pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler: &H) {
     let _ = stream.set_nodelay(true);
     let (mut read, write) = stream.into_split();
-    let mut responder = Responder {
-        write,
-        close: false,
-        http10: false,
-        chunked: false,
-        gone: Rc::new(Cell::new(false)),
-        gone_rx: None,
-        failed: false,
-        corked: None,
-    };
+    let mut responder = Responder::new(write);
     let mut buf = BytesMut::with_capacity(4096);
     loop {
         let request = match read_request(&mut read, &mut buf, &limits, &mut responder).await {

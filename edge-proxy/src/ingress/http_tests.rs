@@ -13,17 +13,7 @@ async fn pair() -> (Responder, std::net::TcpStream) {
     let (edge, _) = listener.accept().unwrap();
     let edge = TcpStream::from_std(edge).unwrap();
     let (_read, write) = edge.into_split();
-    let responder = Responder {
-        write,
-        close: false,
-        http10: false,
-        chunked: false,
-        gone: Rc::new(Cell::new(false)),
-        gone_rx: None,
-        failed: false,
-        corked: None,
-    };
-    (responder, client)
+    (Responder::new(write), client)
 }
 
 /// Reads exactly `len` bytes (blocking, with a deadline).

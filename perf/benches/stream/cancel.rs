@@ -36,11 +36,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use edge_proxy::dispatch::SubmitRun;
 use perf::mock_provider::StreamCut;
-use proto::v1::{ChatMessage, RunEventKind, RunInput};
+use proto::v1::RunEventKind;
 
-use super::stack::{NODE_ID, Scenario, Stack};
+use super::stack::{Scenario, Stack, bench_run};
 
 /// The mock's pace: one token every this many milliseconds.
 const TOKEN_DELAY_MS: u64 = 20;
@@ -179,21 +178,7 @@ async fn run_sample(
     cuts: &Receiver<StreamCut>,
 ) -> Result<Duration, String> {
     while cuts.try_recv().is_ok() {}
-    let run = SubmitRun {
-        adapter: model.into(),
-        target: "m".into(),
-        input: RunInput {
-            messages: vec![ChatMessage {
-                role: "user".into(),
-                content: "hi".into(),
-                ..ChatMessage::default()
-            }],
-            ..RunInput::default()
-        },
-        node: Some(NODE_ID.into()),
-        session_id: "bench-cancel".into(),
-        ..SubmitRun::default()
-    };
+    let run = bench_run(model, "hi", "bench-cancel");
     let mut stream = stack
         .edge
         .dispatcher

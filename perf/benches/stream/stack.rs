@@ -177,25 +177,31 @@ fn start_node(edge: SocketAddr, driver: IoDriver) {
         .expect("node thread");
 }
 
-/// One normalized run of provider `model` submitted to the Edge's
-/// dispatcher (what an ingress handler does): the number of its
-/// `Delta` events. Panics unless it completes.
-pub(crate) async fn run_deltas(dispatcher: &Dispatcher<EdgeConfig>, model: &str) -> u64 {
-    let run = SubmitRun {
+/// A normalized run of provider `model` on the bench's node: one user
+/// message `content`, in session `session_id`.
+pub(crate) fn bench_run(model: &str, content: &str, session_id: &str) -> SubmitRun {
+    SubmitRun {
         adapter: model.into(),
         target: "m".into(),
         input: RunInput {
             messages: vec![ChatMessage {
                 role: "user".into(),
-                content: "hello".into(),
+                content: content.into(),
                 ..ChatMessage::default()
             }],
             ..RunInput::default()
         },
         node: Some(NODE_ID.into()),
-        session_id: "bench".into(),
+        session_id: session_id.into(),
         ..SubmitRun::default()
-    };
+    }
+}
+
+/// One normalized run of provider `model` submitted to the Edge's
+/// dispatcher (what an ingress handler does): the number of its
+/// `Delta` events. Panics unless it completes.
+pub(crate) async fn run_deltas(dispatcher: &Dispatcher<EdgeConfig>, model: &str) -> u64 {
+    let run = bench_run(model, "hello", "bench");
     let mut stream = dispatcher.submit_run(run).await.expect("run submitted");
     let mut deltas = 0;
     let mut last = None;
