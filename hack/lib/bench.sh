@@ -175,7 +175,7 @@ bench_sampler_start() {
       for spec in "${specs[@]}"; do
         pid=${spec#*=}
         rss=$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-        ticks=$(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+        ticks=$(bench_cpu_ticks "$pid")
         line+=",${spec%%=*}:${rss:-0}:${ticks:-0}"
       done
       echo "$line" >>"$csv"

@@ -2,7 +2,7 @@
 //! F29 lease revocation and provider disable over HTTP).
 //!
 //! Admin keys are held exactly like client `api_keys`: only as blake3
-//! hashes ([`TokenHash`]), found through a [`HashIndex`] (O(1) by hash, then
+//! hashes ([`TokenHash`]), in the same [`KeySet`] type (O(1) by hash, then
 //! a constant-time confirm with `subtle`). They are a separate set: a client
 //! API key is never an admin key, and validation refuses a secret configured
 //! as both. No admin key configured means the admin routes do not exist
@@ -22,7 +22,7 @@ use serde::Deserialize;
 use super::error::Issue;
 use super::model::MAX_ID_LEN;
 use super::schema::RawApiKey;
-use super::token::{HashIndex, TOKEN_HASH_LEN, TokenHash};
+use super::token::{KeySet, TOKEN_HASH_LEN, TokenHash};
 
 /// `admin:` as serde reads it.
 #[derive(Debug, Default, Deserialize)]
@@ -44,34 +44,7 @@ pub(crate) struct RawAdminKey {
 /// The admin keys (`admin.keys` in edge.yaml), held as hashes.
 ///
 /// `Debug` shows names only.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AdminKeys {
-    names: Vec<String>,
-    index: HashIndex,
-}
-
-impl AdminKeys {
-    fn new(keys: Vec<(String, TokenHash)>) -> Self {
-        let index = HashIndex::new(keys.iter().map(|(_, hash)| hash));
-        Self {
-            names: keys.into_iter().map(|(name, _)| name).collect(),
-            index,
-        }
-    }
-
-    /// Whether no admin key is configured (then the admin API is off).
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    /// The name of the admin key `presented`, if it is one. An empty key
-    /// matches nothing.
-    pub fn check(&self, presented: &str) -> Option<&str> {
-        self.names
-            .get(self.index.find(presented)?)
-            .map(String::as_str)
-    }
-}
+pub type AdminKeys = KeySet;
 
 /// What checking `admin:` found.
 #[derive(Debug, Default)]

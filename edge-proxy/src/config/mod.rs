@@ -53,7 +53,8 @@ pub use model::*;
 pub use payload::{PayloadError, register_response_frame_len};
 pub use tls::{LinkSecurity, NodeLinkTls, is_trust_domain};
 pub use token::{
-    ApiKeys, HashIndex, NodeRecord, NodeTable, TOKEN_HASH_LEN, TokenHash, TokenSource,
+    ApiKeys, HashIndex, KeySet, NodeRecord, NodeTable, TOKEN_HASH_LEN, TokenHash, TokenSource,
+    bearer_token,
 };
 
 /// The embedded default config: one node `node-1` (token `iop-dev-token`)

@@ -159,14 +159,27 @@ impl HashIndex {
     }
 }
 
-/// Client API keys (`api_keys:` in edge.yaml), held as hashes.
+/// Named secrets held as hashes: the client API keys (`api_keys:`,
+/// [`ApiKeys`]) and the admin keys (`admin.keys`, `AdminKeys`). `Debug`
+/// shows names only.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ApiKeys {
+pub struct KeySet {
     names: Vec<String>,
     index: HashIndex,
 }
 
-impl ApiKeys {
+/// Client API keys (`api_keys:` in edge.yaml).
+pub type ApiKeys = KeySet;
+
+/// The secret of an `Authorization: Bearer <secret>` header (scheme
+/// case-insensitive, surrounding space trimmed); `None` for any other form.
+pub fn bearer_token(authorization: Option<&[u8]>) -> Option<&str> {
+    let value = std::str::from_utf8(authorization?).ok()?;
+    let (scheme, secret) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim())
+}
+
+impl KeySet {
     /// The keys `(name, hash)` that validation accepted.
     pub(crate) fn new(keys: Vec<(String, TokenHash)>) -> Self {
         let index = HashIndex::new(keys.iter().map(|(_, hash)| hash));
@@ -176,12 +189,14 @@ impl ApiKeys {
         }
     }
 
-    /// Whether no key is configured (then the ingress is open).
+    /// Whether no key is configured (for client keys the ingress is then
+    /// open; for admin keys the admin API is off).
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
 
-    /// The name of the key `presented`, if it is one.
+    /// The name of the key `presented`, if it is one. An empty key matches
+    /// nothing.
     pub fn check(&self, presented: &str) -> Option<&str> {
         self.names
             .get(self.index.find(presented)?)

@@ -9,6 +9,7 @@ use proto::v1::{
     FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::link::inbox::CoreMsg;
 use crate::link::streams::{StreamItem, StreamReceiver};
@@ -27,6 +28,17 @@ pub(crate) struct StreamHandle {
 }
 
 impl StreamHandle {
+    /// The next queued item without waiting: `None` while nothing is
+    /// queued, `Some(None)` once the channel has ended (the callers turn
+    /// that into the synthesized terminal).
+    pub(crate) fn try_item(&mut self) -> Option<Option<StreamItem>> {
+        match self.rx.try_recv() {
+            Ok(item) => Some(Some(item)),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => Some(None),
+        }
+    }
+
     pub(crate) fn send(&self, msg: Msg) {
         let _ = self.inbox.send(CoreMsg::Send {
             node_id: self.node_id.clone(),
@@ -103,11 +115,7 @@ impl RunStream {
     /// or after the terminal.
     pub fn try_next(&mut self) -> Option<RunEvent> {
         while !self.handle.ended {
-            let item = match self.handle.rx.try_recv() {
-                Ok(item) => Some(item),
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
-            };
+            let item = self.handle.try_item()?;
             if let Some(event) = self.event_of(item) {
                 return Some(event);
             }

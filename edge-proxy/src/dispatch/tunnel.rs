@@ -47,11 +47,7 @@ impl TunnelStream {
     /// caller write every frame that is ready in one go.
     pub fn try_next(&mut self) -> Option<Frame> {
         while !self.handle.ended {
-            let item = match self.handle.rx.try_recv() {
-                Ok(item) => Some(item),
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return None,
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
-            };
+            let item = self.handle.try_item()?;
             if let Some(frame) = self.frame_of(item) {
                 return Some(frame);
             }

@@ -103,13 +103,7 @@ fn authorize<'k>(keys: &'k AdminKeys, header: Option<&[u8]>) -> Result<&'k str, 
     if keys.is_empty() {
         return Err(not_found("the admin API (no admin.keys configured)"));
     }
-    let presented = header
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| {
-            let (scheme, key) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
-        });
-    match presented {
+    match crate::config::bearer_token(header) {
         None => Err(ApiError::new(
             401,
             "invalid_request_error",

@@ -139,10 +139,16 @@ impl Handler for Router {
         if path.starts_with(b"/admin/") {
             return admin::serve(&self.shared, &request, responder).await;
         }
+        // The name of the client's API key (F29's principal), from the one
+        // check of the key.
+        let mut principal = String::new();
         if path.starts_with(b"/v1/") {
-            if let Err(error) = self.authorize(&request) {
-                responder.error(&error).await;
-                return;
+            match self.authorize(&request) {
+                Ok(name) => principal = name,
+                Err(error) => {
+                    responder.error(&error).await;
+                    return;
+                }
             }
         }
         let route: Result<Option<Api>, ApiError> = match (path, method) {
@@ -197,7 +203,7 @@ impl Handler for Router {
             Ok(Some(api)) => {
                 // In flight for the drain until its last byte is written.
                 let _in_flight = self.shared.drain.enter();
-                let status = self.completion(api, request, responder).await;
+                let status = self.completion(api, request, principal, responder).await;
                 self.shared.metrics.request(api, status);
             }
             Ok(None) => {}
@@ -209,41 +215,40 @@ impl Handler for Router {
 impl Router {
     /// Checks the client's API key when keys are configured: `/v1/` routes
     /// need `Authorization: Bearer <key>`; health and metrics stay open.
-    fn authorize(&self, request: &Request) -> Result<(), ApiError> {
+    /// Returns the key's name (empty when the ingress has no keys).
+    fn authorize(&self, request: &Request) -> Result<String, ApiError> {
         let directory = self.shared.registry.directory();
         let keys = directory.api_keys();
         if keys.is_empty() {
-            return Ok(());
+            return Ok(String::new());
         }
-        let presented = request
-            .head
-            .headers()
-            .get("authorization")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| {
-                let (scheme, key) = v.trim().split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
-            });
-        match presented {
+        match crate::config::bearer_token(request.head.headers().get("authorization")) {
             None => Err(ApiError::new(
                 401,
                 "invalid_request_error",
                 "missing_api_key",
                 "an API key is required: send `Authorization: Bearer <key>`",
             )),
-            Some(key) if keys.check(key).is_some() => Ok(()),
-            Some(_) => Err(ApiError::new(
-                401,
-                "invalid_request_error",
-                "invalid_api_key",
-                "the API key is not valid",
-            )),
+            Some(key) => keys.check(key).map(str::to_owned).ok_or_else(|| {
+                ApiError::new(
+                    401,
+                    "invalid_request_error",
+                    "invalid_api_key",
+                    "the API key is not valid",
+                )
+            }),
         }
     }
 
     /// Serves one completion request as one or more attempts under its
     /// StreamGate; returns the status answered (for metrics).
-    async fn completion(&self, api: Api, request: Request, responder: &mut Responder) -> u16 {
+    async fn completion(
+        &self,
+        api: Api,
+        request: Request,
+        principal: String,
+        responder: &mut Responder,
+    ) -> u16 {
         let parsed = match openai::parse(&request.body) {
             Ok(parsed) => parsed,
             Err(error) => {
@@ -255,10 +260,7 @@ impl Router {
         let mut ctx = AttemptCtx {
             shared,
             api,
-            principal: crate::lease::principal_of(
-                shared.registry.directory().api_keys(),
-                request.head.headers().get("authorization"),
-            ),
+            principal,
             gate: StreamGate::new(api, &shared.metrics.recovery),
         };
         let mut preference = Preference::default();

@@ -54,21 +54,6 @@ pub fn signed_message(lease: &[u8], credential: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The principal a client request is bound to: the name of the API key it
-/// presented (`Authorization: Bearer <key>`), never the key; empty when the
-/// ingress has no keys or the key is unknown.
-pub fn principal_of(keys: &crate::config::ApiKeys, authorization: Option<&[u8]>) -> String {
-    authorization
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| {
-            let (scheme, key) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
-        })
-        .and_then(|key| keys.check(key))
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// The route a CAPABILITIES recovery probe's lease is bound to (F25): a
 /// closed value no client route has (`chat`, `responses`, empty).
 pub const PROBE_ROUTE: &str = "probe";
