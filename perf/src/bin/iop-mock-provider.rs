@@ -91,6 +91,11 @@ struct Cli {
     /// OpenAI (or Ollama) error body, e.g. 429, 500.
     #[arg(long)]
     status: Option<u16>,
+    /// [knob stamp] Put into every streamed chat token event the
+    /// CLOCK_MONOTONIC nanoseconds at which it was produced (the choice's
+    /// `mock_sent_ns`), for one-way latency measurements.
+    #[arg(long)]
+    stamp: bool,
 }
 
 impl Cli {
@@ -109,6 +114,7 @@ impl Cli {
             ("stall-after", opt(self.stall_after.map(|v| v.to_string()))),
             ("abort-after", opt(self.abort_after.map(|v| v.to_string()))),
             ("status", opt(self.status.map(|v| v.to_string()))),
+            ("stamp", u8::from(self.stamp).to_string()),
         ];
         for (name, value) in pairs {
             k.set(name, &value)?;

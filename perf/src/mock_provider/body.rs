@@ -34,11 +34,13 @@ use tokio::time::{Instant, Sleep};
 
 use super::cut::{ConnWatch, StreamCut};
 use super::knobs::Knobs;
+use super::stamp::monotonic_ns;
 use super::stats::Stats;
-use super::text::{EventBuf, Token, pad};
+use super::text::{EventBuf, Token, decimal, pad};
 
 /// A run of `count` token events built from a template:
-/// `prefix` + token text + padding + `mid` [+ sequence number + `seq_end`].
+/// `prefix` + token text + padding + `mid` [+ sequence number + `seq_end`]
+/// [+ send stamp + `stamp_end`].
 #[derive(Debug)]
 pub(crate) struct TokenRun {
     pub(crate) token: Token,
@@ -49,6 +51,10 @@ pub(crate) struct TokenRun {
     /// the bytes that close the event after the number.
     pub(crate) seq: Option<(u64, Bytes)>,
     pub(crate) pad: usize,
+    /// `stamp` knob: after everything else, the `CLOCK_MONOTONIC`
+    /// nanoseconds at which the event is produced, then these bytes (see
+    /// [`stamp`](super::stamp)).
+    pub(crate) stamp: Option<Bytes>,
 }
 
 /// One step of a script.
@@ -135,7 +141,7 @@ struct Stream {
     delay_paid: bool,
     sleep: Option<Pin<Box<Sleep>>>,
     waiting: bool,
-    /// Arena for `sequence_number` digits.
+    /// Arena for `sequence_number` and send-stamp digits.
     digits: BytesMut,
     /// An event produced while batching that did not fit the batch.
     stash: Option<EventBuf>,
@@ -234,25 +240,6 @@ impl Stream {
             return true;
         }
         false
-    }
-
-    fn seq_digits(&mut self, n: u64) -> Bytes {
-        if self.digits.capacity() < 20 {
-            self.digits.reserve(4096);
-        }
-        let mut tmp = [0u8; 20];
-        let mut i = tmp.len();
-        let mut v = n;
-        loop {
-            i -= 1;
-            tmp[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.digits.extend_from_slice(&tmp[i..]);
-        self.digits.split().freeze()
     }
 
     fn finish(&mut self) {
@@ -392,13 +379,16 @@ impl Stream {
                         *n += 1;
                         (*n - 1, end.clone())
                     });
+                    let stamp_end = run.stamp.clone();
                     run.count -= k;
                     if run.count == 0 {
                         self.script.steps.pop_front();
                     }
                     if let Some((n, end)) = seq {
-                        let d = self.seq_digits(n);
-                        e.push(d).push(end);
+                        e.push(decimal(&mut self.digits, n)).push(end);
+                    }
+                    if let Some(end) = stamp_end {
+                        e.push(decimal(&mut self.digits, monotonic_ns())).push(end);
                     }
                     self.sent += k;
                     e
@@ -475,6 +465,7 @@ mod tests {
             mid: Bytes::from_static(b">\n"),
             seq: None,
             pad: 0,
+            stamp: None,
         });
         s.bytes(Bytes::from_static(b"end\n"));
         s
@@ -601,6 +592,7 @@ mod tests {
             mid: Bytes::from_static(b">\n"),
             seq: None,
             pad: BATCH_SMALL_EVENT,
+            stamp: None,
         });
         let mut b = MockBody::stream(s, &Knobs::default(), stats);
         let (frames, _) = drain(&mut b);

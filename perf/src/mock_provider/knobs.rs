@@ -61,6 +61,10 @@ pub const KNOB_NAMES: &[(&str, &str)] = &[
         "require-auth",
         "1: the model lists and /health answer 401 without an Authorization header",
     ),
+    (
+        "stamp",
+        "1: each chat token event carries its CLOCK_MONOTONIC send time (mock_sent_ns)",
+    ),
 ];
 
 /// What a single request asks for. Built from the defaults, then overridden
@@ -94,6 +98,11 @@ pub struct Knobs {
     /// `Authorization` header (`require-auth`: `1` or `0`), like a remote
     /// provider that needs its key on `/v1/models`.
     pub require_auth: bool,
+    /// Each streamed chat completion token event carries the
+    /// `CLOCK_MONOTONIC` nanoseconds at which the mock produced it, as the
+    /// choice's `mock_sent_ns` (`stamp`: `1` or `0`; see
+    /// [`stamp`](super::stamp)).
+    pub stamp: bool,
 }
 
 impl Default for Knobs {
@@ -111,6 +120,7 @@ impl Default for Knobs {
             abort_after: None,
             status: None,
             require_auth: false,
+            stamp: false,
         }
     }
 }
@@ -144,6 +154,18 @@ fn parse_opt(knob: &str, value: &str) -> Result<Option<u32>, KnobError> {
     match value.trim() {
         "" | "none" | "off" => Ok(None),
         v => parse_num(knob, v).map(Some),
+    }
+}
+
+/// Parses a boolean knob: `1` or `0`.
+fn parse_flag(knob: &str, value: &str) -> Result<bool, KnobError> {
+    match value {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err(KnobError {
+            knob: knob.to_owned(),
+            reason: "must be 0 or 1",
+        }),
     }
 }
 
@@ -185,13 +207,8 @@ impl Knobs {
                     Some(_) => return Err(err("not an HTTP status code")),
                 }
             }
-            "require-auth" => {
-                self.require_auth = match value {
-                    "1" => true,
-                    "0" => false,
-                    _ => return Err(err("must be 0 or 1")),
-                }
-            }
+            "require-auth" => self.require_auth = parse_flag(knob, value)?,
+            "stamp" => self.stamp = parse_flag(knob, value)?,
             _ => return Err(err("unknown knob")),
         }
         Ok(())
@@ -240,6 +257,7 @@ mod tests {
         h.insert("x-mock-tokens", HeaderValue::from_static("7"));
         h.insert("x-mock-delay-us", HeaderValue::from_static("250"));
         h.insert("x-mock-stall-after", HeaderValue::from_static("3"));
+        h.insert("x-mock-stamp", HeaderValue::from_static("1"));
         let mut k = Knobs::default();
         k.apply_request(
             &h,
@@ -251,6 +269,7 @@ mod tests {
         assert_eq!(k.stall_after, Some(3));
         assert_eq!(k.abort_after, None);
         assert_eq!(k.status, Some(429));
+        assert!(k.stamp);
     }
 
     #[test]
@@ -262,6 +281,7 @@ mod tests {
         );
         assert!(k.set("tokens", "-1").is_err());
         assert!(k.set("status", "1000").is_err());
+        assert_eq!(k.set("stamp", "yes").unwrap_err().reason, "must be 0 or 1");
         assert!(
             k.set("event-bytes", &(MAX_EVENT_BYTES + 1).to_string())
                 .is_err()

@@ -15,7 +15,9 @@
 //! `/health`, `/v1/models` and `/api/tags`) and reset counters
 //! (`POST /mock/reset`). [`Stats::watch_cuts`] reports each stream a
 //! client cut, with the instant the mock's socket saw the client go
-//! ([`StreamCut`]; cancellation-latency benches).
+//! ([`StreamCut`]; cancellation-latency benches). The `stamp` knob puts
+//! each chat token event's `CLOCK_MONOTONIC` send time into it
+//! ([`monotonic_ns`], [`parse_stamp`]; one-way latency benches).
 //!
 //! It is test and benchmark infrastructure, not IOP's data path; it must
 //! never be the bottleneck: static JSON fragments are precomputed per
@@ -42,6 +44,7 @@ mod request;
 mod respond;
 mod responses;
 mod server;
+mod stamp;
 mod stats;
 mod text;
 
@@ -54,5 +57,6 @@ pub use knobs::{
 pub use listen::{MockServer, MockThreads, bind, serve, serve_threads};
 pub use request::TextLen;
 pub use server::MAX_REQUEST_BODY;
+pub use stamp::{STAMP_FIELD, monotonic_ns, parse_stamp};
 pub use stats::{Route, Stats};
 pub use text::{CONTENT_TOKEN, EventBuf, PAD_BYTE, REASONING_TOKEN};

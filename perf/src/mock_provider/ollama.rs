@@ -118,6 +118,7 @@ pub(crate) fn chat(ctx: &Ctx, knobs: &Knobs, body: &[u8]) -> Result<Generated, S
             mid: Bytes::from_static(MID.as_bytes()),
             seq: None,
             pad,
+            stamp: None,
         });
     }
     let mut last = head.to_vec();

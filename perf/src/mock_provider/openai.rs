@@ -5,7 +5,8 @@
 //! with `finish_reason`, then (with `stream_options.include_usage`) a usage
 //! chunk with `choices: []`, then `data: [DONE]`. Usage follows vLLM:
 //! `completion_tokens` includes the reasoning tokens, reported again under
-//! `completion_tokens_details.reasoning_tokens`.
+//! `completion_tokens_details.reasoning_tokens`. With the `stamp` knob every
+//! token chunk's choice also carries `mock_sent_ns` (see [`super::stamp`]).
 
 use std::borrow::Cow;
 
@@ -17,6 +18,7 @@ use super::knobs::Knobs;
 use super::request::{TextLen, push_json_str, push_num, unix_now};
 use super::respond::{Generated, json_ok, sse_response};
 use super::server::Ctx;
+use super::stamp::STAMP_MAX_DIGITS;
 use super::text::{EventBuf, Token, pad_len};
 
 /// The fields of a chat completion request the mock looks at.
@@ -95,6 +97,9 @@ impl Usage {
 }
 
 const CHUNK_TAIL: &str = "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+/// [`CHUNK_TAIL`] up to the send stamp (`stamp` knob), and what follows it.
+const STAMPED_TAIL: &str = "\"},\"logprobs\":null,\"finish_reason\":null,\"mock_sent_ns\":";
+const STAMP_END: &str = "}]}\n\n";
 
 pub(crate) fn chat_completions(ctx: &Ctx, knobs: &Knobs, body: &[u8]) -> Result<Generated, String> {
     let req: ChatRequest<'_> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
@@ -169,18 +174,22 @@ pub(crate) fn chat_completions(ctx: &Ctx, knobs: &Knobs, body: &[u8]) -> Result<
         ),
     ] {
         let prefix = with(field);
-        let pad = pad_len(
-            knobs.event_bytes,
-            prefix.len() + CHUNK_TAIL.len(),
-            knobs.chunk_size,
-        );
+        let (mid, stamp, tail_len) = if knobs.stamp {
+            let end = Bytes::from_static(STAMP_END.as_bytes());
+            let len = STAMPED_TAIL.len() + STAMP_MAX_DIGITS + STAMP_END.len();
+            (STAMPED_TAIL, Some(end), len)
+        } else {
+            (CHUNK_TAIL, None, CHUNK_TAIL.len())
+        };
+        let pad = pad_len(knobs.event_bytes, prefix.len() + tail_len, knobs.chunk_size);
         script.tokens(TokenRun {
             token,
             count,
             prefix,
-            mid: Bytes::from_static(CHUNK_TAIL.as_bytes()),
+            mid: Bytes::from_static(mid.as_bytes()),
             seq: None,
             pad,
+            stamp,
         });
     }
     let mut fin = Vec::with_capacity(64);

@@ -224,6 +224,7 @@ fn delta_run(
         prefix,
         mid: Bytes::from_static(MID.as_bytes()),
         seq: Some((r.seq, Bytes::from_static(b"}\n\n"))),
+        stamp: None,
     }
 }
 

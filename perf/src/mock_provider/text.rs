@@ -71,6 +71,27 @@ pub(crate) fn pad_len(event_bytes: usize, overhead: usize, chunk: u32) -> usize 
     event_bytes.saturating_sub(overhead + chunk as usize * TOKEN_BYTES)
 }
 
+/// The decimal digits of `n`, written into `arena` (refilled 4 KiB at a
+/// time, so a stream of numbers costs no allocation each).
+pub(crate) fn decimal(arena: &mut BytesMut, n: u64) -> Bytes {
+    if arena.capacity() < 20 {
+        arena.reserve(4096);
+    }
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    arena.extend_from_slice(&tmp[i..]);
+    arena.split().freeze()
+}
+
 /// One segment: `piece` repeated `times` times (offset `off` into the current copy).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Seg {
@@ -264,6 +285,14 @@ mod tests {
         let p = ".".repeat(pad_n);
         let want = format!("{}{p}", "hmm ".repeat(3)).repeat(3) + "hmm " + &p;
         assert_eq!(flat(e), want.into_bytes());
+    }
+
+    #[test]
+    fn decimal_writes_digits() {
+        let mut arena = BytesMut::new();
+        for n in [0u64, 7, 10, 1_234_567_890, u64::MAX] {
+            assert_eq!(decimal(&mut arena, n), n.to_string().as_bytes());
+        }
     }
 
     #[test]
