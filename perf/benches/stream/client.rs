@@ -1,6 +1,7 @@
 //! A blocking HTTP/1.1 streaming client for the benches: one keep-alive
 //! connection, one request at a time, the chunked body decoded and its SSE
-//! events counted (by the project's own SSE observer) as they arrive.
+//! events counted (by the project's own SSE observer) as they arrive, and
+//! (for the mock's `stamp` knob) each event's one-way latency.
 //!
 //! The same client reads the direct path (the mock provider) and IOP, so
 //! its own cost is in both figures of a ratio.
@@ -10,6 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use framing::sse::{SseItemRef, SseObserver};
+use perf::mock_provider::{monotonic_ns, parse_stamp};
 
 /// Bytes read from the socket at a time.
 const READ_BYTES: usize = 256 * 1024;
@@ -49,6 +51,41 @@ impl Client {
         path: &str,
         headers: &str,
         model: &str,
+        on_events: impl FnMut(u64, Instant),
+    ) -> io::Result<Streamed> {
+        self.exchange(path, headers, model, |_, _| {}, on_events)
+    }
+
+    /// [`stream`](Self::stream) for a body whose events carry the mock's
+    /// send stamps (`stamp` knob): `on_latency(ns)` gets each stamped
+    /// event's one-way latency, `CLOCK_MONOTONIC` at the read that
+    /// completed it minus its stamp. Events without a stamp (the role
+    /// chunk, the finish chunk, `[DONE]`) are skipped.
+    pub(crate) fn stream_stamped(
+        &mut self,
+        path: &str,
+        headers: &str,
+        model: &str,
+        mut on_latency: impl FnMut(u64),
+    ) -> io::Result<Streamed> {
+        let on_event = |data: &[u8], read_ns: u64| {
+            if let Some(sent) = parse_stamp(data) {
+                on_latency(read_ns.saturating_sub(sent));
+            }
+        };
+        self.exchange(path, headers, model, on_event, |_, _| {})
+    }
+
+    /// Sends the request and reads the body: `on_event(data, read_ns)` for
+    /// each event (`read_ns`: `CLOCK_MONOTONIC` when the read that completed
+    /// it returned), then `on_events(n, at)` after each read that completed
+    /// `n` events.
+    fn exchange(
+        &mut self,
+        path: &str,
+        headers: &str,
+        model: &str,
+        mut on_event: impl FnMut(&[u8], u64),
         mut on_events: impl FnMut(u64, Instant),
     ) -> io::Result<Streamed> {
         let body = format!(
@@ -78,13 +115,15 @@ impl Client {
         let mut start = head_end;
         loop {
             let at = Instant::now();
+            let read_ns = monotonic_ns();
             let mut events = 0;
             let mut failed = None;
             chunked.feed(&self.buf[start..filled], |data| {
                 streamed.bytes += data.len() as u64;
                 if let Err(e) = sse.feed(data, |item| {
-                    if let SseItemRef::Event(_) = item {
+                    if let SseItemRef::Event(event) = item {
                         events += 1;
+                        on_event(event.data, read_ns);
                     }
                 }) {
                     failed = Some(e);

@@ -26,7 +26,15 @@
 //!   latency: one stream of 20,000 ~128 B events paced by the mock at
 //!   `IOP_BENCH_GAP_US` (default 20 µs, 50k events/s); each event's
 //!   lateness against its schedule, p50 / p99 / p99.9, direct and through
-//!   the tunnel, and the difference.
+//!   the tunnel, and the difference. Paced on the mock's 1 ms timer, at
+//!   ~4 % of peak: see `s2-load` for the figure.
+//! - **`s2-load`** (printed) — added one-way latency at half of peak
+//!   load: the tunnel's peak events/s, then background streams through the
+//!   tunnel at about half of it, and a probe stream whose events carry the
+//!   mock's send stamp (`stamp` knob, `CLOCK_MONOTONIC`), read direct and
+//!   through the tunnel, with no load and under the background; p50 / p99
+//!   / p99.9 / max of arrival − stamp and the added (tunnel − direct)
+//!   percentiles (see [`load`]).
 //!
 //! - **`cpu`** (printed) — on-CPU nanoseconds of the client, the mock, the
 //!   Edge and the Node per MiB (S1) or per event (S2), from each thread's
@@ -54,6 +62,7 @@ mod cancel;
 mod client;
 mod cpu;
 mod idle;
+mod load;
 mod stack;
 
 use client::Client;
@@ -191,6 +200,9 @@ fn main() {
     .expect("IOP_IO_DRIVER is uring, epoll or unset");
     let mut scenarios = sizes.scenarios();
     scenarios.extend(cancel::scenarios());
+    let load_sizes = load::LoadSizes::new(quick);
+    let load_at = scenarios.len();
+    scenarios.extend(load_sizes.scenarios());
     let stack = Stack::start(driver, &scenarios);
     eprintln!(
         "stream bench: driver {}, mock {}, edge {}",
@@ -221,6 +233,9 @@ fn main() {
     if report_wanted("cancel") {
         let n = cancel::samples(quick);
         cancel::cancel_report(&stack, &scenarios[5], &scenarios[6], n);
+    }
+    if report_wanted("s2-load") {
+        load::load_report(&stack, &scenarios[1], &scenarios[load_at..], load_sizes);
     }
     criterion.final_summary();
 }
