@@ -21,6 +21,14 @@
 //!    neither the pacing timer nor the schedule enters it. The first
 //!    [`WARM_EVENTS`] events of each probe are not counted.
 //!
+//! Also printed: the **paced capacity**, events/s through the tunnel when
+//! [`MAX_STREAMS`] paced streams ask for more than it can relay (paced
+//! events are one HTTP chunk each; the unpaced peak's are coalesced), and
+//! a `SHORT of plan` flag when the background fell below 90 % of its plan
+//! (the stack is saturated: the figures are not at the planned load).
+//! `IOP_BENCH_LOAD_FRACTION` (default 0.5) sets the background's share of
+//! the peak.
+//!
 //! The probe runs with no background load first, then under the background
 //! (direct and tunnel see the same background, always through the tunnel).
 //! Printed: p50 / p99 / p99.9 / max per path and the added (tunnel − direct)
@@ -70,6 +78,10 @@ pub(crate) struct LoadSizes {
     probe_events: u64,
     probe_delay_us: u64,
     peak_rounds: usize,
+    /// The background's share of the peak (`IOP_BENCH_LOAD_FRACTION`).
+    fraction: f64,
+    /// How long the paced-capacity check runs.
+    capacity_window: Duration,
 }
 
 impl LoadSizes {
@@ -87,6 +99,8 @@ impl LoadSizes {
                 probe_events: 40,
                 probe_delay_us: 100,
                 peak_rounds: 1,
+                fraction: 0.5,
+                capacity_window: Duration::from_millis(20),
             }
         } else {
             Self {
@@ -94,6 +108,12 @@ impl LoadSizes {
                 probe_events: env("IOP_BENCH_LOAD_PROBE_EVENTS", 5000),
                 probe_delay_us: env("IOP_BENCH_LOAD_PROBE_US", 1000).max(1),
                 peak_rounds: 3,
+                fraction: std::env::var("IOP_BENCH_LOAD_FRACTION")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|f: &f64| *f > 0.0)
+                    .unwrap_or(0.5),
+                capacity_window: Duration::from_secs(1),
             }
         }
     }
@@ -246,6 +266,21 @@ fn peak(stack: &Stack, scenario: &Scenario, rounds: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// Events/s the background clients get through the tunnel when
+/// [`MAX_STREAMS`] streams of `fastest` (the shortest pacing) ask for more
+/// than the stack can relay, over `window`: the capacity for paced
+/// streams, whose events go out one HTTP chunk each (unpaced ones are
+/// coalesced into 32 KiB writes by the mock).
+fn paced_capacity(stack: &Stack, fastest: &Scenario, window: Duration) -> f64 {
+    let bg = Background::start(stack, fastest, MAX_STREAMS);
+    std::thread::sleep(window / 5);
+    let (events0, started) = (bg.events(), Instant::now());
+    std::thread::sleep(window);
+    let rate = (bg.events() - events0) as f64 / started.elapsed().as_secs_f64();
+    bg.stop();
+    rate
+}
+
 /// Runs the report; `unpaced` is the `s2` scenario, `load` what
 /// [`LoadSizes::scenarios`] made.
 pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], sizes: LoadSizes) {
@@ -254,11 +289,12 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
     let (streams, pacing) = if sizes.quick {
         (1, BACKGROUND.len() - 1)
     } else {
-        pick_background(peak / 2.0)
+        pick_background(peak * sizes.fraction)
     };
     let background = &load[1 + pacing];
     let delay_us = BACKGROUND[pacing].0;
     let probe_scenario = &load[0];
+    let planned = streams as f64 * 1e6 / delay_us as f64;
     println!(
         "s2-load/{driver}: one-way latency of stamped ~128 B events (client read − mock send, \
          CLOCK_MONOTONIC), µs"
@@ -270,8 +306,15 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
     println!(
         "  background: {streams} stream(s) × 1 event / {delay_us} µs through the tunnel = {:.0} \
          events/s planned ({:.2}× peak; 1 ms bursts)",
-        streams as f64 * 1e6 / delay_us as f64,
-        streams as f64 * 1e6 / delay_us as f64 / peak
+        planned,
+        planned / peak
+    );
+    let capacity = paced_capacity(stack, &load[1], sizes.capacity_window);
+    println!(
+        "  paced capacity: {capacity:.0} events/s ({:.2}× peak) through the tunnel when {MAX_STREAMS} \
+         paced streams ask for {:.0}",
+        capacity / peak,
+        MAX_STREAMS as f64 * 1e6 / BACKGROUND[0].0 as f64
     );
     let mut direct = Client::connect(stack.mock_addr());
     let mut tunnel = Client::connect(stack.ingress());
@@ -287,8 +330,13 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
                 bg.map(|bg| (bg.events() - events0) as f64 / started.elapsed().as_secs_f64());
             let p = percentiles(&latencies);
             let load = load.map_or(String::new(), |rate| {
+                let short = if rate < 0.9 * planned {
+                    ", SHORT of plan: saturated"
+                } else {
+                    ""
+                };
                 format!(
-                    "  (background {rate:.0} events/s = {:.2}× peak)",
+                    "  (background {rate:.0} events/s = {:.2}× peak{short})",
                     rate / peak
                 )
             });
