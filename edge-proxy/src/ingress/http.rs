@@ -299,7 +299,12 @@ impl Responder {
             corked.extend(parts);
             return;
         }
-        if iovec::write_all(&mut self.write, parts).await.is_err() {
+        // Boxed: the write op is ~260 B, and inline it would be in every
+        // answer's future (each `full`, `chunk`, `error` …) for the whole
+        // of the answer, written to or not; one small allocation per write
+        // is noise next to the write itself.
+        let writing = Box::pin(iovec::write_all(&mut self.write, parts));
+        if writing.await.is_err() {
             self.failed = true;
         }
     }
@@ -320,7 +325,14 @@ pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler
     let mut responder = Responder::new(write);
     let mut buf = BytesMut::with_capacity(4096);
     loop {
-        let request = match read_request(&mut read, &mut buf, &limits, &mut responder).await {
+        // Boxed, as are the other short steps of a request (admission, the
+        // opening of a run or tunnel): their futures hold monoio timers
+        // (640 B, 128-byte aligned), and inline they would size and align
+        // every connection's task for the whole of its longest answer
+        // (issue 8: 4.7 KB a connection). Heap-allocated, they cost their
+        // size only while they run.
+        let reading = Box::pin(read_request(&mut read, &mut buf, &limits, &mut responder));
+        let request = match reading.await {
             Ok(Some(request)) => request,
             Ok(None) => break,
             Err(error) => {

@@ -63,12 +63,13 @@ pub(crate) async fn serve(
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         ..SubmitRun::default()
     };
-    let mut stream = match ctx
-        .shared
-        .dispatcher
-        .submit_leased_as(&lease, run, &ctx.principal)
-        .await
-    {
+    // Boxed: a short step (see `http::serve`).
+    let submitting = Box::pin(
+        ctx.shared
+            .dispatcher
+            .submit_leased_as(&lease, run, &ctx.principal),
+    );
+    let mut stream = match submitting.await {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);

@@ -6,12 +6,21 @@
 //! runs — the messages and the remaining parameters. A tunnelled request is
 //! forwarded as the client sent it (with at most `stream_options` added).
 
+use bytes::Bytes;
 use proto::v1::{ChatMessage, RunInput, Usage};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
 
 /// What the Edge needs from a Chat Completions or Responses request.
+///
+/// Only the routing fields are read when the request arrives; the rest of
+/// the body is checked to be JSON and skipped. The whole object is parsed
+/// again, on demand ([`ParsedRequest::object`]), only where it is needed:
+/// a normalized run's input, or a tunnelled request that gets
+/// `stream_options` added. A long stream so keeps its body's bytes (which
+/// it holds anyway) and no tree of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedRequest {
     /// The model group asked for.
@@ -20,30 +29,103 @@ pub struct ParsedRequest {
     pub stream: bool,
     /// `stream_options.include_usage` (Chat Completions only).
     pub include_usage: bool,
-    /// The request as a JSON object, for the normalized path and for
-    /// re-encoding a tunnelled request when the Edge adds usage.
-    pub object: Map<String, Value>,
+    /// The request body as the client sent it (a JSON object).
+    pub body: Bytes,
 }
 
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::bad_request(
-            "invalid_request",
-            "the request body must be a JSON object",
-        )),
-        Err(e) => Err(ApiError::bad_request(
+impl ParsedRequest {
+    /// The request as a JSON object, for the normalized path and for
+    /// re-encoding a tunnelled request when the Edge adds usage.
+    pub fn object(&self) -> Result<Map<String, Value>, ApiError> {
+        serde_json::from_slice(&self.body).map_err(|e| not_an_object(&self.body, &e))
+    }
+}
+
+/// The routing fields of a request body; every other member is skipped
+/// (syntax-checked, not kept). Later duplicates win, as in a JSON object
+/// parsed whole.
+#[derive(Default)]
+struct RoutingFields {
+    model: Option<Value>,
+    stream: Option<Value>,
+    stream_options: Option<Value>,
+}
+
+/// A member name of a request body, as far as routing cares.
+enum Member {
+    Model,
+    Stream,
+    StreamOptions,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl Visitor<'_> for Name {
+            type Value = Member;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Member, E> {
+                Ok(match name {
+                    "model" => Member::Model,
+                    "stream" => Member::Stream,
+                    "stream_options" => Member::StreamOptions,
+                    _ => Member::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(Name)
+    }
+}
+
+impl<'de> Deserialize<'de> for RoutingFields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = RoutingFields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RoutingFields, A::Error> {
+                let mut fields = RoutingFields::default();
+                while let Some(member) = map.next_key::<Member>()? {
+                    match member {
+                        Member::Model => fields.model = Some(map.next_value()?),
+                        Member::Stream => fields.stream = Some(map.next_value()?),
+                        Member::StreamOptions => fields.stream_options = Some(map.next_value()?),
+                        Member::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(fields)
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
+}
+
+/// The 400 for a body that did not parse as a JSON object: `invalid_json`
+/// when it is not JSON at all, `invalid_request` when it is other JSON.
+fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
+    if serde_json::from_slice::<IgnoredAny>(body).is_ok() {
+        ApiError::bad_request("invalid_request", "the request body must be a JSON object")
+    } else {
+        ApiError::bad_request(
             "invalid_json",
-            format!("the request body is not valid JSON: {e}"),
-        )),
+            format!("the request body is not valid JSON: {error}"),
+        )
     }
 }
 
 /// Parses the common fields of a request body.
-pub fn parse(body: &[u8]) -> Result<ParsedRequest, ApiError> {
-    let object = object(body)?;
-    let model = match object.get("model") {
-        Some(Value::String(model)) if !model.is_empty() => model.clone(),
+pub fn parse(body: &Bytes) -> Result<ParsedRequest, ApiError> {
+    let fields: RoutingFields =
+        serde_json::from_slice(body).map_err(|e| not_an_object(body, &e))?;
+    let model = match fields.model {
+        Some(Value::String(model)) if !model.is_empty() => model,
         Some(_) => {
             return Err(ApiError::bad_request(
                 "invalid_model",
@@ -57,9 +139,9 @@ pub fn parse(body: &[u8]) -> Result<ParsedRequest, ApiError> {
             ));
         }
     };
-    let stream = match object.get("stream") {
+    let stream = match fields.stream {
         None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+        Some(Value::Bool(b)) => b,
         Some(_) => {
             return Err(ApiError::bad_request(
                 "invalid_stream",
@@ -67,8 +149,9 @@ pub fn parse(body: &[u8]) -> Result<ParsedRequest, ApiError> {
             ));
         }
     };
-    let include_usage = object
-        .get("stream_options")
+    let include_usage = fields
+        .stream_options
+        .as_ref()
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
@@ -76,7 +159,7 @@ pub fn parse(body: &[u8]) -> Result<ParsedRequest, ApiError> {
         model,
         stream,
         include_usage,
-        object,
+        body: body.clone(),
     })
 }
 
@@ -125,7 +208,8 @@ fn message(role: &str, content: String, extra: Map<String, Value>) -> ChatMessag
 
 /// The normalized input of a Chat Completions request.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let Some(Value::Array(messages)) = request.object.get("messages") else {
+    let object = request.object()?;
+    let Some(Value::Array(messages)) = object.get("messages") else {
         return Err(ApiError::bad_request(
             "missing_messages",
             "`messages` must be a non-empty array",
@@ -159,8 +243,7 @@ pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
             .collect();
         out.push(message(role, content, extra));
     }
-    let params: Map<String, Value> = request
-        .object
+    let params: Map<String, Value> = object
         .iter()
         .filter(|(k, _)| {
             !matches!(
@@ -179,11 +262,12 @@ pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
 /// The normalized input of a Responses request: `instructions` as a system
 /// message, then `input` (a string, or message items).
 pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
+    let object = request.object()?;
     let mut messages = Vec::new();
-    if let Some(instructions) = request.object.get("instructions").and_then(Value::as_str) {
+    if let Some(instructions) = object.get("instructions").and_then(Value::as_str) {
         messages.push(message("system", instructions.to_owned(), Map::new()));
     }
-    match request.object.get("input") {
+    match object.get("input") {
         Some(Value::String(text)) => messages.push(message("user", text.clone(), Map::new())),
         Some(Value::Array(items)) => {
             for item in items {
@@ -210,7 +294,7 @@ pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
         ("top_p", "top_p"),
         ("max_output_tokens", "max_tokens"),
     ] {
-        if let Some(v) = request.object.get(from) {
+        if let Some(v) = object.get(from) {
             params.insert(to.to_owned(), v.clone());
         }
     }
@@ -270,7 +354,7 @@ mod tests {
         let body = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},
             "temperature":0.5,"messages":[{"role":"system","content":"be brief"},
             {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}],"name":"bob"}]}"#;
-        let request = parse(body).unwrap();
+        let request = parse(&Bytes::from_static(body)).unwrap();
         assert_eq!(request.model, "m");
         assert!(request.stream && request.include_usage);
         let input = chat_input(&request).unwrap();
@@ -289,26 +373,60 @@ mod tests {
             (br#"{"model":7}"#, "invalid_model"),
             (br#"{"model":"m","stream":"yes"}"#, "invalid_stream"),
         ] {
-            let error = parse(body).unwrap_err();
+            let error = parse(&Bytes::from_static(body)).unwrap_err();
             assert_eq!((error.status, error.code), (400, code), "{body:?}");
         }
-        let no_messages = parse(br#"{"model":"m","messages":[]}"#).unwrap();
+        let no_messages = parse(&Bytes::from_static(br#"{"model":"m","messages":[]}"#)).unwrap();
         assert_eq!(
             chat_input(&no_messages).unwrap_err().code,
             "missing_messages"
         );
-        let image = parse(
+        let image = parse(&Bytes::from_static(
             br#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
-        )
+        ))
         .unwrap();
         assert_eq!(chat_input(&image).unwrap_err().code, "unsupported_content");
     }
 
     #[test]
+    fn routing_reads_its_fields_like_a_whole_object_and_keeps_none_of_the_rest() {
+        // Later duplicates win; other members of any shape are skipped.
+        let body = Bytes::from_static(
+            br#"{"model":"a","messages":[{"role":"user","content":"x\u00e9"}],"stream":false,
+                "tools":[{"deep":[[{"x":null}]]}],"model":"b","stream":true,
+                "stream_options":{"include_usage":true,"other":1}}"#,
+        );
+        let request = parse(&body).unwrap();
+        assert_eq!(request.model, "b");
+        assert!(request.stream && request.include_usage);
+        assert_eq!(request.body, body, "the body is the client's bytes");
+        let object = request.object().unwrap();
+        assert_eq!(object["model"], "b");
+        assert_eq!(object["messages"][0]["content"], "xé");
+        // An escaped member name is still the member; null is not a model.
+        for (body, code) in [
+            (&br#"{"mod\u0065l":null}"#[..], "invalid_model"),
+            (br#"{"model":"m","stream":null,"stream_options":7}"#, ""),
+            (br#"{"model":"m"} trailing"#, "invalid_json"),
+            (br#""just a string""#, "invalid_request"),
+            (b"", "invalid_json"),
+        ] {
+            match parse(&Bytes::from_static(body)) {
+                Ok(request) => {
+                    assert_eq!(code, "", "{body:?}");
+                    assert!(!request.stream && !request.include_usage);
+                }
+                Err(error) => assert_eq!((error.status, error.code), (400, code), "{body:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn responses_requests_become_normalized_input() {
-        let request =
-            parse(br#"{"model":"m","instructions":"sys","input":"hello","max_output_tokens":9}"#)
-                .unwrap();
+        let request = parse(&Bytes::from_static(
+            br#"{"model":"m","instructions":"sys","input":"hello","max_output_tokens":9}"#,
+        ))
+        .unwrap();
         let input = responses_input(&request).unwrap();
         assert_eq!(input.messages.len(), 2);
         assert_eq!(input.messages[0].role, "system");

@@ -68,21 +68,26 @@ pub(crate) fn relayed(name: &str) -> bool {
 pub(crate) async fn serve(
     ctx: &mut AttemptCtx<'_, '_>,
     request: &ParsedRequest,
-    body: &Bytes,
     lease: Lease,
     responder: &mut Responder,
 ) -> Attempt {
     let api = ctx.api;
     let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
     let body = if strip_usage {
-        let mut object = request.object.clone();
+        let mut object = match request.object() {
+            Ok(object) => object,
+            Err(error) => {
+                responder.error(&error).await;
+                return Attempt::Answered(error.status);
+            }
+        };
         let options = object.entry("stream_options").or_insert_with(|| json!({}));
         if let Value::Object(options) = options {
             options.insert("include_usage".into(), Value::Bool(true));
         }
         Bytes::from(Value::Object(object).to_string())
     } else {
-        body.clone()
+        request.body.clone()
     };
     let tunnel = ProviderTunnelRequest {
         method: "POST".into(),
@@ -107,12 +112,13 @@ pub(crate) async fn serve(
         strip_usage_event: strip_usage,
         ..ProviderTunnelRequest::default()
     };
-    let mut stream = match ctx
-        .shared
-        .dispatcher
-        .open_tunnel_as(&lease, tunnel, &ctx.principal)
-        .await
-    {
+    // Boxed: a short step (see `http::serve`).
+    let opening = Box::pin(
+        ctx.shared
+            .dispatcher
+            .open_tunnel_as(&lease, tunnel, &ctx.principal),
+    );
+    let mut stream = match opening.await {
         Ok(stream) => stream,
         Err(error) => {
             let error = ApiError::from(error);
