@@ -32,14 +32,19 @@
 //! The probe runs with no background load first, then under the background
 //! (direct and tunnel see the same background, always through the tunnel).
 //! Printed: p50 / p99 / p99.9 / max per path and the added (tunnel − direct)
-//! percentiles, for both.
+//! percentiles, for both; under each probe, what its window saw: the
+//! background's rate, the cores each part used, how long this process's
+//! threads waited on a run queue (contention, from other processes too on a
+//! shared box) and the load average.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
+use crate::cpu;
 use crate::stack::{Scenario, Stack};
 use crate::{Path, stream_once};
 
@@ -281,6 +286,85 @@ fn paced_capacity(stack: &Stack, fastest: &Scenario, window: Duration) -> f64 {
     rate
 }
 
+/// What a probe's window started from: the background's events and the
+/// CPU and run-queue time of this process's threads.
+struct Window {
+    started: Instant,
+    events: u64,
+    cpu: BTreeMap<&'static str, u64>,
+    waited: u64,
+}
+
+impl Window {
+    fn open(bg: Option<&Background>) -> Self {
+        Self {
+            started: Instant::now(),
+            events: bg.map_or(0, Background::events),
+            cpu: cpu::by_part(),
+            waited: run_queue_wait_ns(),
+        }
+    }
+
+    /// What the window saw: the background's rate (flagged when short of
+    /// `planned` events/s), the cores each part used, the run-queue wait of
+    /// this process's threads (how much they were kept off a CPU by each
+    /// other and by the rest of the machine) and the load average.
+    fn close(self, bg: Option<&Background>, planned: f64, peak: f64) -> String {
+        let secs = self.started.elapsed().as_secs_f64();
+        let mut line = match bg {
+            Some(bg) => {
+                let rate = (bg.events() - self.events) as f64 / secs;
+                let short = if rate < 0.9 * planned {
+                    " SHORT of plan: saturated"
+                } else {
+                    ""
+                };
+                format!(
+                    "background {rate:.0} events/s = {:.2}× peak{short};",
+                    rate / peak
+                )
+            }
+            None => "no background;".to_owned(),
+        };
+        let cpu = cpu::by_part();
+        line.push_str(" cores used:");
+        for part in ["mock", "edge", "node", "client"] {
+            let spent = cpu.get(part).unwrap_or(&0) - self.cpu.get(part).unwrap_or(&0);
+            line.push_str(&format!(" {part} {:.2}", spent as f64 / 1e9 / secs));
+        }
+        let waited = run_queue_wait_ns().saturating_sub(self.waited);
+        line.push_str(&format!(
+            "; run-queue wait {:.2} thread-s/s; loadavg {}",
+            waited as f64 / 1e9 / secs,
+            load_average()
+        ));
+        line
+    }
+}
+
+/// Nanoseconds this process's live threads have waited on a run queue
+/// (`/proc/self/task/*/schedstat`, second field).
+fn run_queue_wait_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            stat.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// The 1-minute load average, as `/proc/loadavg` prints it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Runs the report; `unpaced` is the `s2` scenario, `load` what
 /// [`LoadSizes::scenarios`] made.
 pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], sizes: LoadSizes) {
@@ -324,31 +408,19 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
             ("direct", &mut direct, Path::Direct),
             ("tunnel", &mut tunnel, Path::Iop),
         ] {
-            let (events0, started) = (bg.map_or(0, Background::events), Instant::now());
+            let window = Window::open(bg);
             let (latencies, per_event) = probe(client, path, probe_scenario, sizes.probe_events);
-            let load =
-                bg.map(|bg| (bg.events() - events0) as f64 / started.elapsed().as_secs_f64());
             let p = percentiles(&latencies);
-            let load = load.map_or(String::new(), |rate| {
-                let short = if rate < 0.9 * planned {
-                    ", SHORT of plan: saturated"
-                } else {
-                    ""
-                };
-                format!(
-                    "  (background {rate:.0} events/s = {:.2}× peak{short})",
-                    rate / peak
-                )
-            });
             println!(
                 "  {label:<9} {name:<7} p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}  max {:>8.1}  \
-                 n {} of {per_event:.0} B{load}",
+                 n {} of {per_event:.0} B",
                 p[0],
                 p[1],
                 p[2],
                 p[3],
                 latencies.len()
             );
+            println!("{:>20}{}", "", window.close(bg, planned, peak));
             rows.push(p);
         }
         if let [direct, tunnel] = rows.as_slice() {
