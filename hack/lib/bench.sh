@@ -76,6 +76,70 @@ bench_headline() {
   jq -r --arg k "$2" '.headline[$k] // empty' "$1"
 }
 
+# --- oha (open-loop HTTP load) ---------------------------------------------------
+OHA_VERSION=1.12.0
+# bench_oha: sets OHA to an oha $OHA_VERSION binary; when missing, installs
+# it with `cargo install --locked` into target/tools, in cargo's own temp dir
+# (no lock on the shared target dir). TLS is system OpenSSL (native-tls;
+# needs libssl-dev): oha 1.12.0 does not compile with no TLS feature, and
+# its default rustls builds aws-lc from C. ~11 min on the 2-core box.
+bench_oha() {
+  if [ -n "${OHA:-}" ] && [ -x "$OHA" ]; then return 0; fi
+  local root=$bench_target/tools
+  OHA=$root/bin/oha
+  if [ ! -x "$OHA" ] || ! "$OHA" --version 2>/dev/null | grep -q " $OHA_VERSION\$"; then
+    say "installing oha $OHA_VERSION (cargo install --locked into $root; ~11 min on 2 cores)"
+    env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR cargo install --quiet oha --version "$OHA_VERSION" \
+      --locked --no-default-features --features native-tls --root "$root" ||
+      fail "cargo install oha@$OHA_VERSION failed (native-tls needs libssl-dev and pkg-config)"
+  fi
+  "$OHA" --version >/dev/null || fail "$OHA does not run"
+}
+
+# bench_oha_run JSON URL BODY_FILE RATE DURATION CONNECTIONS [HEADER...]:
+# POSTs BODY_FILE to URL open loop at RATE/s for DURATION over CONNECTIONS
+# keep-alive connections; latency counts from each request's scheduled
+# start (--latency-correction: no coordinated omission), and requests still
+# open at the deadline are waited for (-w, each at most 30 s: -t), not
+# counted as errors. Writes oha's JSON summary to JSON and sets
+# BENCH_OHA_CPU_S to the CPU seconds (user + sys) oha itself used. Returns
+# oha's status.
+bench_oha_run() {
+  local json=$1 url=$2 body=$3 rate=$4 duration=$5 conns=$6 h
+  shift 6
+  local headers=(-T application/json)
+  for h in "$@"; do headers+=(-H "$h"); done
+  local out rc=0 log
+  log=$BENCH_WORK/oha-$(basename "$json" .json).log
+  # In the $(...) subshell, the last line of `times` (not piped: a pipe
+  # would run it in another subshell) is its children's CPU: oha's own.
+  out=$(
+    "$OHA" --no-tui --no-color --output-format json -o "$json" -m POST "${headers[@]}" -D "$body" \
+      -q "$rate" --latency-correction -z "$duration" -w -t 30s -c "$conns" "$url" \
+      >"$log" 2>&1 || echo "rc=$?"
+    times
+  )
+  case "$out" in rc=*) rc=${out#rc=}; rc=${rc%%$'\n'*} ;; esac
+  BENCH_OHA_CPU_S=$(tail -n 1 <<<"$out" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] } printf "%.3f", s }')
+  [ "$rc" -eq 0 ] || say "oha exited with status $rc: $(tail -n 3 "$log" 2>/dev/null | tr '\n' ' ')"
+  return "$rc"
+}
+
+# bench_oha_figure JSON NAME: one figure of an oha JSON summary ("" if
+# none). NAME: qps, requests (answered + failed), non200, errors (no
+# response), or a latency percentile in ms: 50, 99, 99.9.
+bench_oha_figure() {
+  jq -r --arg k "$2" '
+    def ms(p): (.latencyPercentiles[p] // empty) * 1000;
+    ((.statusCodeDistribution // {}) | to_entries) as $codes
+    | ((.errorDistribution // {}) | [.[]] | add // 0) as $errors
+    | if $k == "qps" then .summary.requestsPerSec
+      elif $k == "requests" then ([$codes[].value] | add // 0) + $errors
+      elif $k == "non200" then [$codes[] | select(.key != "200") | .value] | add // 0
+      elif $k == "errors" then $errors
+      else ms("p" + $k) end' "$1"
+}
+
 # --- binaries -------------------------------------------------------------------
 # bench_bins: sets BIN_DIR. IOP_BIN_DIR=DIR uses DIR; otherwise builds the
 # release binaries (IOP_PROFILE=debug: the debug ones) unless IOP_NO_BUILD=1.
@@ -213,7 +277,8 @@ bench_stop() {
 }
 
 # --- result files -------------------------------------------------------------------
-# bench_md_header TITLE COMMAND: the first lines of a result file.
+# bench_md_header TITLE COMMAND: the first lines of a result file
+# (BENCH_LOADGEN names the load generator; default k6).
 bench_md_header() {
   local commit dirty=""
   commit=$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -226,7 +291,7 @@ bench_md_header() {
 - **Date:** $(date -u +%Y-%m-%dT%H:%M:%SZ)
 - **Commit:** \`$commit\`$dirty
 - **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
-- **Load generator:** k6 $K6_VERSION on the same 2 cores (everything on loopback)
+- **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
 MD
 }
 
