@@ -24,6 +24,12 @@
 //! bytes arrive until its slices are relayed, and a burst of new streams
 //! does not hold one each. Plain TCP only: rustls may hold decrypted bytes the
 //! socket's readiness does not show, so a TLS connection keeps its buffer.
+//!
+//! Reads reserve [`READ_MIN`] after a short read and double up to
+//! [`READ_RESERVE`] while they fill: a token that wakes a slow stream takes
+//! a 2 KiB buffer, not 16 KiB. Thousands of slow streams each taking and
+//! freeing 16 KiB per token left the Node's heap fragmented (issue 8: ~1 KB
+//! a stream of resident memory at 3,000 streams with a token a second).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -44,6 +50,9 @@ use super::tls;
 
 /// Bytes reserved in the receive buffer before each read.
 pub(crate) const READ_RESERVE: usize = 16 * 1024;
+
+/// The first read's reservation, and each one after a short read.
+pub(crate) const READ_MIN: usize = 2 * 1024;
 
 /// The byte stream under HTTP.
 #[derive(Debug)]
@@ -75,6 +84,9 @@ pub(crate) struct Connection {
     /// or pooled: the next read is likely to wait, so it waits without a
     /// buffer (see the module docs).
     drained: bool,
+    /// Free space to reserve before the next read: [`READ_MIN`] after a
+    /// short read, doubling up to [`READ_RESERVE`] while reads fill.
+    read_size: usize,
 }
 
 impl Connection {
@@ -109,6 +121,7 @@ impl Connection {
             io,
             // No buffer until the provider has answered (see `drained`).
             buf: BytesMut::new(),
+            read_size: READ_MIN,
             reused: false,
             busy: false,
             last_read: 0..0,
@@ -151,8 +164,8 @@ impl Connection {
                 stream.readable(false).await?;
             }
         }
-        if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
-            self.buf.reserve(READ_RESERVE);
+        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
+            self.buf.reserve(self.read_size);
         }
         self.busy = true;
         let buf = std::mem::take(&mut self.buf);
@@ -176,6 +189,11 @@ impl Connection {
         let n = result?;
         self.last_read = start..start + n;
         self.drained = n < capacity - len;
+        self.read_size = if self.drained {
+            READ_MIN
+        } else {
+            (self.read_size * 2).min(READ_RESERVE)
+        };
         Ok(n)
     }
 

@@ -12,6 +12,7 @@ use framing::http::HeadLimits;
 use framing::timer::{ClockSource, SharedManualClock};
 
 use super::*;
+use conn::{READ_MIN, READ_RESERVE};
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -588,6 +589,56 @@ fn an_idle_chunked_body_pins_nothing_but_the_chunk_handed_out() {
         assert_eq!(response.buffer_capacity(), Some(0));
         release.send(()).unwrap();
         assert_eq!(drain(&mut response).await.unwrap(), b"\n\n");
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
+
+#[test]
+fn reads_start_small_and_grow_while_they_fill() {
+    each_driver(|| async {
+        const REST: usize = 512 * 1024;
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\nhello",
+                5 + REST
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(&vec![b'x'; REST]).unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let hello = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&hello[..], b"hello");
+        // A token-sized answer took a small buffer, not a full reservation.
+        let first = response.last_read().unwrap();
+        assert!(first.len() < READ_MIN, "{first:?}");
+        assert!(
+            response.buffer_capacity().unwrap() <= READ_MIN,
+            "{:?}",
+            response.buffer_capacity()
+        );
+        drop(hello);
+        release.send(()).unwrap();
+        // A burst: reads that fill double, up to READ_RESERVE (which
+        // `BytesMut::reserve` may round up to twice its last capacity).
+        let (mut seen, mut largest) = (0, 0);
+        while seen < REST {
+            let chunk = response.next_chunk().await.unwrap().unwrap();
+            seen += chunk.len();
+            largest = largest.max(chunk.len());
+        }
+        assert_eq!(seen, REST);
+        assert!(
+            (4 * READ_MIN..=2 * READ_RESERVE).contains(&largest),
+            "{largest}"
+        );
         drop(response);
         drop(client);
         join(server).await;
