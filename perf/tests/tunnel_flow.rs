@@ -1,14 +1,16 @@
 //! The raw provider tunnel's flow control, stops and zero copy, against the
 //! mock provider under both monoio drivers: a spent window pauses the
 //! provider read, cancel and hard timeout end the tunnel and close the
-//! provider stream, and relaying allocates nothing per body byte.
+//! provider stream, relaying allocates nothing per body byte, and a long
+//! tunnel holds no reference to its request once the provider answered.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
+use bytes::Bytes;
 use node_runner::tunnel::{Credit, TunnelLimits, TunnelOutcome, TunnelTarget, run_tunnel};
-use proto::v1::{AdapterKind, FailureCode, ProviderTunnelRequest};
+use proto::v1::{AdapterKind, FailureCode, Header, ProviderTunnelRequest};
 
 mod support;
 use support::{each_driver, start};
@@ -125,6 +127,33 @@ fn cancel_and_hard_timeout_end_the_tunnel_and_close_the_provider_stream() {
             stats.streams_client_gone() == 2
         })
         .await;
+    });
+}
+
+#[test]
+fn a_long_tunnel_keeps_no_hold_on_its_request_once_the_provider_answered() {
+    each_driver(|| async {
+        let (_mock, base) = start();
+        let config = target_config(&base, &[("tokens", "1000"), ("delay-ms", "5")]);
+        let sink = Recorder::default();
+        let body = chat_body(true, false);
+        let header = Bytes::from(b"held".to_vec());
+        let mut request = tunnel_request(body.clone());
+        request.headers.push(Header {
+            name: "x-trace".into(),
+            value: header.clone(),
+        });
+        let (_credit, cancel, handle) = spawn_tunnel(config, request, u32::MAX, sink.clone());
+        eventually("some body bytes", || sink.body_bytes.get() > 0).await;
+        // The prompt (and the headers) went to the provider; the stream,
+        // which may last minutes, holds no reference to them.
+        assert!(body.is_unique(), "the tunnel still holds the request body");
+        assert!(
+            header.is_unique(),
+            "the tunnel still holds a request header"
+        );
+        cancel.send(()).unwrap();
+        assert_eq!(handle.await, TunnelOutcome::Cancelled);
     });
 }
 

@@ -292,10 +292,18 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     // a local of its own, so the request and the watchdog would be laid out
     // twice in the future every (idle) tunnel holds for its whole life.
     async move {
+        let mut request = request;
         let prepared = match prepare(target, &request) {
             Ok(prepared) => prepared,
             Err(failure) => return fail(sink, failure),
         };
+        // The provider request holds what it sends (the body is shared, not
+        // copied) and is dropped once the head arrives; the tunnel keeps
+        // only the request's flags, so a long stream pins neither its
+        // prompt nor its headers (nor the link read buffer they are slices
+        // of).
+        request.body = Bytes::new();
+        request.headers = Vec::new();
         let hard_ms = prepared.hard_timeout_ms;
         // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
         // a tie with the stall is decided on one clock (the deadline wins).
