@@ -262,13 +262,16 @@ impl Router {
         principal: String,
         responder: &mut Responder,
     ) -> u16 {
-        let parsed = match openai::parse(&request.body) {
+        let mut parsed = match openai::parse(&request.body) {
             Ok(parsed) => parsed,
             Err(error) => {
                 responder.error(&error).await;
                 return error.status;
             }
         };
+        // The parsed request holds the body from here; the head is done
+        // with (a long stream keeps neither, see `release_body`).
+        drop(request);
         let shared = &*self.shared;
         let mut ctx = AttemptCtx {
             shared,
@@ -304,10 +307,10 @@ impl Router {
             ctx.gate.begin_attempt();
             let attempt = match lease.provider().kind {
                 ProviderKind::Ollama => {
-                    normalized::serve(&mut ctx, &parsed, lease, responder).await
+                    normalized::serve(&mut ctx, &mut parsed, lease, responder).await
                 }
                 ProviderKind::OpenaiCompat | ProviderKind::Vllm => {
-                    tunnel::serve(&mut ctx, &parsed, lease, responder).await
+                    tunnel::serve(&mut ctx, &mut parsed, lease, responder).await
                 }
             };
             match attempt {
@@ -316,6 +319,10 @@ impl Router {
                     return status;
                 }
                 Attempt::Reattempt { avoid, error } => {
+                    debug_assert!(
+                        !parsed.body.is_empty(),
+                        "a reattempt after commit: the body was released"
+                    );
                     if responder.is_gone() {
                         // No one to recover for: start no new provider call.
                         ctx.gate.finish(RecoveryResult::ClientGone);

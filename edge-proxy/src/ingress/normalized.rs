@@ -42,7 +42,7 @@ struct Output {
 /// Serves one attempt of a request as a normalized run.
 pub(crate) async fn serve(
     ctx: &mut AttemptCtx<'_, '_>,
-    request: &ParsedRequest,
+    request: &mut ParsedRequest,
     lease: Lease,
     responder: &mut Responder,
 ) -> Attempt {
@@ -93,6 +93,8 @@ pub(crate) async fn serve(
             return Attempt::Answered(499);
         }
     };
+    // Committed (the first output, or the whole answer): no attempt follows.
+    request.release_body();
     let ids = Ids::new(api, stream.run_id(), &request.model);
     if !request.stream {
         if let Some(usage) = out.usage.as_ref() {

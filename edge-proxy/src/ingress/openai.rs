@@ -39,6 +39,12 @@ impl ParsedRequest {
     pub fn object(&self) -> Result<Map<String, Value>, ApiError> {
         serde_json::from_slice(&self.body).map_err(|e| not_an_object(&self.body, &e))
     }
+
+    /// Lets go of the body once the answer is committed: no attempt
+    /// follows, so a long stream keeps no copy of its prompt.
+    pub fn release_body(&mut self) {
+        self.body = Bytes::new();
+    }
 }
 
 /// The routing fields of a request body; every other member is skipped
@@ -419,6 +425,16 @@ mod tests {
                 Err(error) => assert_eq!((error.status, error.code), (400, code), "{body:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_committed_request_lets_go_of_its_body_and_keeps_its_routing() {
+        let body = Bytes::from(br#"{"model":"m","stream":true,"messages":[]}"#.to_vec());
+        let mut request = parse(&body).unwrap();
+        assert!(!body.is_unique());
+        request.release_body();
+        assert!(body.is_unique(), "the parsed request still holds the body");
+        assert_eq!((request.model.as_str(), request.stream), ("m", true));
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub(crate) fn relayed(name: &str) -> bool {
 /// Serves one attempt of a request through a raw tunnel.
 pub(crate) async fn serve(
     ctx: &mut AttemptCtx<'_, '_>,
-    request: &ParsedRequest,
+    request: &mut ParsedRequest,
     lease: Lease,
     responder: &mut Responder,
 ) -> Attempt {
@@ -127,7 +127,7 @@ pub(crate) async fn serve(
         }
     };
     let mut commit = TunnelCommit::default();
-    let ended = relay(ctx, &lease, &mut stream, responder, &mut commit).await;
+    let ended = relay(ctx, &lease, &mut stream, responder, &mut commit, request).await;
     match ended {
         Ended::Answered(499) => {
             super::release_after_end(stream, lease);
@@ -211,9 +211,13 @@ async fn relay(
     stream: &mut TunnelStream,
     responder: &mut Responder,
     commit: &mut TunnelCommit,
+    request: &mut ParsedRequest,
 ) -> Ended {
-    // Usage frames are candidates; the `end` frame carries the final one.
-    let mut last_usage = None;
+    let mut state = RelayState {
+        commit,
+        request,
+        last_usage: None,
+    };
     loop {
         let frame = monoio::select! {
             frame = stream.next() => frame,
@@ -229,16 +233,7 @@ async fn relay(
         let mut frames = 0;
         let mut over = None;
         while let Some(frame) = next.take() {
-            let step = relay_frame(
-                ctx,
-                lease,
-                frame,
-                responder,
-                commit,
-                &mut last_usage,
-                &mut credit,
-            )
-            .await;
+            let step = relay_frame(ctx, lease, frame, responder, &mut state, &mut credit).await;
             if let Step::Over(ended) = step {
                 over = Some(ended);
                 break;
@@ -259,16 +254,25 @@ async fn relay(
     }
 }
 
+/// What the relay of one attempt keeps across frames.
+struct RelayState<'r> {
+    commit: &'r mut TunnelCommit,
+    /// Its body is let go of at commit (see `ParsedRequest::release_body`).
+    request: &'r mut ParsedRequest,
+    /// Usage frames are candidates; the `end` frame carries the final one.
+    last_usage: Option<proto::v1::Usage>,
+}
+
 /// Handles one frame of the relay; writes go to the corked responder.
 async fn relay_frame(
     ctx: &AttemptCtx<'_, '_>,
     lease: &Lease,
     frame: Frame,
     responder: &mut Responder,
-    commit: &mut TunnelCommit,
-    last_usage: &mut Option<proto::v1::Usage>,
+    state: &mut RelayState<'_>,
     credit: &mut u32,
 ) -> Step {
+    let commit = &mut *state.commit;
     match frame {
         Frame::Status(s) => commit.status(s.code),
         Frame::Headers(headers) => commit.headers(
@@ -281,15 +285,17 @@ async fn relay_frame(
         ),
         Frame::Body(body) => {
             if let Some(head) = commit.body() {
+                // Committed: no attempt follows (see `release_body`).
+                state.request.release_body();
                 write_head(head, responder).await;
             }
             let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
             responder.chunk(body).await;
             *credit = credit.saturating_add(len);
         }
-        Frame::Usage(usage) => *last_usage = Some(usage),
+        Frame::Usage(usage) => state.last_usage = Some(usage),
         Frame::End(end) => {
-            if let Some(usage) = end.usage.as_ref().or(last_usage.as_ref()) {
+            if let Some(usage) = end.usage.as_ref().or(state.last_usage.as_ref()) {
                 super::record_usage(ctx.shared, lease, usage);
             }
             match commit.end() {
