@@ -26,7 +26,9 @@
 # "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
 # CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
-# path) and the k6 summaries to bench-results/k6/peers-*.json.
+# path, and the CPU µs per request of the path's processes, the mock and k6,
+# read from /proc around each k6 run) and the k6 summaries to
+# bench-results/k6/peers-*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=peers
@@ -131,7 +133,7 @@ wait_http() {
 
 start_path() {
   local p=$1 port
-  PATH_MODEL=mock-model
+  PATH_MODEL="mock-model"
   PATH_KEY=
   port=$(bench_free_port)
   PATH_URL=http://127.0.0.1:$port
@@ -255,9 +257,41 @@ for p in "${have[@]}"; do
   else paths+=("$p"); fi
 done
 
+# path_procs PATH: the procs_start names of PATH's own processes (each is
+# read with its descendants: nginx's worker, LiteLLM's children); none for
+# direct.
+path_procs() {
+  case "$1" in
+    nginx | haproxy | litellm) echo "$1" ;;
+    rathole) echo rathole-server rathole-client ;;
+    iop-*) echo edge node ;;
+  esac
+}
+
+# cpu_figures PATH BEFORE AFTER REQUESTS: "proxy / mock / k6|all" in CPU µs
+# per request from two readings "PROXY_PART... MOCK K6" (clock ticks); a
+# two-process proxy shows its parts too: "57 (31 + 26)".
+cpu_figures() {
+  local b a n=$4 i proxy=0 parts=() sum=0 cell
+  read -r -a b <<<"$2"
+  read -r -a a <<<"$3"
+  local last=$((${#b[@]} - 2))
+  for ((i = 0; i < last; i++)); do
+    parts+=("$(bench_cpu_per_request "${b[i]}" "${a[i]}" "$n")")
+    proxy=$((proxy + a[i] - b[i]))
+  done
+  case "${#parts[@]}" in
+    0) cell=- ;;
+    1) cell=${parts[0]} ;;
+    *) cell="$(bench_cpu_per_request 0 "$proxy" "$n") ($(printf '%s + ' "${parts[@]}" | sed 's/ + $//'))" ;;
+  esac
+  for ((i = 0; i < ${#b[@]}; i++)); do sum=$((sum + a[i] - b[i])); done
+  echo "$cell / $(bench_cpu_per_request "${b[last]}" "${a[last]}" "$n") / $(bench_cpu_per_request "${b[last + 1]}" "${a[last + 1]}" "$n")|$(bench_cpu_per_request 0 "$sum" "$n")"
+}
+
 declare -A fig
 for sc in "${scenarios[@]}"; do
-  bench_scenario "$sc" && [ "$script" != long-streams.js ] || fail "scenario $sc: use stream, qps or nonstream"
+  if ! bench_scenario "$sc" || [ "$script" = long-streams.js ]; then fail "scenario $sc: use stream, qps or nonstream"; fi
   k6_env+=(-e DURATION="$DURATION")
   for p in "${paths[@]}"; do
     bench_stop
@@ -279,8 +313,24 @@ for sc in "${scenarios[@]}"; do
     say "$sc through $p ($PATH_DESC): $PATH_URL"
     json=$out_dir/k6/peers-$sc-$p.json
     rc=0
+    # CPU ticks of the path's processes (with descendants) and the mock,
+    # then k6's: the ticks of this shell's waited-for children (k6 is the
+    # only one that ends during the run).
+    cpu_pids=()
+    for n in $(path_procs "$p") mock; do cpu_pids+=("$(procs_pid "$n")"); done
+    cpu_before=()
+    for pid in "${cpu_pids[@]}"; do cpu_before+=("$(bench_cpu_ticks_tree "$pid")"); done
+    cpu_before+=("$(bench_reaped_ticks $$)")
     bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
       -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
+    cpu_k6_after=$(bench_reaped_ticks $$)
+    cpu_after=()
+    for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
+    cpu_after+=("$cpu_k6_after")
+    requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
+    cpu=$(cpu_figures "$p" "${cpu_before[*]}" "${cpu_after[*]}" "${requests:-0}")
+    fig[$sc,$p,cpu]=${cpu%|*}
+    fig[$sc,$p,cpu_all]=${cpu#*|}
     [ "$rc" -eq 0 ] || skipped+=("$sc/$p: k6 exited with status $rc (99: a threshold failed: some requests failed; see the error rate)")
     fig[$sc,$p,desc]=$PATH_DESC
     fig[$sc,$p,json]=$json
@@ -305,6 +355,7 @@ md=$out_dir/peers.md
 {
   bench_md_header "IOP and its peers, side by side" "$command_line"
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then k6 for $DURATION; every proxy on 127.0.0.1"
+  echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
   echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
@@ -316,8 +367,8 @@ md=$out_dir/peers.md
     echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
     echo
     case "$script" in
-      chat-stream.js) head="| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate |"; rule="|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms' ;;
-      *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate |"; rule="|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
+      chat-stream.js) head="| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all |"; rule="|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms' ;;
+      *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
     for m in "${refs[@]}"; do
       head+=" $m io_uring ÷ row (${k1%% (*}) | $m io_uring ÷ row (${k2% ms}) |"
@@ -327,14 +378,14 @@ md=$out_dir/peers.md
     echo "$rule"
     for p in "${paths[@]}"; do
       j=${fig[$sc,$p,json]:-}
-      [ -n "$j" ] && [ -f "$j" ] || continue
+      if [ -z "$j" ] || [ ! -f "$j" ]; then continue; fi
       name="$p (${fig[$sc,$p,desc]})"
       case "$script" in
         chat-stream.js)
-          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) |"
+          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
           ;;
         *)
-          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) |"
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
           ;;
       esac
       for m in "${refs[@]}"; do

@@ -262,6 +262,30 @@ bench_cpu_per_request() {
     'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / hz / n; else printf "-" }'
 }
 
+# bench_reaped_ticks PID: the CPU time of PID's children that have ended
+# and been waited for (cutime + cstime: their descendants waited for
+# included), in clock ticks; 0 when PID is gone. Read for $$ before and
+# after a foreground command, the difference is that command's CPU.
+bench_reaped_ticks() {
+  # Fields counted after the ")" that ends comm (comm may hold spaces).
+  awk '{ sub(/.*\) /, ""); print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# bench_cpu_ticks_tree PID: bench_cpu_ticks + bench_reaped_ticks summed
+# over PID and every descendant alive now (pgrep -P, breadth first): a
+# process with workers (nginx master + worker, LiteLLM and its children) as
+# one figure, a worker that exits between two readings not lost; 0 when PID
+# is gone. PID must not be this shell or an ancestor of it.
+bench_cpu_ticks_tree() {
+  local sum=0 i=0 pids=("$1")
+  while [ "$i" -lt "${#pids[@]}" ]; do
+    sum=$((sum + $(bench_cpu_ticks "${pids[i]}") + $(bench_reaped_ticks "${pids[i]}")))
+    mapfile -t -O "${#pids[@]}" pids < <(pgrep -P "${pids[i]}")
+    i=$((i + 1))
+  done
+  echo "$sum"
+}
+
 bench_sampler_stop() {
   if [ -n "${bench_sampler_pid:-}" ]; then
     kill "$bench_sampler_pid" 2>/dev/null || true
