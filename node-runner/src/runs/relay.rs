@@ -128,6 +128,9 @@ where
             return (stall(failure, &mut send), None);
         },
     };
+    // The call is over: free its (finished, ~5 KB) future now rather than
+    // with the run, which may stream for minutes.
+    drop(open);
     loop {
         let next = monoio::select! {
             biased;
