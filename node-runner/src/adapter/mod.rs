@@ -614,7 +614,10 @@ impl EventStream {
             }
             let Some((response, parser)) = self.body.as_mut() else {
                 if let Some(response) = self.drain.take() {
-                    drain(response).await;
+                    // Boxed: its monoio timer (640 B, 128-byte aligned)
+                    // would size and align every `next` call, which a
+                    // quiet run holds while it waits.
+                    Box::pin(drain(response)).await;
                 }
                 return None;
             };

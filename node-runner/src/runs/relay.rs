@@ -88,86 +88,92 @@ where
 /// Returns the outcome and, after a `complete`, the source, so the caller
 /// can read the rest of the provider body (keep-alive) after it released
 /// the run's capacity.
-pub async fn relay_watched<S, O, T, H>(
+// Not an `async fn` on purpose: an async fn moves each argument into a
+// local of its own, so the watchdog and the stop would be laid out twice in
+// the relay every (quiet) run holds for its whole life.
+#[allow(clippy::manual_async_fn)]
+pub fn relay_watched<S, O, T, H>(
     open: O,
     stop: T,
     watchdog: Option<Watchdog<H>>,
     mut emit: impl FnMut(RunEvent),
-) -> (Outcome, Option<S>)
+) -> impl Future<Output = (Outcome, Option<S>)>
 where
     S: EventSource,
     O: Future<Output = S>,
     T: Future<Output = Stop>,
     H: HealthCheck,
 {
-    let mut stop = pin!(stop);
-    let mut seq = 0u64;
-    let mut send = |event: RuntimeEvent| {
-        seq += 1;
-        emit(event.into_run_event(seq));
-    };
-    let activity = watchdog.as_ref().map(Watchdog::start);
-    let stalled = async {
-        match &activity {
-            Some(activity) => activity.stalled().await,
-            None => pending().await,
-        }
-    };
-    let mut stalled = pin!(stalled);
-    // Boxed so that a stall while the provider call is pending can drop it
-    // inside the fence.
-    let mut open = Box::pin(open);
-    let mut source = monoio::select! {
-        biased;
-        why = &mut stop => return (stopped(why, &mut send), None),
-        source = &mut open => source,
-        () = &mut stalled => {
-            // Boxed: the evidence (a health probe of the provider) is rare
-            // and large, and an idle run would carry its layout.
-            let failure = Box::pin(claim(&watchdog, &activity, async move { drop(open) })).await;
-            return (stall(failure, &mut send), None);
-        },
-    };
-    // The call is over: free its (finished, ~5 KB) future now rather than
-    // with the run, which may stream for minutes.
-    drop(open);
-    loop {
-        let next = monoio::select! {
-            biased;
-            why = &mut stop => return (stopped(why, &mut send), None),
-            next = source.next() => Ok(next),
-            () = &mut stalled => Err(()),
+    async move {
+        let mut stop = pin!(stop);
+        let mut seq = 0u64;
+        let mut send = |event: RuntimeEvent| {
+            seq += 1;
+            emit(event.into_run_event(seq));
         };
-        let Ok(next) = next else {
-            let failure = Box::pin(claim(&watchdog, &activity, source.close())).await;
-            return (stall(failure, &mut send), None);
-        };
-        let Some(event) = next else {
-            let missing = failure(
-                FailureCode::MissingTerminal,
-                FailureSide::Node,
-                "the adapter ended the run without a terminal event",
-            );
-            let outcome = Outcome::Failed(missing.message.clone());
-            send(RuntimeEvent::Error(missing));
-            return (outcome, None);
-        };
-        // A terminal type wins over its payload: a `complete` carrying
-        // usage ends the run; only a non-terminal event is progress.
-        let outcome = match &event {
-            RuntimeEvent::Complete { .. } => Outcome::Completed,
-            RuntimeEvent::Error(failure) => Outcome::Failed(failure.message.clone()),
-            _ => {
-                if let Some(activity) = &activity {
-                    activity.touch();
-                }
-                send(event);
-                continue;
+        let activity = watchdog.as_ref().map(Watchdog::start);
+        let stalled = async {
+            match &activity {
+                Some(activity) => activity.stalled().await,
+                None => pending().await,
             }
         };
-        send(event);
-        let rest = (outcome == Outcome::Completed).then_some(source);
-        return (outcome, rest);
+        let mut stalled = pin!(stalled);
+        // Boxed so that a stall while the provider call is pending can drop it
+        // inside the fence.
+        let mut open = Box::pin(open);
+        let mut source = monoio::select! {
+            biased;
+            why = &mut stop => return (stopped(why, &mut send), None),
+            source = &mut open => source,
+            () = &mut stalled => {
+                // Boxed: the evidence (a health probe of the provider) is rare
+                // and large, and an idle run would carry its layout.
+                let failure = Box::pin(claim(&watchdog, &activity, async move { drop(open) })).await;
+                return (stall(failure, &mut send), None);
+            },
+        };
+        // The call is over: free its (finished, ~5 KB) future now rather than
+        // with the run, which may stream for minutes.
+        drop(open);
+        loop {
+            let next = monoio::select! {
+                biased;
+                why = &mut stop => return (stopped(why, &mut send), None),
+                next = source.next() => Ok(next),
+                () = &mut stalled => Err(()),
+            };
+            let Ok(next) = next else {
+                let failure = Box::pin(claim(&watchdog, &activity, source.close())).await;
+                return (stall(failure, &mut send), None);
+            };
+            let Some(event) = next else {
+                let missing = failure(
+                    FailureCode::MissingTerminal,
+                    FailureSide::Node,
+                    "the adapter ended the run without a terminal event",
+                );
+                let outcome = Outcome::Failed(missing.message.clone());
+                send(RuntimeEvent::Error(missing));
+                return (outcome, None);
+            };
+            // A terminal type wins over its payload: a `complete` carrying
+            // usage ends the run; only a non-terminal event is progress.
+            let outcome = match &event {
+                RuntimeEvent::Complete { .. } => Outcome::Completed,
+                RuntimeEvent::Error(failure) => Outcome::Failed(failure.message.clone()),
+                _ => {
+                    if let Some(activity) = &activity {
+                        activity.touch();
+                    }
+                    send(event);
+                    continue;
+                }
+            };
+            send(event);
+            let rest = (outcome == Outcome::Completed).then_some(source);
+            return (outcome, rest);
+        }
     }
 }
 
