@@ -281,7 +281,7 @@ pub async fn run_tunnel<S: TunnelSink>(
 pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     client: &'a ProviderClient,
     target: Option<TunnelTarget<'a>>,
-    request: ProviderTunnelRequest,
+    mut request: ProviderTunnelRequest,
     limits: TunnelLimits,
     credit: &'a Credit,
     cancel: impl Future<Output = ()> + 'a,
@@ -292,7 +292,6 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     // a local of its own, so the request and the watchdog would be laid out
     // twice in the future every (idle) tunnel holds for its whole life.
     async move {
-        let mut request = request;
         let prepared = match prepare(target, &request) {
             Ok(prepared) => prepared,
             Err(failure) => return fail(sink, failure),
