@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use proto::v1::{ChatMessage, RunInput, Usage};
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
@@ -48,7 +48,7 @@ impl ParsedRequest {
 }
 
 /// The routing fields of a request body; every other member is skipped
-/// (syntax-checked, not kept). Later duplicates win, as in a JSON object
+/// (checked as JSON, nesting limit included, and not kept). Later duplicates win, as in a JSON object
 /// parsed whole.
 #[derive(Default)]
 struct RoutingFields {
@@ -102,7 +102,7 @@ impl<'de> Deserialize<'de> for RoutingFields {
                         Member::Stream => fields.stream = Some(map.next_value()?),
                         Member::StreamOptions => fields.stream_options = Some(map.next_value()?),
                         Member::Other => {
-                            map.next_value::<IgnoredAny>()?;
+                            map.next_value::<Skipped>()?;
                         }
                     }
                 }
@@ -113,10 +113,57 @@ impl<'de> Deserialize<'de> for RoutingFields {
     }
 }
 
+/// A JSON value read and dropped. Unlike `IgnoredAny` it goes through
+/// `deserialize_any`, so serde_json's nesting limit (128) holds for the
+/// members routing skips as it does for a parsed tree: a hostile body
+/// nested 100,000 deep is refused here, not forwarded.
+struct Skipped;
+
+impl<'de> Deserialize<'de> for Skipped {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Skipped;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_unit<E>(self) -> Result<Skipped, E> {
+                Ok(Skipped)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skipped, A::Error> {
+                while seq.next_element::<Skipped>()?.is_some() {}
+                Ok(Skipped)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skipped, A::Error> {
+                while map.next_key::<Skipped>()?.is_some() {
+                    map.next_value::<Skipped>()?;
+                }
+                Ok(Skipped)
+            }
+        }
+        deserializer.deserialize_any(Any)
+    }
+}
+
 /// The 400 for a body that did not parse as a JSON object: `invalid_json`
 /// when it is not JSON at all, `invalid_request` when it is other JSON.
 fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
-    if serde_json::from_slice::<IgnoredAny>(body).is_ok() {
+    if serde_json::from_slice::<Skipped>(body).is_ok() {
         ApiError::bad_request("invalid_request", "the request body must be a JSON object")
     } else {
         ApiError::bad_request(
@@ -425,6 +472,14 @@ mod tests {
                 Err(error) => assert_eq!((error.status, error.code), (400, code), "{body:?}"),
             }
         }
+        // Skipped members keep serde_json's nesting limit (128).
+        let deep = format!(
+            r#"{{"model":"m","x":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let error = parse(&Bytes::from(deep)).unwrap_err();
+        assert_eq!((error.status, error.code), (400, "invalid_json"));
     }
 
     #[test]
