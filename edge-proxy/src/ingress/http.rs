@@ -319,59 +319,77 @@ pub trait Handler {
 
 /// Serves `stream` until the client closes, a limit is hit, or a response
 /// says close.
-pub async fn serve<H: Handler>(stream: TcpStream, limits: IngressLimits, handler: &H) {
-    let _ = stream.set_nodelay(true);
-    let (mut read, write) = stream.into_split();
-    let mut responder = Responder::new(write);
-    let mut buf = BytesMut::with_capacity(4096);
-    loop {
-        // Boxed, as are the other short steps of a request (admission, the
-        // opening of a run or tunnel): their futures hold monoio timers
-        // (640 B, 128-byte aligned), and inline they would size and align
-        // every connection's task for the whole of its longest answer
-        // (issue 8: 4.7 KB a connection). Heap-allocated, they cost their
-        // size only while they run.
-        let reading = Box::pin(read_request(&mut read, &mut buf, &limits, &mut responder));
-        let request = match reading.await {
-            Ok(Some(request)) => request,
-            Ok(None) => break,
-            Err(error) => {
-                responder.close = true;
-                responder.error(&error).await;
+///
+/// Every open stream holds this future for its whole answer, so it is laid
+/// out with care (issue 8; `CONNECTION_TASK_BUDGET` in `ingress`): a plain
+/// fn returning an async block, as an async fn would lay each argument out
+/// twice; and a request is handed to the handler from a block that ends
+/// before the await, so its moved-out slot is not kept beside the handler.
+#[allow(clippy::manual_async_fn)]
+pub fn serve<H: Handler>(
+    stream: TcpStream,
+    limits: IngressLimits,
+    handler: &H,
+) -> impl Future<Output = ()> + '_ {
+    async move {
+        let _ = stream.set_nodelay(true);
+        let (mut read, write) = stream.into_split();
+        let mut responder = Responder::new(write);
+        let mut buf = BytesMut::with_capacity(4096);
+        loop {
+            let canceller = Canceller::new();
+            let stopping = Rc::new(Cell::new(false));
+            let watcher;
+            let () = {
+                // Boxed, as are the other short steps of a request
+                // (admission, the opening of a run or tunnel): their futures
+                // hold monoio timers (640 B, 128-byte aligned), and inline
+                // they would size and align every connection's task for the
+                // whole of its longest answer (issue 8: 4.7 KB a
+                // connection). Heap-allocated, they cost their size only
+                // while they run.
+                let reading = Box::pin(read_request(&mut read, &mut buf, &limits, &mut responder));
+                let request = match reading.await {
+                    Ok(Some(request)) => request,
+                    Ok(None) => break,
+                    Err(error) => {
+                        responder.close = true;
+                        responder.error(&error).await;
+                        break;
+                    }
+                };
+                responder.http10 = request.head.version() == Version::Http10;
+                responder.close = !request.head.keep_alive();
+                responder.chunked = false;
+                // Watch for the client leaving while the handler runs.
+                let gone = Rc::new(Cell::new(false));
+                let (gone_tx, gone_rx) = local_sync::oneshot::channel();
+                responder.gone = Rc::clone(&gone);
+                responder.gone_rx = Some(gone_rx);
+                watcher = monoio::spawn(watch(
+                    read,
+                    buf,
+                    canceller.handle(),
+                    Rc::clone(&stopping),
+                    gone,
+                    gone_tx,
+                ));
+                handler.handle(request, &mut responder)
+            }
+            .await;
+            // A handler that left its writes corked still gets them sent.
+            responder.uncork().await;
+            stopping.set(true);
+            drop(canceller.cancel());
+            let (returned_read, returned_buf, left) = watcher.await;
+            read = returned_read;
+            buf = returned_buf;
+            if left || responder.close || responder.is_gone() {
                 break;
             }
-        };
-        responder.http10 = request.head.version() == Version::Http10;
-        responder.close = !request.head.keep_alive();
-        responder.chunked = false;
-        // Watch for the client leaving while the handler runs.
-        let gone = Rc::new(Cell::new(false));
-        let (gone_tx, gone_rx) = local_sync::oneshot::channel();
-        responder.gone = Rc::clone(&gone);
-        responder.gone_rx = Some(gone_rx);
-        let canceller = Canceller::new();
-        let stopping = Rc::new(Cell::new(false));
-        let watcher = monoio::spawn(watch(
-            read,
-            buf,
-            canceller.handle(),
-            Rc::clone(&stopping),
-            gone,
-            gone_tx,
-        ));
-        handler.handle(request, &mut responder).await;
-        // A handler that left its writes corked still gets them sent.
-        responder.uncork().await;
-        stopping.set(true);
-        drop(canceller.cancel());
-        let (returned_read, returned_buf, left) = watcher.await;
-        read = returned_read;
-        buf = returned_buf;
-        if left || responder.close || responder.is_gone() {
-            break;
         }
+        let _ = responder.write.shutdown().await;
     }
-    let _ = responder.write.shutdown().await;
 }
 
 /// Reads while a handler runs: keeps pipelined bytes, reports the client's
