@@ -29,6 +29,7 @@ pub mod http;
 pub mod metrics;
 mod normalized;
 pub mod openai;
+mod responder;
 mod tunnel;
 
 use std::rc::Rc;

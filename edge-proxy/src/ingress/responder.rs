@@ -1,0 +1,227 @@
+//! The writer of one response on a client connection: a full answer, or a
+//! stream (chunked, or close-delimited for HTTP/1.0) with the client's
+//! leaving reported by the connection's watcher (see `http`). Writes can be
+//! corked so frames that arrived together leave in one `writev`.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use framing::http::{ChunkedEncoder, write_response_head};
+use monoio::io::OwnedWriteHalf;
+use monoio::net::TcpStream;
+
+use super::error::ApiError;
+use crate::iovec;
+
+/// Writes one response on the connection.
+pub struct Responder {
+    pub(super) write: OwnedWriteHalf<TcpStream>,
+    /// Close the connection after this response.
+    pub(super) close: bool,
+    /// HTTP/1.0 client: no chunking; the body ends at the close.
+    pub(super) http10: bool,
+    pub(super) chunked: bool,
+    /// Set by the watcher when the client went away.
+    pub(super) gone: Rc<Cell<bool>>,
+    pub(super) gone_rx: Option<local_sync::oneshot::Receiver<()>>,
+    failed: bool,
+    /// While corked ([`Responder::cork`]), what the writes would have sent,
+    /// in order; [`Responder::uncork`] sends it in one `writev`.
+    corked: Option<Vec<Bytes>>,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("close", &self.close)
+            .field("http10", &self.http10)
+            .finish_non_exhaustive()
+    }
+}
+
+const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
+
+impl Responder {
+    /// A responder for a new connection's write half.
+    pub(super) fn new(write: OwnedWriteHalf<TcpStream>) -> Responder {
+        Responder {
+            write,
+            close: false,
+            http10: false,
+            chunked: false,
+            gone: Rc::new(Cell::new(false)),
+            gone_rx: None,
+            failed: false,
+            corked: None,
+        }
+    }
+
+    /// Answers with a whole body.
+    pub async fn full(&mut self, status: u16, content_type: &str, body: Vec<u8>) {
+        self.full_with(status, content_type, body, &[]).await;
+    }
+
+    /// Answers with a whole body and extra headers.
+    pub async fn full_with(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        body: Vec<u8>,
+        extra: &[(&str, String)],
+    ) {
+        let mut head = BytesMut::with_capacity(256);
+        let length = body.len().to_string();
+        let connection = if self.close { "close" } else { "keep-alive" };
+        let fields = SERVER_HEADERS
+            .iter()
+            .map(|(n, v)| (*n, *v))
+            .chain([
+                ("content-type", content_type),
+                ("content-length", length.as_str()),
+                ("connection", connection),
+            ])
+            .chain(extra.iter().map(|(n, v)| (*n, v.as_str())));
+        if write_response_head(&mut head, status, fields).is_err() {
+            self.failed = true;
+            return;
+        }
+        let parts = vec![head.freeze(), Bytes::from(body)];
+        self.send(parts).await;
+    }
+
+    /// Answers with an OpenAI-style error.
+    pub async fn error(&mut self, error: &ApiError) {
+        let mut extra = Vec::new();
+        if let Some(seconds) = error.retry_after_s {
+            extra.push(("retry-after", seconds.to_string()));
+        }
+        if error.status == 401 {
+            extra.push(("www-authenticate", "Bearer".to_owned()));
+        }
+        self.full_with(error.status, "application/json", error.body(), &extra)
+            .await;
+    }
+
+    /// Starts a streamed body (chunked; close-delimited for HTTP/1.0) with
+    /// `headers` (which must not contain framing fields).
+    pub async fn start_stream<'h>(
+        &mut self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+    ) {
+        if self.http10 {
+            self.close = true;
+        }
+        self.chunked = !self.http10;
+        let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
+        let framing: (&str, &[u8]) = if self.chunked {
+            ("transfer-encoding", b"chunked")
+        } else {
+            ("connection", b"close")
+        };
+        let mut head = BytesMut::with_capacity(512);
+        let fields = SERVER_HEADERS
+            .iter()
+            .map(|(n, v)| (*n, v.as_bytes()))
+            .chain(headers)
+            .chain([
+                framing,
+                ("x-accel-buffering", b"no".as_slice()),
+                ("cache-control", b"no-cache".as_slice()),
+            ])
+            .chain((!self.http10).then_some(("connection", connection)));
+        if write_response_head(&mut head, status, fields).is_err() {
+            self.failed = true;
+            return;
+        }
+        self.send(vec![head.freeze()]).await;
+    }
+
+    /// Sends body bytes as they are (one chunk), at once.
+    pub async fn chunk(&mut self, body: Bytes) {
+        if body.is_empty() {
+            return;
+        }
+        if self.chunked {
+            let Some(frame) = ChunkedEncoder::new().encode(body) else {
+                return;
+            };
+            self.send(frame.into_parts().to_vec()).await;
+        } else {
+            self.send(vec![body]).await;
+        }
+    }
+
+    /// Ends a streamed body.
+    pub async fn finish(&mut self) {
+        if self.chunked {
+            self.send(vec![ChunkedEncoder::last_chunk()]).await;
+        }
+    }
+
+    /// Whether the client is gone or a write failed: stop producing.
+    pub fn is_gone(&self) -> bool {
+        self.failed || self.gone.get()
+    }
+
+    /// Resolves when the client goes away mid-response.
+    pub async fn gone(&mut self) {
+        match self.gone_rx.as_mut() {
+            Some(rx) => {
+                let _ = rx.await;
+                self.gone_rx = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Marks the connection to close after this response (a response that
+    /// broke off mid-stream cannot be followed by another).
+    pub fn close_after(&mut self) {
+        self.close = true;
+    }
+
+    /// Holds every write from now on until [`Responder::uncork`], which
+    /// sends them in one `writev`: a caller that has several pieces ready
+    /// at once (a tunnel's head, body and end) costs the client one write,
+    /// not one each. The caller bounds what it writes while corked.
+    pub fn cork(&mut self) {
+        self.corked.get_or_insert_with(Vec::new);
+    }
+
+    /// Bytes held by [`Responder::cork`] so far.
+    pub fn corked_len(&self) -> usize {
+        self.corked
+            .as_ref()
+            .map_or(0, |parts| parts.iter().map(Bytes::len).sum())
+    }
+
+    /// Sends what was held since [`Responder::cork`] and writes directly
+    /// again.
+    pub async fn uncork(&mut self) {
+        if let Some(parts) = self.corked.take() {
+            if !parts.is_empty() {
+                self.send(parts).await;
+            }
+        }
+    }
+
+    pub(super) async fn send(&mut self, parts: Vec<Bytes>) {
+        if self.failed {
+            return;
+        }
+        if let Some(corked) = self.corked.as_mut() {
+            corked.extend(parts);
+            return;
+        }
+        // Boxed: the write op is ~260 B, and inline it would be in every
+        // answer's future (each `full`, `chunk`, `error` …) for the whole
+        // of the answer, written to or not; one small allocation per write
+        // is noise next to the write itself.
+        let writing = Box::pin(iovec::write_all(&mut self.write, parts));
+        if writing.await.is_err() {
+            self.failed = true;
+        }
+    }
+}
