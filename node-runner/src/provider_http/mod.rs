@@ -100,6 +100,8 @@
 // SAFETY note and test).
 #![deny(unsafe_code)]
 
+#[cfg(test)]
+mod buffer_tests;
 mod conn;
 mod error;
 pub mod pool;

@@ -12,11 +12,10 @@ use framing::http::HeadLimits;
 use framing::timer::{ClockSource, SharedManualClock};
 
 use super::*;
-use conn::{READ_MIN, READ_RESERVE};
 
-const PATIENCE: Duration = Duration::from_secs(5);
+pub(super) const PATIENCE: Duration = Duration::from_secs(5);
 
-fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
+pub(super) fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
     monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
         .enable_timer()
         .build()
@@ -32,7 +31,7 @@ fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
 }
 
 /// Runs `script` on a thread with a listener on a free loopback port.
-fn serve<T: Send + 'static>(
+pub(super) fn serve<T: Send + 'static>(
     script: impl FnOnce(TcpListener) -> T + Send + 'static,
 ) -> (BaseUrl, JoinHandle<T>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -40,14 +39,14 @@ fn serve<T: Send + 'static>(
     (base, std::thread::spawn(move || script(listener)))
 }
 
-fn accept(listener: &TcpListener) -> TcpStream {
+pub(super) fn accept(listener: &TcpListener) -> TcpStream {
     let (stream, _) = listener.accept().unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     stream
 }
 
 /// Reads one request (head and `Content-Length` body); empty at EOF.
-fn read_request(stream: &mut TcpStream) -> Vec<u8> {
+pub(super) fn read_request(stream: &mut TcpStream) -> Vec<u8> {
     let mut data = Vec::new();
     let mut byte = [0u8; 1];
     while !data.ends_with(b"\r\n\r\n") {
@@ -68,7 +67,7 @@ fn read_request(stream: &mut TcpStream) -> Vec<u8> {
 }
 
 /// Blocks until the client closes its side (read returns 0).
-fn expect_client_close(stream: &mut TcpStream) {
+pub(super) fn expect_client_close(stream: &mut TcpStream) {
     let mut rest = Vec::new();
     let n = stream
         .read_to_end(&mut rest)
@@ -79,24 +78,24 @@ fn expect_client_close(stream: &mut TcpStream) {
 /// Waits for the server thread without blocking the runtime: io_uring
 /// submits a dropped socket's close on the runtime's next turn, so a
 /// blocking join would hide the close the server waits for.
-async fn join<T>(server: JoinHandle<T>) -> T {
+pub(super) async fn join<T>(server: JoinHandle<T>) -> T {
     while !server.is_finished() {
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
     server.join().expect("server script passed")
 }
 
-fn client() -> ProviderClient {
+pub(super) fn client() -> ProviderClient {
     ProviderClient::new(ProviderClientConfig::default())
 }
 
-fn post(base: &BaseUrl, body: &'static str) -> ProviderRequest {
+pub(super) fn post(base: &BaseUrl, body: &'static str) -> ProviderRequest {
     ProviderRequest::new("POST", base.clone(), "/v1/chat/completions")
         .header("content-type", "application/json")
         .body(body)
 }
 
-async fn drain(response: &mut ProviderResponse) -> Result<Vec<u8>, ProviderError> {
+pub(super) async fn drain(response: &mut ProviderResponse) -> Result<Vec<u8>, ProviderError> {
     let mut body = Vec::new();
     while let Some(chunk) = response.next_chunk().await {
         body.extend_from_slice(&chunk?);
@@ -517,130 +516,6 @@ fn a_cancelled_read_poisons_the_response() {
         assert!(response.next_chunk().await.is_none());
         assert_eq!(client.idle_connections(&base), 0);
         drop(response);
-        join(server).await;
-    });
-}
-
-#[test]
-fn an_idle_body_waits_without_a_receive_buffer() {
-    each_driver(|| async {
-        let (release, released) = mpsc::channel::<()>();
-        let (base, server) = serve(move |l| {
-            let mut s = accept(&l);
-            read_request(&mut s);
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
-                .unwrap();
-            released.recv_timeout(PATIENCE).unwrap();
-            s.write_all(b"world").unwrap();
-            expect_client_close(&mut s);
-        });
-        let client = client();
-        let mut response = client.request(post(&base, "{}")).await.unwrap();
-        let hello = response.next_chunk().await.unwrap().unwrap();
-        assert_eq!(&hello[..], b"hello");
-        assert!(response.buffer_capacity().unwrap() > 0);
-        // The head was copied out: it does not pin the receive buffer.
-        let read = response.last_read().unwrap();
-        let field = response.headers().get("content-length").unwrap().as_ptr() as usize;
-        assert!(!read.contains(&field), "{read:?} holds the head at {field}");
-        // The stream idles: its wait holds no buffer, and dropping the
-        // wait (no read in flight) leaves the response usable.
-        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
-        assert!(waited.is_err(), "nothing to read yet");
-        assert_eq!(response.buffer_capacity(), Some(0));
-        drop(hello);
-        release.send(()).unwrap();
-        let world = response.next_chunk().await.unwrap().unwrap();
-        assert_eq!(&world[..], b"world");
-        assert!(response.next_chunk().await.is_none());
-        // Pooled without a buffer.
-        assert_eq!(client.idle_connections(&base), 1);
-        drop(response);
-        drop(client);
-        join(server).await;
-    });
-}
-
-#[test]
-fn an_idle_chunked_body_pins_nothing_but_the_chunk_handed_out() {
-    each_driver(|| async {
-        let (release, released) = mpsc::channel::<()>();
-        let (base, server) = serve(move |l| {
-            let mut s = accept(&l);
-            read_request(&mut s);
-            s.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                  Transfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n",
-            )
-            .unwrap();
-            released.recv_timeout(PATIENCE).unwrap();
-            s.write_all(b"2\r\n\n\n\r\n0\r\n\r\n").unwrap();
-            expect_client_close(&mut s);
-        });
-        let client = client();
-        let mut response = client.request(post(&base, "{}")).await.unwrap();
-        let first = response.next_chunk().await.unwrap().unwrap();
-        assert_eq!(&first[..], b"data: ");
-        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
-        assert!(waited.is_err(), "nothing to read yet");
-        // Nothing in the response (head, buffer) shares the chunk's memory:
-        // once the relay drops it, the idle stream holds no read buffer.
-        assert!(first.is_unique());
-        assert_eq!(response.buffer_capacity(), Some(0));
-        release.send(()).unwrap();
-        assert_eq!(drain(&mut response).await.unwrap(), b"\n\n");
-        drop(response);
-        drop(client);
-        join(server).await;
-    });
-}
-
-#[test]
-fn reads_start_small_and_grow_while_they_fill() {
-    each_driver(|| async {
-        const REST: usize = 512 * 1024;
-        let (release, released) = mpsc::channel::<()>();
-        let (base, server) = serve(move |l| {
-            let mut s = accept(&l);
-            read_request(&mut s);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\nhello",
-                5 + REST
-            );
-            s.write_all(head.as_bytes()).unwrap();
-            released.recv_timeout(PATIENCE).unwrap();
-            s.write_all(&vec![b'x'; REST]).unwrap();
-            expect_client_close(&mut s);
-        });
-        let client = client();
-        let mut response = client.request(post(&base, "{}")).await.unwrap();
-        let hello = response.next_chunk().await.unwrap().unwrap();
-        assert_eq!(&hello[..], b"hello");
-        // A token-sized answer took a small buffer, not a full reservation.
-        let first = response.last_read().unwrap();
-        assert!(first.len() < READ_MIN, "{first:?}");
-        assert!(
-            response.buffer_capacity().unwrap() <= READ_MIN,
-            "{:?}",
-            response.buffer_capacity()
-        );
-        drop(hello);
-        release.send(()).unwrap();
-        // A burst: reads that fill double, up to READ_RESERVE (which
-        // `BytesMut::reserve` may round up to twice its last capacity).
-        let (mut seen, mut largest) = (0, 0);
-        while seen < REST {
-            let chunk = response.next_chunk().await.unwrap().unwrap();
-            seen += chunk.len();
-            largest = largest.max(chunk.len());
-        }
-        assert_eq!(seen, REST);
-        assert!(
-            (4 * READ_MIN..=2 * READ_RESERVE).contains(&largest),
-            "{largest}"
-        );
-        drop(response);
-        drop(client);
         join(server).await;
     });
 }

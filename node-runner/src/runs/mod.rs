@@ -48,6 +48,8 @@ pub mod cores;
 mod leases;
 mod outbox;
 mod relay;
+#[cfg(test)]
+mod relay_tests;
 mod shared;
 #[cfg(test)]
 mod stall_admission_tests;

@@ -21,7 +21,7 @@ use crate::stall::{HealthCheck, Watchdog};
 /// Yields each event at its time on the wheel (ms), then hangs (or ends
 /// with `None`); its close returns `close_after_ms` after it is asked
 /// (`None`: never).
-struct Scripted {
+pub(super) struct Scripted {
     timers: Rc<CoreTimers>,
     events: VecDeque<(u64, RuntimeEvent)>,
     hang: bool,
@@ -51,7 +51,7 @@ impl EventSource for Scripted {
     }
 }
 
-fn scripted(h: &Harness, events: Vec<(u64, RuntimeEvent)>) -> Scripted {
+pub(super) fn scripted(h: &Harness, events: Vec<(u64, RuntimeEvent)>) -> Scripted {
     Scripted {
         timers: Rc::clone(&h.timers),
         events: events.into(),
@@ -60,7 +60,7 @@ fn scripted(h: &Harness, events: Vec<(u64, RuntimeEvent)>) -> Scripted {
     }
 }
 
-fn start_delta() -> Vec<(u64, RuntimeEvent)> {
+pub(super) fn start_delta() -> Vec<(u64, RuntimeEvent)> {
     vec![
         (0, RuntimeEvent::Start),
         (0, RuntimeEvent::Delta("a".into())),
@@ -563,52 +563,4 @@ fn stalls_on_every_core_share_one_unique_connection_sequence() {
         .collect();
     seqs.sort_unstable();
     assert_eq!(seqs, (1..=1000).collect::<Vec<u64>>());
-}
-
-/// Resolves to its source at once but, unlike an async block, keeps what
-/// it holds until it is dropped: a finished provider call kept alive.
-struct OpenedCall {
-    source: Option<Scripted>,
-    _held: Rc<()>,
-}
-
-impl Future for OpenedCall {
-    type Output = Scripted;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Scripted> {
-        std::task::Poll::Ready(self.source.take().expect("polled once"))
-    }
-}
-
-#[test]
-fn a_streaming_run_frees_its_finished_provider_call() {
-    block_on(async {
-        let h = Harness::new();
-        let held = Rc::new(());
-        let open = OpenedCall {
-            source: Some(scripted(&h, start_delta())),
-            _held: Rc::clone(&held),
-        };
-        let events = Rc::new(Cell::new(0));
-        let seen = Rc::clone(&events);
-        let relay = monoio::spawn(relay_watched(
-            open,
-            future::pending::<Stop>(),
-            None::<Watchdog<FakeHealth>>,
-            move |_| seen.set(seen.get() + 1),
-        ));
-        settle().await;
-        // The run streams on (its source hangs after two events); the
-        // call that opened it is gone.
-        assert_eq!(events.get(), 2);
-        assert_eq!(
-            Rc::strong_count(&held),
-            1,
-            "the finished call is still held"
-        );
-        drop(relay);
-    });
 }

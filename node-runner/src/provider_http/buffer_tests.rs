@@ -1,0 +1,137 @@
+//! The receive buffer: an idle stream holds none, a handed-out chunk pins
+//! only itself, and reads start small and grow while they fill (issue 8:
+//! memory per quiet stream). Same scripted server as `tests`.
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::conn::{READ_MIN, READ_RESERVE};
+use super::tests::{
+    PATIENCE, accept, client, drain, each_driver, expect_client_close, join, post, read_request,
+    serve,
+};
+
+#[test]
+fn an_idle_body_waits_without_a_receive_buffer() {
+    each_driver(|| async {
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                .unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(b"world").unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let hello = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&hello[..], b"hello");
+        assert!(response.buffer_capacity().unwrap() > 0);
+        // The head was copied out: it does not pin the receive buffer.
+        let read = response.last_read().unwrap();
+        let field = response.headers().get("content-length").unwrap().as_ptr() as usize;
+        assert!(!read.contains(&field), "{read:?} holds the head at {field}");
+        // The stream idles: its wait holds no buffer, and dropping the
+        // wait (no read in flight) leaves the response usable.
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        assert_eq!(response.buffer_capacity(), Some(0));
+        drop(hello);
+        release.send(()).unwrap();
+        let world = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&world[..], b"world");
+        assert!(response.next_chunk().await.is_none());
+        // Pooled without a buffer.
+        assert_eq!(client.idle_connections(&base), 1);
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
+
+#[test]
+fn an_idle_chunked_body_pins_nothing_but_the_chunk_handed_out() {
+    each_driver(|| async {
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            s.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n",
+            )
+            .unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(b"2\r\n\n\n\r\n0\r\n\r\n").unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let first = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&first[..], b"data: ");
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        // Nothing in the response (head, buffer) shares the chunk's memory:
+        // once the relay drops it, the idle stream holds no read buffer.
+        assert!(first.is_unique());
+        assert_eq!(response.buffer_capacity(), Some(0));
+        release.send(()).unwrap();
+        assert_eq!(drain(&mut response).await.unwrap(), b"\n\n");
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
+
+#[test]
+fn reads_start_small_and_grow_while_they_fill() {
+    each_driver(|| async {
+        const REST: usize = 512 * 1024;
+        let (release, released) = mpsc::channel::<()>();
+        let (base, server) = serve(move |l| {
+            let mut s = accept(&l);
+            read_request(&mut s);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\nhello",
+                5 + REST
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(&vec![b'x'; REST]).unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = client();
+        let mut response = client.request(post(&base, "{}")).await.unwrap();
+        let hello = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&hello[..], b"hello");
+        // A token-sized answer took a small buffer, not a full reservation.
+        let first = response.last_read().unwrap();
+        assert!(first.len() < READ_MIN, "{first:?}");
+        assert!(
+            response.buffer_capacity().unwrap() <= READ_MIN,
+            "{:?}",
+            response.buffer_capacity()
+        );
+        drop(hello);
+        release.send(()).unwrap();
+        // A burst: reads that fill double, up to READ_RESERVE (which
+        // `BytesMut::reserve` may round up to twice its last capacity).
+        let (mut seen, mut largest) = (0, 0);
+        while seen < REST {
+            let chunk = response.next_chunk().await.unwrap().unwrap();
+            seen += chunk.len();
+            largest = largest.max(chunk.len());
+        }
+        assert_eq!(seen, REST);
+        assert!(
+            (4 * READ_MIN..=2 * READ_RESERVE).contains(&largest),
+            "{largest}"
+        );
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
