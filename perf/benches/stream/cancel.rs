@@ -270,7 +270,7 @@ fn print_row(name: &str, latencies: &mut [f64]) {
         return;
     }
     latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let pick = |q: f64| crate::quantile(latencies, q);
     let over = |us: f64| latencies.iter().filter(|&&l| l > us).count();
     println!(
         "  {name:<10} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}  max {:>8.1}  \

@@ -9,22 +9,37 @@
 
 use std::collections::BTreeMap;
 
+/// Each live thread of this process: its name, and its `schedstat`'s
+/// on-CPU and run-queue-wait nanoseconds.
+fn threads() -> Vec<(String, u64, u64)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .map(|task| {
+            let path = task.path();
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            let mut fields = stat.split_whitespace().map(|f| f.parse().unwrap_or(0));
+            let (on_cpu, waited) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+            (name.trim().to_owned(), on_cpu, waited)
+        })
+        .collect()
+}
+
 /// On-CPU nanoseconds so far, by part of the stack.
 pub(crate) fn by_part() -> BTreeMap<&'static str, u64> {
     let mut parts = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return parts;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        let ns: u64 = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
-        *parts.entry(part(name.trim())).or_insert(0) += ns;
+    for (name, on_cpu, _) in threads() {
+        *parts.entry(part(&name)).or_insert(0) += on_cpu;
     }
     parts
+}
+
+/// Nanoseconds this process's live threads have waited on a run queue.
+pub(crate) fn run_queue_wait_ns() -> u64 {
+    threads().into_iter().map(|(_, _, waited)| waited).sum()
 }
 
 fn part(thread: &str) -> &'static str {

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::cpu;
 use crate::stack::{Scenario, Stack};
-use crate::{Path, stream_once};
+use crate::{Path, percentiles, stream_once};
 
 /// Registered background pacings: (µs per event of one stream, model).
 const BACKGROUND: [(u64, &str); 12] = [
@@ -226,10 +226,7 @@ impl Background {
 /// in µs (warm-up dropped, sorted) and the body bytes per event. Panics
 /// unless every content event carried a stamp (the tunnel keeps them).
 fn probe(client: &mut Client, path: Path, scenario: &Scenario, events: u64) -> (Vec<f64>, f64) {
-    let (headers, model) = match path {
-        Path::Direct => (scenario.header_lines(), "m"),
-        Path::Iop => (String::new(), scenario.model),
-    };
+    let (headers, model) = path.request_for(scenario);
     let mut latencies = Vec::new();
     let streamed = client
         .stream_stamped("/v1/chat/completions", &headers, model, |ns| {
@@ -246,15 +243,6 @@ fn probe(client: &mut Client, path: Path, scenario: &Scenario, events: u64) -> (
     counted.sort_by(f64::total_cmp);
     let per_event = streamed.bytes as f64 / streamed.events.max(1) as f64;
     (counted, per_event)
-}
-
-/// p50 / p99 / p99.9 / max of sorted samples (zeros when empty).
-fn percentiles(sorted: &[f64]) -> [f64; 4] {
-    if sorted.is_empty() {
-        return [0.0; 4];
-    }
-    let pick = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
-    [pick(0.5), pick(0.99), pick(0.999), pick(1.0)]
 }
 
 /// The tunnel's peak events/s: the best of `rounds` unpaced streams of
@@ -301,7 +289,7 @@ impl Window {
             started: Instant::now(),
             events: bg.map_or(0, Background::events),
             cpu: cpu::by_part(),
-            waited: run_queue_wait_ns(),
+            waited: cpu::run_queue_wait_ns(),
         }
     }
 
@@ -332,7 +320,7 @@ impl Window {
             let spent = cpu.get(part).unwrap_or(&0) - self.cpu.get(part).unwrap_or(&0);
             line.push_str(&format!(" {part} {:.2}", spent as f64 / 1e9 / secs));
         }
-        let waited = run_queue_wait_ns().saturating_sub(self.waited);
+        let waited = cpu::run_queue_wait_ns().saturating_sub(self.waited);
         line.push_str(&format!(
             "; run-queue wait {:.2} thread-s/s; loadavg {}",
             waited as f64 / 1e9 / secs,
@@ -340,21 +328,6 @@ impl Window {
         ));
         line
     }
-}
-
-/// Nanoseconds this process's live threads have waited on a run queue
-/// (`/proc/self/task/*/schedstat`, second field).
-fn run_queue_wait_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| {
-            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-            stat.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .sum()
 }
 
 /// The 1-minute load average, as `/proc/loadavg` prints it.

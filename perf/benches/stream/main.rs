@@ -178,14 +178,36 @@ enum Path {
     Iop,
 }
 
+impl Path {
+    /// The extra header lines and the model name a request for `scenario`
+    /// takes on this path: the mock reads the scenario's knobs from
+    /// headers; the Edge knows them by the model group.
+    fn request_for(self, scenario: &Scenario) -> (String, &str) {
+        match self {
+            Path::Direct => (scenario.header_lines(), "m"),
+            Path::Iop => (String::new(), scenario.model),
+        }
+    }
+}
+
+/// The `q` quantile of sorted samples (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// p50 / p99 / p99.9 / max of sorted samples (zeros when empty).
+fn percentiles(sorted: &[f64]) -> [f64; 4] {
+    if sorted.is_empty() {
+        return [0.0; 4];
+    }
+    [0.5, 0.99, 0.999, 1.0].map(|q| quantile(sorted, q))
+}
+
 /// Streams `scenario` once over `client`; (body bytes, events).
 fn stream_once(client: &mut Client, path: Path, scenario: &Scenario) -> (u64, u64) {
-    let (url, headers, model) = match path {
-        Path::Direct => ("/v1/chat/completions", scenario.header_lines(), "m"),
-        Path::Iop => ("/v1/chat/completions", String::new(), scenario.model),
-    };
+    let (headers, model) = path.request_for(scenario);
     let streamed = client
-        .stream(url, &headers, model, |_, _| {})
+        .stream("/v1/chat/completions", &headers, model, |_, _| {})
         .unwrap_or_else(|e| panic!("{} stream failed: {e}", scenario.model));
     (streamed.bytes, streamed.events)
 }
@@ -348,13 +370,10 @@ fn s2_gap(stack: &Stack, scenario: &Scenario, sizes: &Sizes) {
         let mut client = Client::connect(addr);
         // One unmeasured stream warms the connections and the pools.
         stream_once(&mut client, path, scenario);
-        let (url, headers, model) = match path {
-            Path::Direct => ("/v1/chat/completions", scenario.header_lines(), "m"),
-            Path::Iop => ("/v1/chat/completions", String::new(), scenario.model),
-        };
+        let (headers, model) = path.request_for(scenario);
         let mut arrivals: Vec<Instant> = Vec::with_capacity(sizes.gap_events as usize + 8);
         client
-            .stream(url, &headers, model, |n, at| {
+            .stream("/v1/chat/completions", &headers, model, |n, at| {
                 arrivals.extend(std::iter::repeat_n(at, n as usize));
             })
             .expect("paced stream");
@@ -402,6 +421,5 @@ fn lateness(arrivals: &[Instant], tokens: u64, delay: Duration) -> [f64; 4] {
     let min = offsets.iter().copied().fold(f64::INFINITY, f64::min);
     let mut late: Vec<f64> = offsets.iter().map(|o| (o - min) * 1e6).collect();
     late.sort_by(f64::total_cmp);
-    let pick = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize];
-    [pick(0.5), pick(0.99), pick(0.999), pick(1.0)]
+    percentiles(&late)
 }
