@@ -249,10 +249,17 @@ bench_sampler_start() {
   bench_sampler_pid=$!
 }
 
+# bench_stat_ticks PID A B: the sum of fields A and B of /proc/PID/stat,
+# counted after the ")" that ends comm (comm may hold spaces: field 1 after
+# it is the state); 0 when PID is gone.
+bench_stat_ticks() {
+  awk -v a="$2" -v b="$3" '{ sub(/.*\) /, ""); print $a + $b }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
 # bench_cpu_ticks PID: the CPU time PID has used so far (utime + stime of
 # all its threads), in clock ticks; 0 when it is gone.
 bench_cpu_ticks() {
-  awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0
+  bench_stat_ticks "$1" 12 13
 }
 
 # bench_cpu_per_request BEFORE AFTER REQUESTS: microseconds of CPU per
@@ -267,8 +274,7 @@ bench_cpu_per_request() {
 # included), in clock ticks; 0 when PID is gone. Read for $$ before and
 # after a foreground command, the difference is that command's CPU.
 bench_reaped_ticks() {
-  # Fields counted after the ")" that ends comm (comm may hold spaces).
-  awk '{ sub(/.*\) /, ""); print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+  bench_stat_ticks "$1" 14 15
 }
 
 # bench_cpu_ticks_tree PID: bench_cpu_ticks + bench_reaped_ticks summed
