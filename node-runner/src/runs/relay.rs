@@ -2,7 +2,7 @@
 //! exactly one terminal, whatever ends the run first.
 
 use std::future::{Future, pending};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 
 use proto::v1::{FailureCode, FailureSide, RunEvent, RunEventKind};
 
@@ -64,7 +64,7 @@ where
     O: Future<Output = S>,
     T: Future<Output = Stop>,
 {
-    relay_watched(open, stop, None::<Watchdog<NoHealth>>, emit).await
+    relay_watched(Box::pin(open), stop, None::<Watchdog<NoHealth>>, emit).await
 }
 
 /// Relays one run: waits for `open` (the adapter's `execute`), then passes
@@ -85,6 +85,10 @@ where
 /// is no longer looked at and the source is closed: nothing else is sent
 /// (see [`crate::stall`] for the evidence gathered before the terminal).
 ///
+/// `open` comes boxed: a stall while it is pending drops it inside the
+/// fence, and it is freed as soon as it has returned (a run may stream for
+/// minutes after).
+///
 /// Returns the outcome and, after a `complete`, the source, so the caller
 /// can read the rest of the provider body (keep-alive) after it released
 /// the run's capacity.
@@ -93,7 +97,7 @@ where
 // the relay every (quiet) run holds for its whole life.
 #[allow(clippy::manual_async_fn)]
 pub fn relay_watched<S, O, T, H>(
-    open: O,
+    mut open: Pin<Box<O>>,
     stop: T,
     watchdog: Option<Watchdog<H>>,
     mut emit: impl FnMut(RunEvent),
@@ -119,9 +123,6 @@ where
             }
         };
         let mut stalled = pin!(stalled);
-        // Boxed so that a stall while the provider call is pending can drop it
-        // inside the fence.
-        let mut open = Box::pin(open);
         let mut source = monoio::select! {
             biased;
             why = &mut stop => return (stopped(why, &mut send), None),

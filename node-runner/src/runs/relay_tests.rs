@@ -41,7 +41,7 @@ fn a_streaming_run_frees_its_finished_provider_call() {
         let events = Rc::new(Cell::new(0));
         let seen = Rc::clone(&events);
         let relay = monoio::spawn(relay_watched(
-            open,
+            Box::pin(open),
             future::pending::<Stop>(),
             None::<Watchdog<FakeHealth>>,
             move |_| seen.set(seen.get() + 1),

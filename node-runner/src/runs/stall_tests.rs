@@ -113,7 +113,7 @@ async fn spawn_run<H: HealthCheck + 'static>(
         Rc::clone(&h.timers),
     );
     monoio::spawn(async move {
-        let (ended, _) = relay_watched(async { source }, stop, watchdog, |e| {
+        let (ended, _) = relay_watched(Box::pin(async { source }), stop, watchdog, |e| {
             events.borrow_mut().push((timers.now(), e));
         })
         .await;
@@ -440,7 +440,7 @@ fn a_provider_that_never_answers_stalls_too() {
         let (o, e) = (Rc::clone(&out), Rc::clone(&ended));
         monoio::spawn(async move {
             let (outcome, rest) = relay_watched(
-                future::pending::<Scripted>(),
+                Box::pin(future::pending::<Scripted>()),
                 future::pending(),
                 Some(w),
                 |event| o.borrow_mut().push(event),
