@@ -269,16 +269,15 @@ impl Router {
         principal: String,
         responder: &mut Responder,
     ) -> u16 {
-        let mut parsed = match openai::parse(&body) {
+        // The parsed request takes the body (a long stream lets go of it at
+        // commit, see `release_body`).
+        let mut parsed = match openai::parse(body) {
             Ok(parsed) => parsed,
             Err(error) => {
                 responder.error(&error).await;
                 return error.status;
             }
         };
-        // The parsed request holds the body from here (a long stream lets
-        // go of it at commit, see `release_body`).
-        drop(body);
         let shared = &*self.shared;
         let mut ctx = AttemptCtx {
             shared,

@@ -174,9 +174,10 @@ fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
 }
 
 /// Parses the common fields of a request body.
-pub fn parse(body: &Bytes) -> Result<ParsedRequest, ApiError> {
+/// Takes the body: the parsed request holds it from here on.
+pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
     let fields: RoutingFields =
-        serde_json::from_slice(body).map_err(|e| not_an_object(body, &e))?;
+        serde_json::from_slice(&body).map_err(|e| not_an_object(&body, &e))?;
     let model = match fields.model {
         Some(Value::String(model)) if !model.is_empty() => model,
         Some(_) => {
@@ -212,7 +213,7 @@ pub fn parse(body: &Bytes) -> Result<ParsedRequest, ApiError> {
         model,
         stream,
         include_usage,
-        body: body.clone(),
+        body,
     })
 }
 
@@ -407,7 +408,7 @@ mod tests {
         let body = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},
             "temperature":0.5,"messages":[{"role":"system","content":"be brief"},
             {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}],"name":"bob"}]}"#;
-        let request = parse(&Bytes::from_static(body)).unwrap();
+        let request = parse(Bytes::from_static(body)).unwrap();
         assert_eq!(request.model, "m");
         assert!(request.stream && request.include_usage);
         let input = chat_input(&request).unwrap();
@@ -426,15 +427,15 @@ mod tests {
             (br#"{"model":7}"#, "invalid_model"),
             (br#"{"model":"m","stream":"yes"}"#, "invalid_stream"),
         ] {
-            let error = parse(&Bytes::from_static(body)).unwrap_err();
+            let error = parse(Bytes::from_static(body)).unwrap_err();
             assert_eq!((error.status, error.code), (400, code), "{body:?}");
         }
-        let no_messages = parse(&Bytes::from_static(br#"{"model":"m","messages":[]}"#)).unwrap();
+        let no_messages = parse(Bytes::from_static(br#"{"model":"m","messages":[]}"#)).unwrap();
         assert_eq!(
             chat_input(&no_messages).unwrap_err().code,
             "missing_messages"
         );
-        let image = parse(&Bytes::from_static(
+        let image = parse(Bytes::from_static(
             br#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
         ))
         .unwrap();
@@ -449,7 +450,7 @@ mod tests {
                 "tools":[{"deep":[[{"x":null}]]}],"model":"b","stream":true,
                 "stream_options":{"include_usage":true,"other":1}}"#,
         );
-        let request = parse(&body).unwrap();
+        let request = parse(body.clone()).unwrap();
         assert_eq!(request.model, "b");
         assert!(request.stream && request.include_usage);
         assert_eq!(request.body, body, "the body is the client's bytes");
@@ -464,7 +465,7 @@ mod tests {
             (br#""just a string""#, "invalid_request"),
             (b"", "invalid_json"),
         ] {
-            match parse(&Bytes::from_static(body)) {
+            match parse(Bytes::from_static(body)) {
                 Ok(request) => {
                     assert_eq!(code, "", "{body:?}");
                     assert!(!request.stream && !request.include_usage);
@@ -478,14 +479,14 @@ mod tests {
             "[".repeat(200),
             "]".repeat(200)
         );
-        let error = parse(&Bytes::from(deep)).unwrap_err();
+        let error = parse(Bytes::from(deep)).unwrap_err();
         assert_eq!((error.status, error.code), (400, "invalid_json"));
     }
 
     #[test]
     fn a_committed_request_lets_go_of_its_body_and_keeps_its_routing() {
         let body = Bytes::from(br#"{"model":"m","stream":true,"messages":[]}"#.to_vec());
-        let mut request = parse(&body).unwrap();
+        let mut request = parse(body.clone()).unwrap();
         assert!(!body.is_unique());
         request.release_body();
         assert!(body.is_unique(), "the parsed request still holds the body");
@@ -494,7 +495,7 @@ mod tests {
 
     #[test]
     fn responses_requests_become_normalized_input() {
-        let request = parse(&Bytes::from_static(
+        let request = parse(Bytes::from_static(
             br#"{"model":"m","instructions":"sys","input":"hello","max_output_tokens":9}"#,
         ))
         .unwrap();
