@@ -18,7 +18,12 @@
 //!
 //! Only a pong answering the outstanding ping counts. Long prefill and
 //! backpressured streams do not trip it: pings and pongs are small control
-//! frames that drivers write ahead of queued body frames.
+//! frames ([`jumps_the_queue`]) that drivers write ahead of queued body
+//! frames, at the next frame boundary of the write in progress
+//! ([`WriteSlices::frame_rest`](crate::write_batch::WriteSlices::frame_rest)),
+//! and the drivers keep the kernel's unsent queue short
+//! ([`UNSENT_LOW_WATER`]), so what waits ahead of a pong on a slow link is
+//! bounded by bytes, not by the streams' windows.
 //!
 //! Time is an input: every method takes `now` in milliseconds from the
 //! caller's clock (the per-core timer wheel's clock in production, a manual
@@ -28,10 +33,24 @@ use std::fmt;
 
 use bytes::Bytes;
 use proto::v1::RegisterRejectReason;
+use proto::v1::envelope::Msg;
 
 use crate::frame::BodyFrame;
 
 pub use crate::timer::{HEARTBEAT_INTERVAL_MS, HEARTBEAT_WAIT_MS};
+
+/// The `TCP_NOTSENT_LOWAT` of a link socket, in bytes: the kernel holds at
+/// most about this much not yet sent, so a heartbeat frame never queues
+/// behind megabytes of socket buffer on a slow link; the rest waits in user
+/// space, where heartbeats overtake it.
+pub const UNSENT_LOW_WATER: u32 = 16 * 1024;
+
+/// Whether a frame carrying `msg` goes ahead of the frames already queued
+/// on the link (heartbeat pings and pongs: their delay is what the peer
+/// measures the link by).
+pub fn jumps_the_queue(msg: &Msg) -> bool {
+    matches!(msg, Msg::HeartbeatPing(_) | Msg::HeartbeatPong(_))
+}
 
 /// Heartbeat timings. Production uses [`HeartbeatConfig::default`]; only
 /// tests and explicit profiles change it.

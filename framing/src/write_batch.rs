@@ -88,6 +88,8 @@ pub struct WriteBatch {
     slices: Vec<Bytes>,
     /// Bytes in `slices` and `buf`.
     len: usize,
+    /// Where each frame ends, in bytes from the batch's start.
+    ends: Vec<usize>,
     closed: bool,
 }
 
@@ -122,8 +124,12 @@ impl WriteBatch {
                     self.slices.push(frame.body);
                 }
             }
-            Outgoing::Close => self.closed = true,
+            Outgoing::Close => {
+                self.closed = true;
+                return true;
+            }
         }
+        self.ends.push(self.len);
         true
     }
 
@@ -179,6 +185,9 @@ impl WriteBatch {
             slices,
             first: 0,
             remaining,
+            written: 0,
+            ends: std::mem::take(&mut self.ends),
+            next_end: 0,
         }
     }
 
@@ -191,12 +200,20 @@ impl WriteBatch {
 }
 
 /// The ordered slices of one vectored write, with the position reached so
-/// far (for drivers that handle partial `writev` results themselves).
+/// far (for drivers that handle partial `writev` results themselves) and
+/// where its frames end, so a driver can put an urgent frame in between
+/// two of them ([`frame_rest`](Self::frame_rest), [`split_to`](Self::split_to)).
 #[derive(Debug, Default, Clone)]
 pub struct WriteSlices {
     slices: Vec<Bytes>,
     first: usize,
     remaining: usize,
+    /// Bytes written so far.
+    written: usize,
+    /// Where each frame ends, in bytes from the start.
+    ends: Vec<usize>,
+    /// The first of `ends` past `written`.
+    next_end: usize,
 }
 
 impl WriteSlices {
@@ -223,6 +240,14 @@ impl WriteSlices {
     pub fn advance(&mut self, mut n: usize) {
         assert!(n <= self.remaining, "advanced past the end of the batch");
         self.remaining -= n;
+        self.written += n;
+        while self
+            .ends
+            .get(self.next_end)
+            .is_some_and(|&end| end <= self.written)
+        {
+            self.next_end += 1;
+        }
         while n > 0 {
             let slice = &mut self.slices[self.first];
             if n >= slice.len() {
@@ -234,6 +259,45 @@ impl WriteSlices {
                 n = 0;
             }
         }
+    }
+
+    /// Bytes left of the frame a partial write stopped in: 0 when the
+    /// position is between two frames (or at the end), where another frame
+    /// may go on the wire.
+    pub fn frame_rest(&self) -> usize {
+        let start = match self.next_end {
+            0 => 0,
+            i => self.ends[i - 1],
+        };
+        match self.ends.get(self.next_end) {
+            Some(&end) if self.written > start => end - self.written,
+            _ => 0,
+        }
+    }
+
+    /// Hands out the next `n` bytes as slices of their own (no copy) and
+    /// advances past them.
+    ///
+    /// # Panics
+    /// When `n` is more than [`len`](Self::len).
+    pub fn split_to(&mut self, n: usize) -> Vec<Bytes> {
+        assert!(n <= self.remaining, "split past the end of the batch");
+        let mut out = Vec::new();
+        let mut left = n;
+        let mut i = self.first;
+        while left > 0 {
+            let slice = &self.slices[i];
+            if left >= slice.len() {
+                left -= slice.len();
+                out.push(slice.clone());
+                i += 1;
+            } else {
+                out.push(slice.slice(..left));
+                left = 0;
+            }
+        }
+        self.advance(n);
+        out
     }
 
     /// The remaining slices as `std::io::IoSlice`s, for
@@ -361,6 +425,37 @@ mod tests {
         assert!(slices.into_vec().is_empty());
     }
 
+    #[test]
+    fn a_partial_write_finishes_its_frame_before_another_goes_in_between() {
+        let mut enc = FrameEncoder::default();
+        let body = Bytes::from(vec![4u8; 100]);
+        let mut batch = WriteBatch::new();
+        batch.push(Outgoing::Frame(Bytes::from_static(b"ctl")));
+        batch.push(Outgoing::Body(
+            enc.encode_tunnel_body(1, body.clone()).unwrap(),
+        ));
+        batch.push(Outgoing::Frame(Bytes::from_static(b"next")));
+        let mut slices = batch.take();
+        let total = slices.len();
+        assert_eq!(slices.frame_rest(), 0, "nothing written: between frames");
+        slices.advance(2);
+        assert_eq!(slices.frame_rest(), 1, "inside `ctl`");
+        slices.advance(1);
+        assert_eq!(slices.frame_rest(), 0, "`ctl` written whole");
+        slices.advance(10);
+        let rest = slices.frame_rest();
+        assert_eq!(rest, total - 3 - 4 - 10, "the body frame's tail");
+        let piece = slices.split_to(rest);
+        let tail = piece.last().unwrap().as_ptr_range();
+        assert_eq!(tail.end, body.as_ptr_range().end, "the body's own bytes");
+        assert_eq!(slices.frame_rest(), 0);
+        assert_eq!(concat(slices.slices()), b"next");
+        assert_eq!(concat(&slices.split_to(2)), b"ne");
+        assert_eq!(slices.frame_rest(), 2);
+        slices.advance(2);
+        assert!(slices.is_empty() && slices.frame_rest() == 0);
+    }
+
     fn command() -> impl Strategy<Value = Outgoing> {
         prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..64)
@@ -381,6 +476,13 @@ mod tests {
             cut in any::<prop::sample::Index>(),
         ) {
             let expected: Vec<u8> = commands.iter().flat_map(wire).collect();
+            let frame_ends: Vec<usize> = commands
+                .iter()
+                .scan(0, |end, c| {
+                    *end += wire(c).len();
+                    Some(*end)
+                })
+                .collect();
             let bodies: Vec<Bytes> = commands
                 .iter()
                 .filter_map(|c| match c {
@@ -400,10 +502,19 @@ mod tests {
                 let bytes = concat(slices.slices());
                 prop_assert_eq!(bytes.len(), slices.len());
                 all_slices.extend(slices.slices().iter().cloned());
-                // A partial write at an arbitrary point, then the rest.
+                // A partial write at an arbitrary point, the rest of the
+                // frame it stopped in (which must end on a frame boundary),
+                // then the rest.
                 let n = if bytes.is_empty() { 0 } else { cut.index(bytes.len()) };
                 out.extend_from_slice(&bytes[..n]);
                 slices.advance(n);
+                let rest = slices.frame_rest();
+                out.extend_from_slice(&concat(&slices.split_to(rest)));
+                prop_assert_eq!(slices.frame_rest(), 0);
+                prop_assert!(
+                    frame_ends.contains(&out.len()) || out.len() == expected.len(),
+                    "{} is not where a frame ends", out.len()
+                );
                 out.extend_from_slice(&concat(slices.slices()));
             }
             prop_assert_eq!(out, expected);
