@@ -94,6 +94,58 @@ fn disconnects(edge: &Edge, node: &str) -> Vec<CloseReason> {
         .collect()
 }
 
+/// The heartbeat of the shaped-link scenario: the short profile's ping
+/// every second, and a wait that allows for the shaped link itself. Its
+/// queue (tbf, up to 200 ms each way), its losses (a retransmission
+/// timeout is ~0.5 s at that round trip) and the little the kernel holds
+/// unsent come to ~1.2 s at worst; the body frames queued behind the
+/// pong would add ~5 s.
+const SLOW_LINK_HEARTBEAT: HeartbeatConfig = HeartbeatConfig {
+    interval_ms: 1_000,
+    wait_ms: 3_000,
+};
+
+/// Records each new heartbeat round trip the Edge publishes for `node`
+/// until stopped: what a scenario prints, so a heartbeat that came close to
+/// its wait shows in the log before it fails one day.
+struct RttSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl RttSampler {
+    /// Stops sampling; the round trips seen, in ms, in order.
+    fn stop(self) -> Vec<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().expect("the sampler does not panic")
+    }
+}
+
+fn sample_heartbeat_rtts(edge: &Edge, node: &str) -> RttSampler {
+    let registry = std::sync::Arc::clone(&edge.server.registry);
+    let node = node.to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut last = None;
+        while !stopped.load(std::sync::atomic::Ordering::Acquire) {
+            let rtt = registry
+                .status()
+                .into_iter()
+                .find(|s| s.node_id == node)
+                .and_then(|s| s.last_heartbeat_rtt_us);
+            if rtt.is_some() && rtt != last {
+                seen.extend(rtt.map(|us| us / 1000));
+                last = rtt;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        seen
+    });
+    RttSampler { stop, thread }
+}
+
 /// Two nodes, each with provider `pI` (in group `m`) started with `flags`.
 fn two_node_world(
     bed: &Bed,
@@ -250,24 +302,34 @@ fn a_shaped_slow_link_keeps_its_heartbeat_and_its_streams() {
     let Some(bed) = Bed::from_env("shaped link") else {
         return;
     };
-    // n1's link limited to 1 mbit/s (tc tbf; this kernel has no netem):
-    // 10 streams of ~64 KiB each queue ~5 s of body frames on it, longer
-    // than the 1.5 s heartbeat wait. Pings and pongs go ahead of queued
-    // body frames, so the link must stay up and every stream finish.
+    // The Edge's side of the link limited to 1 mbit/s (tc tbf; this kernel
+    // has no netem), the provider's side not: the Node reads 10 streams of
+    // ~64 KiB at once and has ~5 s of body frames to send, longer than the
+    // heartbeat wait. Pongs go ahead of the queued body frames, and the
+    // kernel holds little of them unsent (F5), so the link stays up and
+    // every stream finishes. Sent in turn, the pongs would wait seconds.
     let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "64", "--event-bytes", "1024"]);
-    let mut edge = Edge::start(&edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]));
+    let mut edge = Edge::start_with(
+        &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
+        SLOW_LINK_HEARTBEAT,
+    );
     let _node = start_node(&bed, &mut edge, 1);
     let generation = edge.generation("n1");
     let fds_before = own_fds();
-    bed.sh(&["shape", &bed.run_name(), "n1", "1mbit"]);
+    bed.sh(&["shape", &bed.run_name(), "edge", "1mbit"]);
     let started = std::time::Instant::now();
+    let rtts = sample_heartbeat_rtts(&edge, "n1");
     let outcomes = burst(edge.ingress(), "m", 10, Reader::Eager);
     eprintln!("shaped link: 10 streams took {:?}", started.elapsed());
-    bed.sh(&["clear", &bed.run_name(), "n1"]);
+    eprintln!(
+        "shaped link: heartbeat round trips seen (ms): {:?}",
+        rtts.stop()
+    );
+    bed.sh(&["clear", &bed.run_name(), "edge"]);
     edge.drain_events();
     assert_one_terminal_each("shaped link", &outcomes);
-    assert_eq!(count_ok(&outcomes), 10, "{outcomes:?}");
     assert_eq!(disconnects(&edge, "n1"), vec![], "the link stayed up");
+    assert_eq!(count_ok(&outcomes), 10, "{outcomes:?}");
     assert_eq!(edge.generation("n1"), generation);
     edge.assert_drained();
     assert_fds_settle(fds_before + 4);

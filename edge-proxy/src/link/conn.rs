@@ -14,9 +14,9 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use framing::frame::FrameDecoder;
-use framing::link::{CloseReason, Outgoing, reject_reason_name};
+use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
 use framing::timer::TimerKey;
 use framing::write_batch::WriteBatch;
 use monoio::io::Canceller;
@@ -51,6 +51,8 @@ pub(crate) struct Conn<D> {
     connected_unix_ms: u64,
     session: RefCell<EdgeSession>,
     tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    /// Heartbeat frames, which the writer puts ahead of queued ones.
+    urgent: local_sync::mpsc::unbounded::Tx<Bytes>,
     timer: Cell<Option<TimerKey>>,
     canceller: RefCell<Canceller>,
     closing: Cell<bool>,
@@ -71,17 +73,21 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         identity: Option<String>,
         accepted_at: u64,
     ) {
-        if let LinkStream::Plain(tcp) = &stream {
-            let _ = tcp.set_nodelay(true);
+        let tcp = stream.tcp();
+        let _ = tcp.set_nodelay(true);
+        if let Err(error) = super::transport::limit_unsent(tcp) {
+            tracing::debug!(%peer, %error, "could not bound the link's unsent queue");
         }
         let now = accepted_at;
         let config = core.shared.config;
         let (tx, rx) = local_sync::mpsc::unbounded::channel();
+        let (urgent, urgent_rx) = local_sync::mpsc::unbounded::channel();
         let conn = Rc::new(Self {
             peer,
             connected_unix_ms: unix_ms(),
             session: RefCell::new(EdgeSession::new(config.session, now)),
             tx,
+            urgent,
             timer: Cell::new(None),
             canceller: RefCell::new(Canceller::new()),
             closing: Cell::new(false),
@@ -93,7 +99,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         });
         conn.rearm();
         let (read_half, write_half) = stream.into_split();
-        let writer = monoio::spawn(Rc::clone(&conn).write_loop(write_half, rx));
+        let writer = monoio::spawn(Rc::clone(&conn).write_loop(write_half, rx, urgent_rx));
         Rc::clone(&conn).read_loop(read_half).await;
         writer.await;
         // Drop the timer entry (it holds an Rc of this connection).
@@ -176,6 +182,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     fn send_envelope(&self, envelope: &Envelope) {
         match self.core.encoder.borrow_mut().encode(envelope) {
+            Ok(frame) if envelope.msg.as_ref().is_some_and(jumps_the_queue) => {
+                let _ = self.urgent.send(frame);
+            }
             Ok(frame) => {
                 let _ = self.tx.send(Outgoing::Frame(frame));
             }
@@ -312,14 +321,30 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         self: Rc<Self>,
         mut write_half: LinkWriter,
         mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
+        mut urgent: local_sync::mpsc::unbounded::Rx<Bytes>,
     ) {
         let mut batch = WriteBatch::new();
-        while let Some(cmd) = rx.recv().await {
-            // Whatever else is already queued goes out in the same writev.
-            let close = batch.fill(cmd, || rx.try_recv().ok());
+        loop {
+            let cmd = monoio::select! {
+                biased;
+                Some(frame) = urgent.recv() => Outgoing::Frame(frame),
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => cmd,
+                    None => break,
+                },
+            };
+            // Whatever else is already queued goes out in the same writev,
+            // heartbeats first.
+            let close = batch.fill(cmd, || {
+                urgent
+                    .try_recv()
+                    .ok()
+                    .map(Outgoing::Frame)
+                    .or_else(|| rx.try_recv().ok())
+            });
             if !batch.is_empty() {
-                let slices = batch.take().into_vec();
-                if write_half.write_all(slices).await.is_err() {
+                let written = write_half.write_overtaking(batch.take(), &mut urgent).await;
+                if written.is_err() {
                     self.session
                         .borrow_mut()
                         .handle_closed(CloseReason::IoError, &self.registrar());

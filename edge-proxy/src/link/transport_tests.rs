@@ -125,3 +125,92 @@ fn a_pending_tls_read_is_cancelable() {
         .unwrap();
     }
 }
+
+/// A connected (server, client) pair of plain TCP link streams.
+async fn plain_pair() -> (LinkStream, LinkStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = monoio::spawn(async move { listener.accept().await.unwrap().0 });
+    let client = TcpStream::connect(addr).await.unwrap();
+    (LinkStream::Plain(server.await), LinkStream::Plain(client))
+}
+
+#[test]
+fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
+    use framing::frame::{FrameDecoder, FrameEncoder};
+    use framing::write_batch::WriteBatch;
+    use proto::Envelope;
+    use proto::v1::HeartbeatPong;
+    use proto::v1::envelope::Msg;
+
+    for driver in drivers() {
+        for tls in [false, true] {
+            crate::runtime::block_on(driver, async move {
+                let (server, client) = if tls {
+                    pair().await
+                } else {
+                    plain_pair().await
+                };
+                limit_unsent(server.tcp()).unwrap();
+                let (_server_reader, mut writer) = server.into_split();
+                let (mut reader, _client_writer) = client.into_split();
+                // 256 body frames of 64 KiB: 16 MiB, far more than the
+                // kernel takes before the peer reads.
+                let mut encoder = FrameEncoder::new(1 << 20);
+                let mut batch = WriteBatch::new();
+                let frames = 256;
+                for i in 0..frames {
+                    let body = Bytes::from(vec![i as u8; 64 * 1024]);
+                    batch.push(framing::link::Outgoing::Body(
+                        encoder.encode_tunnel_body(1, body).unwrap(),
+                    ));
+                }
+                let pong = encoder
+                    .encode(&Envelope {
+                        stream_id: 0,
+                        msg: Some(Msg::HeartbeatPong(HeartbeatPong { seq: 7 })),
+                    })
+                    .unwrap();
+                // The pong is queued before the writer starts; it goes out
+                // after the first partial write, between two frames.
+                let (urgent_tx, mut urgent) = local_sync::mpsc::unbounded::channel();
+                urgent_tx.send(pong).unwrap();
+                let slices = batch.take();
+                let sending = monoio::spawn(async move {
+                    writer.write_overtaking(slices, &mut urgent).await.unwrap();
+                    writer.shutdown().await.unwrap();
+                });
+                let mut decoder = FrameDecoder::new(1 << 20);
+                let mut buf = BytesMut::new();
+                let mut seen = Vec::new();
+                let canceller = Canceller::new();
+                loop {
+                    if buf.capacity() - buf.len() < 64 * 1024 {
+                        buf.reserve(256 * 1024);
+                    }
+                    let (result, returned) = reader.read(buf, canceller.handle()).await;
+                    buf = returned;
+                    // Every frame decodes: the pong went in at a boundary.
+                    while let Some(envelope) = decoder.decode(&mut buf).unwrap() {
+                        seen.push(matches!(envelope.msg, Some(Msg::HeartbeatPong(_))));
+                    }
+                    if result.unwrap() == 0 {
+                        break;
+                    }
+                }
+                sending.await;
+                let context = format!("{driver:?}, tls {tls}");
+                assert_eq!(seen.len(), frames + 1, "{context}: every frame arrived");
+                let at = seen
+                    .iter()
+                    .position(|&pong| pong)
+                    .expect("the pong arrived");
+                assert!(
+                    at < frames / 2,
+                    "{context}: the pong came after {at} of {frames} body frames"
+                );
+            })
+            .unwrap();
+        }
+    }
+}

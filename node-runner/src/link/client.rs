@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing};
 use framing::timer::{ClockSource, TimerKey};
@@ -99,6 +99,8 @@ struct Link {
     cores: Cores,
     max_frame_len: usize,
     frames: crate::runs::FrameTx,
+    /// Heartbeat frames, which the writer puts ahead of queued ones.
+    urgent: local_sync::mpsc::unbounded::Tx<Bytes>,
     done: crate::runs::DoneTx,
     /// Shared with the done listener, which must not hold the link (it
     /// outlives it until every core has let go of the connection).
@@ -148,6 +150,7 @@ pub async fn run_connection(
     };
     let now = timers.now();
     let (tx, rx) = unbounded_channel();
+    let (urgent, urgent_rx) = local_sync::mpsc::unbounded::channel();
     let (done, done_rx) = unbounded_channel();
     let max_frame_len = config.session.max_frame_len as usize;
     let link = Rc::new(Link {
@@ -163,6 +166,7 @@ pub async fn run_connection(
         cores: cores.clone(),
         max_frame_len,
         frames: tx,
+        urgent,
         done,
         router: Rc::new(RefCell::new(Router::new(cores.len()))),
         shared: RefCell::new(None),
@@ -176,7 +180,7 @@ pub async fn run_connection(
     link.pump();
     link.rearm();
     let (read_half, write_half) = stream.into_split();
-    let writer = monoio::spawn(Rc::clone(&link).write_loop(write_half, rx));
+    let writer = monoio::spawn(Rc::clone(&link).write_loop(write_half, rx, urgent_rx));
     // Detached: ends once the link and every core have dropped this
     // connection's sender.
     monoio::spawn(done_loop(Rc::clone(&link.router), done_rx));
@@ -202,6 +206,9 @@ pub async fn run_connection(
 async fn dial(config: &LinkClientConfig) -> std::io::Result<LinkStream> {
     let mut stream = TcpStream::connect(config.edge).await?;
     let _ = stream.set_nodelay(true);
+    if let Err(error) = super::transport::limit_unsent(&stream) {
+        tracing::debug!(%error, "could not bound the link's unsent queue");
+    }
     let Some(tls) = &config.tls else {
         return Ok(LinkStream::Plain(stream));
     };
@@ -291,16 +298,30 @@ impl Link {
         self: Rc<Self>,
         mut write_half: LinkWriter,
         mut rx: UnboundedReceiver<Outgoing>,
+        mut urgent: local_sync::mpsc::unbounded::Rx<Bytes>,
     ) {
         let mut batch = WriteBatch::new();
-        while let Some(cmd) = rx.recv().await {
+        loop {
+            let cmd = monoio::select! {
+                biased;
+                Some(frame) = urgent.recv() => Outgoing::Frame(frame),
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => cmd,
+                    None => break,
+                },
+            };
             // Whatever else is already queued goes out in the same write:
             // small frames copied together, tunnel bodies as their own
             // slices, all in one `writev` (zero copy for bodies).
-            let close = batch.fill(cmd, || rx.try_recv().ok());
+            let close = batch.fill(cmd, || {
+                urgent
+                    .try_recv()
+                    .ok()
+                    .map(Outgoing::Frame)
+                    .or_else(|| rx.try_recv().ok())
+            });
             if !batch.is_empty() {
-                let slices = batch.take().into_vec();
-                let result = write_half.write_all(slices).await;
+                let result = write_half.write_overtaking(batch.take(), &mut urgent).await;
                 if result.is_err() {
                     self.session
                         .borrow_mut()
@@ -406,6 +427,16 @@ impl Link {
                 break;
             };
             match output {
+                NodeOutput::Send(envelope)
+                    if envelope
+                        .msg
+                        .as_ref()
+                        .is_some_and(framing::link::jumps_the_queue) =>
+                {
+                    if let Some(frame) = self.outbox.encode(&envelope) {
+                        let _ = self.urgent.send(frame);
+                    }
+                }
                 NodeOutput::Send(envelope) => {
                     self.outbox.send(&envelope);
                 }

@@ -77,15 +77,9 @@ pub(crate) async fn write_all<W: AsyncWriteRent>(
 ) -> std::io::Result<()> {
     let mut vec = BytesVec::new(bufs);
     while vec.len() > 0 {
-        let (result, returned) = writer.writev(vec).await;
-        let written = match result {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e),
-        };
+        let (written, returned) = write_once(writer, vec).await;
         let mut rest = returned.into_bufs();
-        let mut skip = written;
+        let mut skip = written?;
         rest.retain_mut(|b| {
             let n = skip.min(b.len());
             b.advance(n);
@@ -95,6 +89,30 @@ pub(crate) async fn write_all<W: AsyncWriteRent>(
         vec = BytesVec::new(rest);
     }
     Ok(())
+}
+
+/// One `writev` of `bufs` (the slices are cloned, not copied): how many
+/// bytes the kernel took, which may be fewer than all.
+pub(crate) async fn write_some<W: AsyncWriteRent>(
+    writer: &mut W,
+    bufs: &[Bytes],
+) -> std::io::Result<usize> {
+    write_once(writer, BytesVec::new(bufs.to_vec())).await.0
+}
+
+/// One `writev`; an interrupted write took 0 bytes, a write of 0 bytes is
+/// an error.
+async fn write_once<W: AsyncWriteRent>(
+    writer: &mut W,
+    vec: BytesVec,
+) -> (std::io::Result<usize>, BytesVec) {
+    let (result, returned) = writer.writev(vec).await;
+    let written = match result {
+        Ok(0) => Err(std::io::ErrorKind::WriteZero.into()),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
+        other => other,
+    };
+    (written, returned)
 }
 
 #[cfg(test)]

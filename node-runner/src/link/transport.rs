@@ -33,6 +33,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use framing::tls::{self, Drained};
+use framing::write_batch::WriteSlices;
 use monoio::buf::IoBufMut;
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
@@ -194,6 +195,52 @@ impl LinkWriter {
         }
     }
 
+    /// Writes what the kernel takes of `slices` now (under TLS: up to one
+    /// gather of ciphertext) and advances it past that.
+    pub(crate) async fn write_some(&mut self, slices: &mut WriteSlices) -> io::Result<()> {
+        let written = match &mut self.tls {
+            None => super::iovec::write_some(&mut self.half, slices.slices()).await?,
+            Some(tls) => {
+                let mut queued = 0;
+                for slice in slices.slices() {
+                    let n = tls::queue(&mut tls.session.borrow_mut(), slice)?;
+                    queued += n;
+                    if n < slice.len() || queued >= CIPHER_WRITE {
+                        break;
+                    }
+                }
+                tls.flush(&mut self.half).await?;
+                queued
+            }
+        };
+        slices.advance(written);
+        Ok(())
+    }
+
+    /// Writes `slices` as the kernel takes them; after a partial write, the
+    /// `urgent` frames queued meanwhile go out as soon as the frame in
+    /// progress is whole, ahead of the rest of the batch (F5: heartbeats
+    /// overtake queued body frames).
+    pub(crate) async fn write_overtaking(
+        &mut self,
+        mut slices: WriteSlices,
+        urgent: &mut local_sync::mpsc::unbounded::Rx<Bytes>,
+    ) -> io::Result<()> {
+        while !slices.is_empty() {
+            self.write_some(&mut slices).await?;
+            if slices.is_empty() {
+                break;
+            }
+            if let Ok(frame) = urgent.try_recv() {
+                let mut out = slices.split_to(slices.frame_rest());
+                out.push(frame);
+                out.extend(std::iter::from_fn(|| urgent.try_recv().ok()));
+                self.write_all(out).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Ends the stream: `close_notify` under TLS, then a TCP shutdown.
     pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
         if let Some(tls) = &mut self.tls {
@@ -220,6 +267,19 @@ impl TlsWrite {
             result?;
         }
     }
+}
+
+/// Bounds what the kernel holds unsent on the link socket to
+/// [`UNSENT_LOW_WATER`](framing::link::UNSENT_LOW_WATER) (`TCP_NOTSENT_LOWAT`),
+/// so heartbeats queued in user space overtake the rest of a slow link's
+/// backlog instead of waiting behind a socket buffer of it.
+#[allow(unsafe_code)] // borrowing the raw fd; see the SAFETY note
+pub(crate) fn limit_unsent(stream: &TcpStream) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    // SAFETY: the descriptor is `stream`'s, open for as long as `stream` is
+    // borrowed, and the borrowed fd does not outlive this call.
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    socket2::SockRef::from(&fd).set_tcp_notsent_lowat(framing::link::UNSENT_LOW_WATER)
 }
 
 /// Runs a TLS handshake on `stream` to completion (no deadline: the caller

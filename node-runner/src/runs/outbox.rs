@@ -48,11 +48,17 @@ impl Outbox {
     /// Queues `envelope`; false if it could not be encoded or the writer is
     /// gone.
     pub fn send(&self, envelope: &Envelope) -> bool {
+        self.encode(envelope)
+            .is_some_and(|frame| self.send_frame(frame))
+    }
+
+    /// `envelope` encoded as a frame; `None` (logged) if it cannot be.
+    pub fn encode(&self, envelope: &Envelope) -> Option<Bytes> {
         match self.encoder.borrow_mut().encode(envelope) {
-            Ok(frame) => self.send_frame(frame),
+            Ok(frame) => Some(frame),
             Err(error) => {
                 tracing::error!(%error, stream_id = envelope.stream_id, "could not encode a frame for the edge");
-                false
+                None
             }
         }
     }
