@@ -101,8 +101,10 @@ const OWNED_BODY_MAX: usize = 16 * 1024;
 /// What a route handler does with one request.
 #[allow(async_fn_in_trait)]
 pub trait Handler {
-    /// Answers `request` through `responder`.
-    async fn handle(&self, request: Request, responder: &mut Responder);
+    /// Answers `request` through `responder`. The request comes boxed: a
+    /// handler's arguments stay in its layout for as long as it runs (a
+    /// whole stream), and a box can be let go of early.
+    async fn handle(&self, request: Box<Request>, responder: &mut Responder);
 }
 
 /// Serves `stream` until the client closes, a limit is hit, or a response
@@ -162,7 +164,7 @@ pub fn serve<H: Handler>(
                     gone,
                     gone_tx,
                 ));
-                handler.handle(request, &mut responder)
+                handler.handle(Box::new(request), &mut responder)
             }
             .await;
             // A handler that left its writes corked still gets them sent.

@@ -70,10 +70,12 @@ pub struct IngressShared {
 /// builds). It lives as long as the connection, so every open stream pays
 /// it: short steps (reading a request, admission, opening a run or tunnel,
 /// each write) are boxed apart, and no argument or moved-out request is
-/// laid out twice (see `http::serve`). Measured: 3,440 B in release builds
-/// (4,736 B, 128-byte aligned, before the boxing; 3,912 B with the
-/// duplicates).
-const CONNECTION_TASK_BUDGET: usize = 4 * 1024;
+/// laid out twice (see `http::serve`); no event or routing local is held
+/// across the answer (see `Router::route`, `normalized::stream_events`) and
+/// the rare stall tail is boxed. Measured: 2,656 B in release builds
+/// (3,440 B before those; 4,736 B, 128-byte aligned, before the boxing;
+/// 3,912 B with the duplicates).
+const CONNECTION_TASK_BUDGET: usize = 3 * 1024;
 
 /// Serves client connections accepted on `listener` until a drain begins,
 /// then closes the listener (new connections are refused; open ones keep
@@ -144,16 +146,39 @@ impl Api {
 }
 
 impl Handler for Router {
-    async fn handle(&self, request: Request, responder: &mut Responder) {
+    async fn handle(&self, request: Box<Request>, responder: &mut Responder) {
+        // Routing answers everything but a completion itself; what a
+        // completion needs comes out of it, and the request (and every
+        // local of the routing) is gone before the answer, which a quiet
+        // stream waits in for its whole life.
+        let Some((api, body, principal)) = self.route(request, responder).await else {
+            return;
+        };
+        // In flight for the drain until its last byte is written.
+        let _in_flight = self.shared.drain.enter();
+        let status = self.completion(api, body, principal, responder).await;
+        self.shared.metrics.request(api, status);
+    }
+}
+
+impl Router {
+    /// Answers every route but a completion; for a completion, returns its
+    /// API, the request's body and the key's principal.
+    async fn route(
+        &self,
+        request: Box<Request>,
+        responder: &mut Responder,
+    ) -> Option<(Api, bytes::Bytes, String)> {
         let path = request.head.path();
         let path = path.split(|&b| b == b'?').next().unwrap_or_default();
         let method = request.head.method();
         if self.shared.drain.is_draining() && path != b"/healthz" && path != b"/metrics" {
             self.draining(path, responder).await;
-            return;
+            return None;
         }
         if path.starts_with(b"/admin/") {
-            return admin::serve(&self.shared, &request, responder).await;
+            admin::serve(&self.shared, &request, responder).await;
+            return None;
         }
         // The name of the client's API key (F29's principal), from the one
         // check of the key.
@@ -163,7 +188,7 @@ impl Handler for Router {
                 Ok(name) => principal = name,
                 Err(error) => {
                     responder.error(&error).await;
-                    return;
+                    return None;
                 }
             }
         }
@@ -216,23 +241,17 @@ impl Handler for Router {
             )),
         };
         match route {
-            Ok(Some(api)) => {
-                // In flight for the drain until its last byte is written.
-                let _in_flight = self.shared.drain.enter();
-                // Only the body goes on: the completion's arguments stay in
-                // its layout for the whole answer.
-                let status = self
-                    .completion(api, request.body, principal, responder)
-                    .await;
-                self.shared.metrics.request(api, status);
+            // Only the body goes on: the completion's arguments stay in its
+            // layout for the whole answer.
+            Ok(Some(api)) => Some((api, request.body, principal)),
+            Ok(None) => None,
+            Err(error) => {
+                responder.error(&error).await;
+                None
             }
-            Ok(None) => {}
-            Err(error) => responder.error(&error).await,
         }
     }
-}
 
-impl Router {
     /// Checks the client's API key when keys are configured: `/v1/` routes
     /// need `Authorization: Bearer <key>`; health and metrics stay open.
     /// Returns the key's name (empty when the ingress has no keys).

@@ -235,21 +235,23 @@ async fn next_or_gone(stream: &mut RunStream, responder: &mut Responder) -> Opti
 }
 
 /// Stream: reads until the first output — a delta, or a complete
-/// terminal — applying what commits nothing (`start`, `usage`).
+/// terminal — applying what commits nothing (`start`, `usage`). The event
+/// comes boxed: the caller holds it across awaits, and a quiet stream
+/// would carry its size in its layout for its whole life.
 /// `Some(Err(event))` is a failed terminal before any output; `None`: the
 /// client left.
 async fn first_output(
     stream: &mut RunStream,
     out: &mut Output,
     responder: &mut Responder,
-) -> Option<Result<RunEvent, RunEvent>> {
+) -> Option<Result<Box<RunEvent>, Box<RunEvent>>> {
     loop {
         let event = next_or_gone(stream, responder).await?;
         if run_event_commits(event.kind()) {
-            return Some(Ok(event));
+            return Some(Ok(Box::new(event)));
         }
         if matches!(event.kind(), RunEventKind::Error | RunEventKind::Cancelled) {
-            return Some(Err(event));
+            return Some(Err(Box::new(event)));
         }
         apply(&event, out);
     }
@@ -261,12 +263,12 @@ async fn collect(
     stream: &mut RunStream,
     out: &mut Output,
     responder: &mut Responder,
-) -> Option<Result<RunEvent, RunEvent>> {
+) -> Option<Result<Box<RunEvent>, Box<RunEvent>>> {
     loop {
         let event = next_or_gone(stream, responder).await?;
         match apply(&event, out) {
-            Some(Ok(())) => return Some(Ok(event)),
-            Some(Err(_)) => return Some(Err(event)),
+            Some(Ok(())) => return Some(Ok(Box::new(event))),
+            Some(Err(_)) => return Some(Err(Box::new(event))),
             None => {}
         }
     }
@@ -275,33 +277,36 @@ async fn collect(
 /// Stream: writes the events from the first output on, those already
 /// queued together in one write.
 /// Returns the status answered (499: the client left) and the terminal.
+///
+/// No event is held while it waits for the next one: a quiet stream waits
+/// here for its whole life, and an event held across the wait would add
+/// its size (~0.2 KB) to every such stream's task.
 async fn stream_events(
     writer: &mut SseWriter<'_>,
     stream: &mut RunStream,
-    first: RunEvent,
+    first: Box<RunEvent>,
     out: &mut Output,
     responder: &mut Responder,
 ) -> (u16, Option<RunEvent>) {
-    let mut event = Some(first);
     let mut batch = Vec::new();
-    while let Some(current) = event {
+    let mut current = *first;
+    loop {
         let terminal = apply(&current, out);
         writer.event(&current, out, terminal.as_ref(), &mut batch);
         // Events already queued join this write; it goes out when the
         // run has nothing more ready (or at the terminal, or when full).
         if terminal.is_none() && batch.len() < MAX_BATCH {
             if let Some(next) = stream.try_next() {
-                event = Some(next);
+                current = next;
                 continue;
             }
         }
-        responder
-            .chunk(Bytes::from(std::mem::take(&mut batch)))
-            .await;
-        if responder.is_gone() {
-            return (499, None);
-        }
+        let chunk = Bytes::from(std::mem::take(&mut batch));
         if let Some(result) = terminal {
+            responder.chunk(chunk).await;
+            if responder.is_gone() {
+                return (499, None);
+            }
             responder.finish().await;
             let status = match result {
                 Ok(()) => 200,
@@ -309,7 +314,15 @@ async fn stream_events(
             };
             return (status, Some(current));
         }
-        event = next_or_gone(stream, responder).await;
+        drop(current);
+        responder.chunk(chunk).await;
+        if responder.is_gone() {
+            return (499, None);
+        }
+        match next_or_gone(stream, responder).await {
+            Some(next) => current = next,
+            None => break,
+        }
     }
     responder.close_after();
     (499, None)

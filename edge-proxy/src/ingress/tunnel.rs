@@ -134,34 +134,62 @@ pub(crate) async fn serve(
             Attempt::Answered(499)
         }
         Ended::Answered(status) => Attempt::Answered(status),
+        // Boxed: rare, and its locals would otherwise be laid out in the
+        // task of every stream, next to the relay.
         Ended::Stalled(failure) => {
-            let decision = ctx.stalled(
-                Path::Tunnel,
-                &lease,
-                stream.node(),
-                &failure,
-                commit.committed(),
-            );
-            let error = from_failure(&failure);
-            // The stall was the tunnel's terminal: the Node already fenced
-            // and closed the provider request. Drop the stream and release
-            // the lease (once) before anything else is admitted.
-            drop(stream);
-            drop(lease);
-            if let Decision::Reattempt(avoid) = decision {
-                return Attempt::Reattempt { avoid, error };
-            }
-            match commit.stall_ending() {
-                FailureEnding::HttpError => responder.error(&error).await,
-                FailureEnding::ErrorEvent => {
-                    responder.chunk(Bytes::from(error_event(api, &error))).await;
-                    responder.finish().await;
-                }
-                FailureEnding::Cut => responder.close_after(),
-            }
-            Attempt::Answered(error.status)
+            let stall = Stall {
+                lease,
+                stream,
+                committed: commit.committed(),
+                ending: commit.stall_ending(),
+            };
+            Box::pin(after_stall(ctx, stall, failure, responder)).await
         }
     }
+}
+
+/// What a tunnel that ended in a stall leaves for [`after_stall`].
+struct Stall {
+    lease: Lease,
+    stream: crate::dispatch::TunnelStream,
+    committed: bool,
+    ending: FailureEnding,
+}
+
+/// The stall was the tunnel's terminal: the gate decides, then the client
+/// gets the ending the commit point allows.
+async fn after_stall(
+    ctx: &mut AttemptCtx<'_, '_>,
+    stall: Stall,
+    failure: ExecutionFailure,
+    responder: &mut Responder,
+) -> Attempt {
+    let Stall {
+        lease,
+        stream,
+        committed,
+        ending,
+    } = stall;
+    let decision = ctx.stalled(Path::Tunnel, &lease, stream.node(), &failure, committed);
+    let error = from_failure(&failure);
+    // The Node already fenced and closed the provider request. Drop the
+    // stream and release the lease (once) before anything else is admitted.
+    drop(stream);
+    drop(lease);
+    if let Decision::Reattempt(avoid) = decision {
+        return Attempt::Reattempt { avoid, error };
+    }
+    match ending {
+        FailureEnding::HttpError => responder.error(&error).await,
+        FailureEnding::ErrorEvent => {
+            responder
+                .chunk(Bytes::from(error_event(ctx.api, &error)))
+                .await;
+            responder.finish().await;
+        }
+        FailureEnding::Cut => responder.close_after(),
+    }
+    Attempt::Answered(error.status)
 }
 
 /// How a relay ended.
