@@ -252,7 +252,7 @@ pub async fn run_tunnel<S: TunnelSink>(
     run_tunnel_watched(
         client,
         target,
-        request,
+        Box::new(request),
         limits,
         credit,
         cancel,
@@ -281,7 +281,7 @@ pub async fn run_tunnel<S: TunnelSink>(
 pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     client: &'a ProviderClient,
     target: Option<TunnelTarget<'a>>,
-    mut request: ProviderTunnelRequest,
+    request: Box<ProviderTunnelRequest>,
     limits: TunnelLimits,
     credit: &'a Credit,
     cancel: impl Future<Output = ()> + 'a,
@@ -298,11 +298,11 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
         };
         // The provider request holds what it sends (the body is shared, not
         // copied) and is dropped once the head arrives; the tunnel keeps
-        // only the request's flags, so a long stream pins neither its
+        // only the request's usage flags, so a long stream pins neither its
         // prompt nor its headers (nor the link read buffer they are slices
-        // of).
-        request.body = Bytes::new();
-        request.headers = Vec::new();
+        // of), nor the request itself.
+        let wants = UsageWants::of(&request);
+        drop(request);
         let hard_ms = prepared.hard_timeout_ms;
         // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
         // a tie with the stall is decided on one clock (the deadline wins).
@@ -340,7 +340,7 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
                 max_chunk: limits.max_body_chunk.max(1),
                 close: &close,
             };
-            let mut relay = std::pin::pin!(relay.run(client, prepared, &request));
+            let mut relay = std::pin::pin!(relay.run(client, prepared, wants));
             let stopped = monoio::select! {
                 biased;
                 outcome = &mut relay => return outcome,
@@ -486,7 +486,7 @@ impl<S: TunnelSink> Relay<'_, S> {
         self,
         client: &ProviderClient,
         prepared: Prepared,
-        request: &ProviderTunnelRequest,
+        wants: UsageWants,
     ) -> TunnelOutcome {
         let Self {
             sink,
@@ -503,11 +503,11 @@ impl<S: TunnelSink> Relay<'_, S> {
             None => return closed(),
         };
         let status = response.status();
-        let mut tap = choose_tap(&response, request);
+        let mut tap = choose_tap(&response, wants);
         sink.frame(frame(Frame::Status(TunnelStatus {
             code: u32::from(status),
         })));
-        let cuts = matches!(tap, Tap::Sse(_)) && request.strip_usage_event;
+        let cuts = matches!(tap, Tap::Sse(_)) && wants.strip_usage_event;
         sink.frame(frame(Frame::Headers(TunnelHeaders {
             headers: relayed_headers(response.headers(), cuts),
         })));
@@ -611,9 +611,25 @@ impl<S: TunnelSink> Sender<'_, S> {
     }
 }
 
+/// What a tunnel's request asked of its usage (all the relay keeps of it).
+#[derive(Debug, Clone, Copy)]
+struct UsageWants {
+    extract_usage: bool,
+    strip_usage_event: bool,
+}
+
+impl UsageWants {
+    fn of(request: &ProviderTunnelRequest) -> Self {
+        Self {
+            extract_usage: request.extract_usage,
+            strip_usage_event: request.strip_usage_event,
+        }
+    }
+}
+
 /// Which [`Tap`] a response gets: observation only for a 2xx,
 /// identity-encoded body when the request asked for usage.
-fn choose_tap(response: &ProviderResponse, request: &ProviderTunnelRequest) -> Tap {
+fn choose_tap(response: &ProviderResponse, request: UsageWants) -> Tap {
     let headers = response.headers();
     let identity = headers
         .get("content-encoding")

@@ -115,7 +115,7 @@ fn silent_tunnel(hard_ms: u64) -> Ran {
             let ended = run_tunnel_watched(
                 &client,
                 Some(target),
-                request,
+                Box::new(request),
                 TunnelLimits::default(),
                 &credit,
                 std::future::pending(),
