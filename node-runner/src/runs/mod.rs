@@ -91,13 +91,11 @@ const RUN_TASK_BUDGET: usize = 512;
 /// Upper bound on one run's relay ([`relay_watched`]), in bytes (checked in
 /// debug builds). The stall evidence (a health probe of the provider) is
 /// boxed inside it; inline it made the relay 29,440 B, and with it a quiet
-/// normalized stream cost the Node ~44 KB. 1,208 B in release builds when
-/// measured (3,024 B while the source was held by value: the `open`
-/// select's output and the loop's local each took a slot of its size;
-/// 5,376 B, 128-byte aligned, while the source's drain after a `complete`
-/// and its monoio timer were inline, and the relay's arguments were laid
-/// out twice).
-const RUN_RELAY_BUDGET: usize = 1536;
+/// normalized stream cost the Node ~44 KB. 3,040 B in release builds when
+/// measured (5,376 B, 128-byte aligned, while the source's drain after a
+/// `complete` and its monoio timer were inline, and the relay's arguments
+/// were laid out twice).
+const RUN_RELAY_BUDGET: usize = 3 * 1024 + 512;
 
 /// F20: the stall timeout a wire value of 0 means, in ms.
 pub const DEFAULT_STALL_TIMEOUT_MS: u64 = proto::DEFAULT_RESPONSE_STALL_TIMEOUT_MS;
@@ -430,9 +428,7 @@ impl RunManager {
                     .unwrap_or(Stop::HardTimeout(ms)),
             }
         };
-        // The source comes boxed: the relay then holds a pointer, not the
-        // stream laid out twice (see `EventSource for Box`).
-        let open = Box::pin(async move { Box::new(adapter.execute(spec).await) });
+        let open = Box::pin(async move { adapter.execute(spec).await });
         let emitter = Rc::clone(self);
         let relay = Box::pin(relay_watched(open, stop, Some(watchdog), move |event| {
             if !emitter.closed.get() {

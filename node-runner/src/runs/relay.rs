@@ -36,19 +36,6 @@ impl EventSource for EventStream {
     }
 }
 
-/// A boxed source: what a run's relay holds, so the source (an
-/// [`EventStream`] is ~0.9 KB) takes one slot of its own instead of two in
-/// the relay's layout (the `open` select's output and the loop's local).
-impl<S: EventSource> EventSource for Box<S> {
-    async fn next(&mut self) -> Option<RuntimeEvent> {
-        S::next(self).await
-    }
-
-    async fn close(self) {
-        S::close(*self).await
-    }
-}
-
 /// Why a run was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
