@@ -88,6 +88,7 @@
 
 mod credit;
 mod request;
+mod response_head;
 mod sse_tap;
 #[cfg(test)]
 mod stall_tests;
@@ -99,9 +100,8 @@ use std::future::{Future, pending};
 use std::time::Duration;
 
 use bytes::Bytes;
-use framing::http::Headers;
 use proto::v1::{
-    AdapterKind, ExecutionFailure, FailureCode, FailureSide, Header, NodeConfigPayload,
+    AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
     ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
     provider_tunnel_frame::Frame,
 };
@@ -112,11 +112,11 @@ pub use sse_tap::{MAX_HELD_EVENT, OBSERVER_LIMIT};
 pub use usage::MAX_JSON_USAGE_BODY;
 
 use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};
-use crate::provider_http::{ProviderClient, ProviderResponse};
+use crate::provider_http::ProviderClient;
 use crate::stall::{Activity, CloseSignal, HealthCheck, NoHealth, Watchdog, evidence};
-use request::{Prepared, is_hop_by_hop, prepare};
-use sse_tap::{Seen, SseTap};
-use usage::JsonTap;
+use request::{Prepared, prepare};
+use response_head::{Tap, UsageWants, choose_tap, relayed_headers};
+use sse_tap::Seen;
 
 /// Initial per-stream window when the config says 0, in bytes.
 pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
@@ -461,17 +461,6 @@ fn frame(frame: Frame) -> ProviderTunnelFrame {
     ProviderTunnelFrame { frame: Some(frame) }
 }
 
-/// How a response body is observed.
-#[derive(Debug)]
-enum Tap {
-    /// Relayed as read, nothing looked at.
-    Plain,
-    /// A non-SSE body kept aside for its usage.
-    Json(JsonTap),
-    /// An SSE body observed (and maybe stripped).
-    Sse(Box<SseTap>),
-}
-
 /// The relay of one admitted request; owns the sink until the terminal.
 struct Relay<'a, S> {
     sink: &'a mut S,
@@ -609,66 +598,4 @@ impl<S: TunnelSink> Sender<'_, S> {
             self.sink.body(piece);
         }
     }
-}
-
-/// What a tunnel's request asked of its usage (all the relay keeps of it).
-#[derive(Debug, Clone, Copy)]
-struct UsageWants {
-    extract_usage: bool,
-    strip_usage_event: bool,
-}
-
-impl UsageWants {
-    fn of(request: &ProviderTunnelRequest) -> Self {
-        Self {
-            extract_usage: request.extract_usage,
-            strip_usage_event: request.strip_usage_event,
-        }
-    }
-}
-
-/// Which [`Tap`] a response gets: observation only for a 2xx,
-/// identity-encoded body when the request asked for usage.
-fn choose_tap(response: &ProviderResponse, request: UsageWants) -> Tap {
-    let headers = response.headers();
-    let identity = headers
-        .get("content-encoding")
-        .is_none_or(|v| v.trim_ascii().eq_ignore_ascii_case(b"identity"));
-    let wanted = request.extract_usage || request.strip_usage_event;
-    if !(200..300).contains(&response.status()) || !identity || !wanted {
-        return Tap::Plain;
-    }
-    let sse = headers.get("content-type").is_some_and(|v| {
-        let v = v.trim_ascii();
-        v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream")
-    });
-    if sse {
-        Tap::Sse(Box::new(SseTap::new(request.strip_usage_event)))
-    } else if request.extract_usage {
-        Tap::Json(JsonTap::default())
-    } else {
-        Tap::Plain
-    }
-}
-
-/// The provider's fields minus hop-by-hop ones (and those the provider's
-/// `Connection` names), and minus `Content-Length` when `cuts`.
-fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
-    let named_by_connection = |name: &[u8]| {
-        headers.get_all("connection").any(|v| {
-            v.split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
-        })
-    };
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            !is_hop_by_hop(name) && !named_by_connection(name)
-                || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
-        })
-        .map(|(name, value)| Header {
-            name: String::from_utf8_lossy(name).into_owned(),
-            value: Bytes::copy_from_slice(value),
-        })
-        .collect()
 }

@@ -1,0 +1,85 @@
+//! What a tunnel does with a provider's response head: which [`Tap`]
+//! observes its body (usage extraction, the SSE usage strip), and which of
+//! its header fields reach the Edge.
+
+use bytes::Bytes;
+use framing::http::Headers;
+use proto::v1::{Header, ProviderTunnelRequest};
+
+use super::request::is_hop_by_hop;
+use super::sse_tap::SseTap;
+use super::usage::JsonTap;
+use crate::provider_http::ProviderResponse;
+
+/// How a response body is observed.
+#[derive(Debug)]
+pub(super) enum Tap {
+    /// Relayed as read, nothing looked at.
+    Plain,
+    /// A non-SSE body kept aside for its usage.
+    Json(JsonTap),
+    /// An SSE body observed (and maybe stripped).
+    Sse(Box<SseTap>),
+}
+
+/// What a tunnel's request asked of its usage (all the relay keeps of it).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UsageWants {
+    pub(super) extract_usage: bool,
+    pub(super) strip_usage_event: bool,
+}
+
+impl UsageWants {
+    pub(super) fn of(request: &ProviderTunnelRequest) -> Self {
+        Self {
+            extract_usage: request.extract_usage,
+            strip_usage_event: request.strip_usage_event,
+        }
+    }
+}
+
+/// Which [`Tap`] a response gets: observation only for a 2xx,
+/// identity-encoded body when the request asked for usage.
+pub(super) fn choose_tap(response: &ProviderResponse, request: UsageWants) -> Tap {
+    let headers = response.headers();
+    let identity = headers
+        .get("content-encoding")
+        .is_none_or(|v| v.trim_ascii().eq_ignore_ascii_case(b"identity"));
+    let wanted = request.extract_usage || request.strip_usage_event;
+    if !(200..300).contains(&response.status()) || !identity || !wanted {
+        return Tap::Plain;
+    }
+    let sse = headers.get("content-type").is_some_and(|v| {
+        let v = v.trim_ascii();
+        v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream")
+    });
+    if sse {
+        Tap::Sse(Box::new(SseTap::new(request.strip_usage_event)))
+    } else if request.extract_usage {
+        Tap::Json(JsonTap::default())
+    } else {
+        Tap::Plain
+    }
+}
+
+/// The provider's fields minus hop-by-hop ones (and those the provider's
+/// `Connection` names), and minus `Content-Length` when `cuts`.
+pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
+    let named_by_connection = |name: &[u8]| {
+        headers.get_all("connection").any(|v| {
+            v.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+        })
+    };
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !is_hop_by_hop(name) && !named_by_connection(name)
+                || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
+        })
+        .map(|(name, value)| Header {
+            name: String::from_utf8_lossy(name).into_owned(),
+            value: Bytes::copy_from_slice(value),
+        })
+        .collect()
+}
