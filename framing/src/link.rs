@@ -20,7 +20,7 @@
 //! backpressured streams do not trip it: pings and pongs are small control
 //! frames ([`jumps_the_queue`]) that drivers write ahead of queued body
 //! frames, at the next frame boundary of the write in progress
-//! ([`WriteSlices::frame_rest`](crate::write_batch::WriteSlices::frame_rest)),
+//! ([`WriteSlices::overtake`](crate::write_batch::WriteSlices::overtake)),
 //! and the drivers keep the kernel's unsent queue short
 //! ([`UNSENT_LOW_WATER`]), so what waits ahead of a pong on a slow link is
 //! bounded by bytes, not by the streams' windows.

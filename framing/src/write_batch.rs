@@ -300,6 +300,24 @@ impl WriteSlices {
         out
     }
 
+    /// Makes way for urgent frames after a partial write: when bytes are
+    /// left and `urgent` yields a frame, returns the rest of the frame in
+    /// progress followed by every urgent frame, to be written next (the
+    /// batch then goes on from the frame boundary). `None` — and `urgent`
+    /// not polled — when everything was written: the urgent frames then
+    /// go out with the next batch.
+    pub fn overtake(&mut self, urgent: impl IntoIterator<Item = Bytes>) -> Option<Vec<Bytes>> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut urgent = urgent.into_iter();
+        let first = urgent.next()?;
+        let mut out = self.split_to(self.frame_rest());
+        out.push(first);
+        out.extend(urgent);
+        Some(out)
+    }
+
     /// The remaining slices as `std::io::IoSlice`s, for
     /// `std::io::Write::write_vectored` (tests and blocking tools).
     pub fn io_slices(&self) -> Vec<IoSlice<'_>> {
@@ -454,6 +472,31 @@ mod tests {
         assert_eq!(slices.frame_rest(), 2);
         slices.advance(2);
         assert!(slices.is_empty() && slices.frame_rest() == 0);
+    }
+
+    #[test]
+    fn urgent_frames_overtake_at_the_next_boundary_and_only_mid_batch() {
+        let mut batch = WriteBatch::new();
+        batch.push(Outgoing::Frame(Bytes::from_static(b"aaaa")));
+        batch.push(Outgoing::Frame(Bytes::from_static(b"bbbb")));
+        let mut slices = batch.take();
+        assert_eq!(slices.overtake(None), None, "nothing urgent");
+        slices.advance(2);
+        let out = slices.overtake([Bytes::from_static(b"P1"), Bytes::from_static(b"P2")]);
+        assert_eq!(
+            concat(&out.unwrap()),
+            b"aaP1P2",
+            "the rest of `aaaa`, then both"
+        );
+        assert_eq!(concat(slices.slices()), b"bbbb");
+        slices.advance(4);
+        let mut polled = false;
+        let urgent = std::iter::from_fn(|| {
+            polled = true;
+            None
+        });
+        assert_eq!(slices.overtake(urgent), None);
+        assert!(!polled, "a finished batch leaves the urgent frames queued");
     }
 
     fn command() -> impl Strategy<Value = Outgoing> {

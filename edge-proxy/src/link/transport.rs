@@ -235,13 +235,7 @@ impl LinkWriter {
     ) -> io::Result<()> {
         while !slices.is_empty() {
             self.write_some(&mut slices).await?;
-            if slices.is_empty() {
-                break;
-            }
-            if let Ok(frame) = urgent.try_recv() {
-                let mut out = slices.split_to(slices.frame_rest());
-                out.push(frame);
-                out.extend(std::iter::from_fn(|| urgent.try_recv().ok()));
+            if let Some(out) = slices.overtake(std::iter::from_fn(|| urgent.try_recv().ok())) {
                 self.write_all(out).await?;
             }
         }
