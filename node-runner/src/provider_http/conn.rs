@@ -109,7 +109,10 @@ impl Connection {
                 Scheme::Https => handshake(base, stream, tls).await,
             }
         };
-        let io = match monoio::time::timeout(timeout, open).await {
+        // Boxed: monoio's timer is 640 B aligned to 128, which would size
+        // and align every provider call's future (each run allocates one,
+        // with `posix_memalign`) for a step that is over in a moment.
+        let io = match Box::pin(monoio::time::timeout(timeout, open)).await {
             Ok(io) => io?,
             Err(_) => {
                 return Err(ProviderError::ConnectTimeout {

@@ -314,7 +314,10 @@ impl ProviderClient {
         }
         let after_ms = self.inner.config.head_timeout_ms;
         let read = read_head(&mut conn, &self.inner, head_request);
-        match monoio::time::timeout(Duration::from_millis(after_ms), read).await {
+        // Boxed, like the connect's: monoio's timer would align every
+        // provider call's future to 128 bytes (see `conn::Connection::connect`).
+        let read = Box::pin(monoio::time::timeout(Duration::from_millis(after_ms), read));
+        match read.await {
             Ok(Ok(head)) => Ok((head, conn)),
             Ok(Err(HeadFailure::NothingReceived(error))) => Err(retryable(error)),
             Ok(Err(failed)) => Err(failed),
