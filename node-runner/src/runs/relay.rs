@@ -97,7 +97,7 @@ where
 // the relay every (quiet) run holds for its whole life.
 #[allow(clippy::manual_async_fn)]
 pub fn relay_watched<S, O, T, H>(
-    mut open: Pin<Box<O>>,
+    open: Pin<Box<O>>,
     stop: T,
     watchdog: Option<Watchdog<H>>,
     mut emit: impl FnMut(RunEvent),
@@ -123,30 +123,98 @@ where
             }
         };
         let mut stalled = pin!(stalled);
-        let mut source = monoio::select! {
+        let watch = Watch {
+            watchdog: &watchdog,
+            activity: &activity,
+        };
+        // Two phases, two futures: the source is laid out once, in the
+        // second, and the first's (the call's select) shares its space.
+        let source = match opened(open, stop.as_mut(), stalled.as_mut(), watch, &mut send).await {
+            Ok(source) => source,
+            Err(outcome) => return (outcome, None),
+        };
+        streamed(source, stop, stalled, watch, &mut send).await
+    }
+}
+
+/// What both phases of a relay look at: the watchdog and its activity.
+struct Watch<'a, H> {
+    watchdog: &'a Option<Watchdog<H>>,
+    activity: &'a Option<Activity>,
+}
+
+impl<H> Clone for Watch<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H> Copy for Watch<'_, H> {}
+
+/// The relay's first phase: waits for the call to return its source; an
+/// outside stop or a stall first ends the run (the terminal is sent). The
+/// call's (finished, ~5 KB) future is freed on return, not kept with a run
+/// that may stream for minutes. (Both phases are plain fns over async
+/// blocks, so their arguments are not laid out twice.)
+#[allow(clippy::manual_async_fn)]
+fn opened<'a, S, O, H, T, U, F>(
+    mut open: Pin<Box<O>>,
+    stop: Pin<&'a mut T>,
+    stalled: Pin<&'a mut U>,
+    watch: Watch<'a, H>,
+    send: &'a mut F,
+) -> impl Future<Output = Result<S, Outcome>> + 'a
+where
+    O: Future<Output = S> + 'a,
+    H: HealthCheck,
+    T: Future<Output = Stop>,
+    U: Future<Output = ()>,
+    F: FnMut(RuntimeEvent),
+{
+    async move {
+        monoio::select! {
             biased;
-            why = &mut stop => return (stopped(why, &mut send), None),
-            source = &mut open => source,
-            () = &mut stalled => {
+            why = stop => Err(stopped(why, send)),
+            source = &mut open => Ok(source),
+            () = stalled => {
                 // Boxed: the evidence (a health probe of the provider) is rare
                 // and large, and an idle run would carry its layout.
-                let failure = Box::pin(claim(&watchdog, &activity, async move { drop(open) })).await;
-                return (stall(failure, &mut send), None);
+                let failure =
+                    Box::pin(claim(watch.watchdog, watch.activity, async move { drop(open) })).await;
+                Err(stall(failure, send))
             },
-        };
-        // The call is over: free its (finished, ~5 KB) future now rather than
-        // with the run, which may stream for minutes.
-        drop(open);
+        }
+    }
+}
+
+/// The relay's second phase: the source's events until its terminal, an
+/// outside stop or a stall.
+#[allow(clippy::manual_async_fn)]
+fn streamed<'a, S, H, T, U, F>(
+    mut source: S,
+    mut stop: Pin<&'a mut T>,
+    mut stalled: Pin<&'a mut U>,
+    watch: Watch<'a, H>,
+    send: &'a mut F,
+) -> impl Future<Output = (Outcome, Option<S>)> + 'a
+where
+    S: EventSource + 'a,
+    H: HealthCheck,
+    T: Future<Output = Stop>,
+    U: Future<Output = ()>,
+    F: FnMut(RuntimeEvent),
+{
+    async move {
         loop {
             let next = monoio::select! {
                 biased;
-                why = &mut stop => return (stopped(why, &mut send), None),
+                why = &mut stop => return (stopped(why, send), None),
                 next = source.next() => Ok(next),
                 () = &mut stalled => Err(()),
             };
             let Ok(next) = next else {
-                let failure = Box::pin(claim(&watchdog, &activity, source.close())).await;
-                return (stall(failure, &mut send), None);
+                let failure = Box::pin(claim(watch.watchdog, watch.activity, source.close())).await;
+                return (stall(failure, send), None);
             };
             let Some(event) = next else {
                 let missing = failure(
@@ -164,7 +232,7 @@ where
                 RuntimeEvent::Complete { .. } => Outcome::Completed,
                 RuntimeEvent::Error(failure) => Outcome::Failed(failure.message.clone()),
                 _ => {
-                    if let Some(activity) = &activity {
+                    if let Some(activity) = watch.activity {
                         activity.touch();
                     }
                     send(event);
