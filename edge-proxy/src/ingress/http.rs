@@ -119,8 +119,8 @@ pub trait Handler {
 pub fn serve<H: Handler>(
     stream: TcpStream,
     limits: IngressLimits,
-    handler: &H,
-) -> impl Future<Output = ()> + '_ {
+    handler: Rc<H>,
+) -> impl Future<Output = ()> {
     async move {
         let _ = stream.set_nodelay(true);
         let (mut read, write) = stream.into_split();

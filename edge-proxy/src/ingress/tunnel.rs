@@ -334,7 +334,9 @@ async fn relay_frame(
                         "upstream_error",
                         "the provider answered without a response head",
                     );
-                    responder.error(&error).await;
+                    // Boxed, as below: rare, and inline it would size the
+                    // relay every quiet stream holds.
+                    Box::pin(responder.error(&error)).await;
                     return Step::Over(Ended::Answered(error.status));
                 }
                 EndStep::CommitThenFinish(head) => write_head(head, responder).await,
@@ -349,7 +351,7 @@ async fn relay_frame(
         Frame::Error(failure) => match commit.failure_ending() {
             FailureEnding::HttpError => {
                 let error = from_failure(&failure);
-                responder.error(&error).await;
+                Box::pin(responder.error(&error)).await;
                 return Step::Over(Ended::Answered(error.status));
             }
             _ => {
