@@ -137,40 +137,28 @@ pub(crate) async fn serve(
         // Boxed: rare, and its locals would otherwise be laid out in the
         // task of every stream, next to the relay.
         Ended::Stalled(failure) => {
-            let stall = Stall {
-                lease,
-                stream,
-                committed: commit.committed(),
-                ending: commit.stall_ending(),
-            };
-            Box::pin(after_stall(ctx, stall, failure, responder)).await
+            Box::pin(after_stall(ctx, lease, stream, &commit, failure, responder)).await
         }
     }
-}
-
-/// What a tunnel that ended in a stall leaves for [`after_stall`].
-struct Stall {
-    lease: Lease,
-    stream: crate::dispatch::TunnelStream,
-    committed: bool,
-    ending: FailureEnding,
 }
 
 /// The stall was the tunnel's terminal: the gate decides, then the client
 /// gets the ending the commit point allows.
 async fn after_stall(
     ctx: &mut AttemptCtx<'_, '_>,
-    stall: Stall,
+    lease: Lease,
+    stream: crate::dispatch::TunnelStream,
+    commit: &TunnelCommit,
     failure: ExecutionFailure,
     responder: &mut Responder,
 ) -> Attempt {
-    let Stall {
-        lease,
-        stream,
-        committed,
-        ending,
-    } = stall;
-    let decision = ctx.stalled(Path::Tunnel, &lease, stream.node(), &failure, committed);
+    let decision = ctx.stalled(
+        Path::Tunnel,
+        &lease,
+        stream.node(),
+        &failure,
+        commit.committed(),
+    );
     let error = from_failure(&failure);
     // The Node already fenced and closed the provider request. Drop the
     // stream and release the lease (once) before anything else is admitted.
@@ -179,7 +167,7 @@ async fn after_stall(
     if let Decision::Reattempt(avoid) = decision {
         return Attempt::Reattempt { avoid, error };
     }
-    match ending {
+    match commit.stall_ending() {
         FailureEnding::HttpError => responder.error(&error).await,
         FailureEnding::ErrorEvent => {
             responder
