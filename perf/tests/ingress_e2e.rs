@@ -302,6 +302,51 @@ fn bad_input_gets_a_clear_openai_error_and_the_connection_survives_or_closes_cle
     let second = response.find("{\"status\":\"ok\"}").expect("second answer");
     assert!(first < second, "{response}");
 
+    // Keep-alive: the read that watched the first answer brings the next
+    // request, written after that answer and longer than that read; a
+    // request pipelined while an answer streams waits its turn.
+    let mut socket = TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answers = String::new();
+    let mut buf = [0u8; 8192];
+    let mut read_until = |socket: &mut TcpStream, answers: &mut String, count: usize| {
+        while answers.matches("HTTP/1.1 200").count() < count
+            || !answers.ends_with("0\r\n\r\n") && !answers.ends_with('}')
+        {
+            match read_some(socket, &mut buf) {
+                Ok(0) | Err(_) => panic!("closed early: {answers}"),
+                Ok(n) => answers.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+    };
+    socket
+        .write_all(&post(
+            "/v1/chat/completions",
+            &chat("ollama", true).to_string(),
+            "",
+        ))
+        .unwrap();
+    read_until(&mut socket, &mut answers, 1);
+    let mut both = post(
+        "/v1/chat/completions",
+        &chat("ollama", true).to_string(),
+        "",
+    );
+    both.extend(post(
+        "/v1/chat/completions",
+        &chat("ollama", false).to_string(),
+        "",
+    ));
+    socket.write_all(&both).unwrap();
+    read_until(&mut socket, &mut answers, 3);
+    assert_eq!(answers.matches("data: [DONE]").count(), 2, "{answers}");
+    assert!(
+        answers.ends_with('}'),
+        "the non-stream answer is last: {answers}"
+    );
+
     // Expect: 100-continue, then the body.
     let mut socket = TcpStream::connect(addr).unwrap();
     socket

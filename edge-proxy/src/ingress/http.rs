@@ -19,16 +19,18 @@
 //!   after the response. **`Expect: 100-continue`** gets `100 Continue`
 //!   before the body is read (or the final error instead, if the body is
 //!   refused).
-//! - **Client gone.** While a response streams, a watcher reads the socket:
-//!   end of stream or an error means the client left, and the handler drops
-//!   its upstream at once (which cancels the run or tunnel on the node).
+//! - **Client gone.** While a response streams, a read watches the socket
+//!   ([`ClientRead::watching`]): end of stream or an error means the client
+//!   left, and the handler drops its upstream at once (which cancels the
+//!   run or tunnel on the node). The same read, if the client sends
+//!   nothing, waits for the next request: a read is never cancelled.
 //! - **Memory of a long answer.** A handler holds its request for as long
 //!   as it answers (minutes for a quiet stream), so the request owns
 //!   right-sized copies of its head and of a small body instead of slices
-//!   that would pin the connection's read buffer; and the watcher waits on
-//!   an idle client with a 64-byte read, not a 4 KiB one.
+//!   that would pin the connection's read buffer; and the watching read
+//!   waits on an idle client with 64 bytes, not 4 KiB.
 
-use std::cell::Cell;
+use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -37,13 +39,10 @@ use framing::http::{
     BodyDecoder, BodyFraming, BodyItem, HeadLimits, HttpError, RequestHead, Version,
     parse_request_head,
 };
-use monoio::buf::IoBufMut;
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, CancelHandle, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
-    Splitable,
-};
+use monoio::io::{AsyncWriteRent, Splitable};
 use monoio::net::TcpStream;
 
+use super::client_read::ClientRead;
 use super::error::ApiError;
 pub use super::responder::Responder;
 
@@ -86,14 +85,6 @@ pub struct Request {
     pub body: Bytes,
 }
 
-/// Most pipelined bytes buffered while a response is being written.
-const PIPELINE_AHEAD_MAX: usize = 64 * 1024;
-
-/// The watcher's read while the client sends nothing (the usual case: it
-/// waits for the answer). End of stream or an error fits in any size; a
-/// pipelined byte switches it to full reads.
-const WATCH_READ: usize = 64;
-
 /// A request body up to this size is copied out of the read buffer (see
 /// the module docs); a larger one is most of its buffer anyway.
 const OWNED_BODY_MAX: usize = 16 * 1024;
@@ -113,8 +104,8 @@ pub trait Handler {
 /// Every open stream holds this future for its whole answer, so it is laid
 /// out with care (issue 8; `CONNECTION_TASK_BUDGET` in `ingress`): a plain
 /// fn returning an async block, as an async fn would lay each argument out
-/// twice; and a request is handed to the handler from a block that ends
-/// before the await, so its moved-out slot is not kept beside the handler.
+/// twice; the request is boxed as soon as it is read, so what stays beside
+/// the handler is a pointer.
 #[allow(clippy::manual_async_fn)]
 pub fn serve<H: Handler>(
     stream: TcpStream,
@@ -123,104 +114,43 @@ pub fn serve<H: Handler>(
 ) -> impl Future<Output = ()> {
     async move {
         let _ = stream.set_nodelay(true);
-        let (mut read, write) = stream.into_split();
+        let (read, write) = stream.into_split();
+        let mut reader = ClientRead::new(read);
         let mut responder = Responder::new(write);
-        let mut buf = BytesMut::with_capacity(4096);
+        let gone = Rc::clone(&responder.gone);
         loop {
-            let canceller = Canceller::new();
-            let stopping = Rc::new(Cell::new(false));
-            let watcher;
-            let () = {
-                // Boxed, as are the other short steps of a request
-                // (admission, the opening of a run or tunnel): their futures
-                // hold monoio timers (640 B, 128-byte aligned), and inline
-                // they would size and align every connection's task for the
-                // whole of its longest answer (issue 8: 4.7 KB a
-                // connection). Heap-allocated, they cost their size only
-                // while they run.
-                let reading = Box::pin(read_request(&mut read, &mut buf, &limits, &mut responder));
-                let request = match reading.await {
-                    Ok(Some(request)) => request,
-                    Ok(None) => break,
-                    Err(error) => {
-                        responder.close = true;
-                        responder.error(&error).await;
-                        break;
-                    }
-                };
-                responder.http10 = request.head.version() == Version::Http10;
-                responder.close = !request.head.keep_alive();
-                responder.chunked = false;
+            // Boxed, as are the other short steps of a request (admission,
+            // the opening of a run or tunnel): their futures hold monoio
+            // timers (640 B, 128-byte aligned), and inline they would size
+            // and align every connection's task for the whole of its
+            // longest answer (issue 8: 4.7 KB a connection). Heap-allocated,
+            // they cost their size only while they run.
+            let reading = Box::pin(read_request(&mut reader, &limits, &mut responder));
+            let request = match reading.await {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(error) => {
+                    responder.close = true;
+                    responder.error(&error).await;
+                    break;
+                }
+            };
+            responder.http10 = request.head.version() == Version::Http10;
+            responder.close = !request.head.keep_alive();
+            responder.chunked = false;
+            {
                 // Watch for the client leaving while the handler runs.
-                let gone = Rc::new(Cell::new(false));
-                let (gone_tx, gone_rx) = local_sync::oneshot::channel();
-                responder.gone = Rc::clone(&gone);
-                responder.gone_rx = Some(gone_rx);
-                watcher = monoio::spawn(watch(
-                    read,
-                    buf,
-                    canceller.handle(),
-                    Rc::clone(&stopping),
-                    gone,
-                    gone_tx,
-                ));
-                handler.handle(Box::new(request), &mut responder)
+                let answer = pin!(handler.handle(request, &mut responder));
+                reader.watching(&gone, answer).await;
             }
-            .await;
             // A handler that left its writes corked still gets them sent.
             responder.uncork().await;
-            stopping.set(true);
-            drop(canceller.cancel());
-            let (returned_read, returned_buf, left) = watcher.await;
-            read = returned_read;
-            buf = returned_buf;
-            if left || responder.close || responder.is_gone() {
+            if responder.close || responder.is_gone() {
                 break;
             }
         }
         let _ = responder.write.shutdown().await;
     }
-}
-
-/// Reads while a handler runs: keeps pipelined bytes, reports the client's
-/// leaving, and stops when cancelled.
-async fn watch(
-    mut read: OwnedReadHalf<TcpStream>,
-    mut buf: BytesMut,
-    handle: CancelHandle,
-    stopping: Rc<Cell<bool>>,
-    gone: Rc<Cell<bool>>,
-    gone_tx: local_sync::oneshot::Sender<()>,
-) -> (OwnedReadHalf<TcpStream>, BytesMut, bool) {
-    loop {
-        // A client that pipelines this far ahead is not read further while
-        // we answer (the rest waits in the kernel); its leaving is then
-        // seen at the next write.
-        if buf.len() >= PIPELINE_AHEAD_MAX {
-            return (read, buf, false);
-        }
-        if buf.is_empty() {
-            // Lets go of the request's read buffer (see the module docs).
-            buf = BytesMut::with_capacity(WATCH_READ);
-        } else {
-            buf.reserve(4096);
-        }
-        let (len, capacity) = (buf.len(), buf.capacity());
-        let (result, returned) = read
-            .cancelable_read(buf.slice_mut(len..capacity), handle.clone())
-            .await;
-        buf = returned.into_inner();
-        match result {
-            Ok(0) => break,
-            Ok(_) => {}
-            // Cancelled: the handler is done; the client is still there.
-            Err(_) if stopping.get() => return (read, buf, false),
-            Err(_) => break,
-        }
-    }
-    gone.set(true);
-    let _ = gone_tx.send(());
-    (read, buf, true)
 }
 
 fn framing_error(error: &HttpError) -> ApiError {
@@ -243,29 +173,18 @@ fn timeout(what: &str, ms: u64) -> ApiError {
     )
 }
 
-/// Reads into `buf`; `Ok(0)` at end of stream.
-async fn fill(read: &mut OwnedReadHalf<TcpStream>, buf: &mut BytesMut) -> std::io::Result<usize> {
-    buf.reserve(4096);
-    // Into the spare capacity: monoio reads into a `BytesMut` at its start.
-    let owned = std::mem::take(buf);
-    let (len, capacity) = (owned.len(), owned.capacity());
-    let (result, returned) = read.read(owned.slice_mut(len..capacity)).await;
-    *buf = returned.into_inner();
-    result
-}
-
 /// The next request; `None` when the client closed (or idled out) between
 /// requests.
 async fn read_request(
-    read: &mut OwnedReadHalf<TcpStream>,
-    buf: &mut BytesMut,
+    reader: &mut ClientRead,
     limits: &IngressLimits,
     responder: &mut Responder,
-) -> Result<Option<Request>, ApiError> {
-    // Idle: wait for the first byte of the next request.
-    if buf.is_empty() {
+) -> Result<Option<Box<Request>>, ApiError> {
+    // Idle: wait for the first byte of the next request (the read watching
+    // the last answer may already be in flight).
+    if reader.buf().is_empty() {
         let idle = Duration::from_millis(limits.idle_timeout_ms);
-        match monoio::time::timeout(idle, fill(read, buf)).await {
+        match monoio::time::timeout(idle, reader.fill()).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Ok(None),
         }
@@ -273,12 +192,12 @@ async fn read_request(
     let head_deadline = Duration::from_millis(limits.head_timeout_ms);
     let head = monoio::time::timeout(head_deadline, async {
         loop {
-            match parse_head_owned(buf, &limits.head) {
+            match parse_head_owned(reader.buf(), &limits.head) {
                 Ok(Some(head)) => return Ok(Some(head)),
                 Ok(None) => {}
                 Err(e) => return Err(framing_error(&e)),
             }
-            match fill(read, buf).await {
+            match reader.fill().await {
                 Ok(n) if n > 0 => {}
                 // Closed mid-head: nothing to answer.
                 _ => return Ok(None),
@@ -299,8 +218,8 @@ async fn read_request(
             .send(vec![Bytes::from_static(b"HTTP/1.1 100 Continue\r\n\r\n")])
             .await;
     }
-    let body = read_body(read, buf, framing, limits).await?;
-    Ok(Some(Request { head, body }))
+    let body = read_body(reader, framing, limits).await?;
+    Ok(Some(Box::new(Request { head, body })))
 }
 
 /// Parses a request head from a right-sized copy of `buf`'s bytes (up to
@@ -345,8 +264,7 @@ fn too_large(limits: &IngressLimits) -> ApiError {
 }
 
 async fn read_body(
-    read: &mut OwnedReadHalf<TcpStream>,
-    buf: &mut BytesMut,
+    reader: &mut ClientRead,
     framing: BodyFraming,
     limits: &IngressLimits,
 ) -> Result<Bytes, ApiError> {
@@ -366,7 +284,10 @@ async fn read_body(
     let mut total = 0usize;
     let gap = Duration::from_millis(limits.body_timeout_ms);
     loop {
-        match decoder.decode(buf).map_err(|e| framing_error(&e))? {
+        match decoder
+            .decode(reader.buf())
+            .map_err(|e| framing_error(&e))?
+        {
             Some(BodyItem::Data(data)) => {
                 total += data.len();
                 if total > limits.max_body_bytes {
@@ -375,7 +296,7 @@ async fn read_body(
                 parts.push(data);
             }
             Some(BodyItem::End) => break,
-            None => match monoio::time::timeout(gap, fill(read, buf)).await {
+            None => match monoio::time::timeout(gap, reader.fill()).await {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => {
                     return Err(ApiError::bad_request(

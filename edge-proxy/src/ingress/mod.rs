@@ -23,6 +23,7 @@
 //! client re-admits on another provider under one shared budget.
 
 mod admin;
+mod client_read;
 pub mod error;
 pub mod gate;
 pub mod http;

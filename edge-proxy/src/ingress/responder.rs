@@ -22,9 +22,10 @@ pub struct Responder {
     /// HTTP/1.0 client: no chunking; the body ends at the close.
     pub(super) http10: bool,
     pub(super) chunked: bool,
-    /// Set by the watcher when the client went away.
+    /// Set by the connection's watching read when the client went away
+    /// (`ClientRead::watching`, which polls this responder's handler right
+    /// after setting it).
     pub(super) gone: Rc<Cell<bool>>,
-    pub(super) gone_rx: Option<local_sync::oneshot::Receiver<()>>,
     failed: bool,
     /// While corked ([`Responder::cork`]), what the writes would have sent,
     /// in order; [`Responder::uncork`] sends it in one `writev`.
@@ -51,7 +52,6 @@ impl Responder {
             http10: false,
             chunked: false,
             gone: Rc::new(Cell::new(false)),
-            gone_rx: None,
             failed: false,
             corked: None,
         }
@@ -165,15 +165,19 @@ impl Responder {
         self.failed || self.gone.get()
     }
 
-    /// Resolves when the client goes away mid-response.
-    pub async fn gone(&mut self) {
-        match self.gone_rx.as_mut() {
-            Some(rx) => {
-                let _ = rx.await;
-                self.gone_rx = None;
+    /// Resolves when the client goes away mid-response. It registers no
+    /// waker of its own: the connection's watching read wakes the task and
+    /// sets the flag before the handler is polled again
+    /// (`ClientRead::watching`).
+    pub async fn gone(&self) {
+        std::future::poll_fn(|_| {
+            if self.gone.get() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
             }
-            None => std::future::pending().await,
-        }
+        })
+        .await;
     }
 
     /// Marks the connection to close after this response (a response that
