@@ -127,9 +127,11 @@ impl RunStream {
     /// end or a lost connection becomes the synthesized terminal.
     fn event_of(&mut self, item: Option<StreamItem>) -> Option<RunEvent> {
         let event = match item {
-            Some(StreamItem::Frame(Msg::RunEvent(event))) => event,
-            // The node's answer to our cancel: the terminal follows.
-            Some(StreamItem::Frame(_)) => return None,
+            Some(StreamItem::Frame(msg)) => match *msg {
+                Msg::RunEvent(event) => event,
+                // The node's answer to our cancel: the terminal follows.
+                _ => return None,
+            },
             Some(StreamItem::Lost(reason)) => self.synthesized(Some(reason)),
             None => self.synthesized(None),
         };
@@ -192,8 +194,10 @@ impl CommandStream {
     pub async fn next(&mut self) -> Option<NodeCommandResponse> {
         while !self.handle.ended {
             let response = match self.handle.rx.recv().await {
-                Some(StreamItem::Frame(Msg::NodeCommandResponse(response))) => response,
-                Some(StreamItem::Frame(_)) => continue,
+                Some(StreamItem::Frame(msg)) => match *msg {
+                    Msg::NodeCommandResponse(response) => response,
+                    _ => continue,
+                },
                 Some(StreamItem::Lost(reason)) => self.lost(Some(reason)),
                 None => self.lost(None),
             };
@@ -230,8 +234,10 @@ impl CommandStream {
 pub(crate) async fn cancel_answer(mut handle: StreamHandle) -> CancelResponse {
     let answer = loop {
         match handle.rx.recv().await {
-            Some(StreamItem::Frame(Msg::CancelResponse(response))) => break response,
-            Some(StreamItem::Frame(_)) => continue,
+            Some(StreamItem::Frame(msg)) => match *msg {
+                Msg::CancelResponse(response) => break response,
+                _ => continue,
+            },
             Some(StreamItem::Lost(reason)) => break failed_cancel(Some(reason)),
             None => break failed_cancel(None),
         }

@@ -59,10 +59,10 @@ impl TunnelStream {
     /// end or a lost link becomes the synthesized `error` terminal.
     fn frame_of(&mut self, item: Option<StreamItem>) -> Option<Frame> {
         let frame = match item {
-            Some(StreamItem::Frame(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
-                frame: Some(frame),
-            }))) => frame,
-            Some(StreamItem::Frame(_)) => return None,
+            Some(StreamItem::Frame(msg)) => match *msg {
+                Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) }) => frame,
+                _ => return None,
+            },
             Some(StreamItem::Lost(reason)) => Frame::Error(link_lost(Some(reason))),
             None => Frame::Error(link_lost(None)),
         };
