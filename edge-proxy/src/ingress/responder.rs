@@ -1,7 +1,8 @@
 //! The writer of one response on a client connection: a full answer, or a
 //! stream (chunked, or close-delimited for HTTP/1.0) with the client's
-//! leaving reported by the connection's watcher (see `http`). Writes can be
-//! corked so frames that arrived together leave in one `writev`.
+//! leaving reported by the connection's watching read (see `client_read`).
+//! Writes can be corked so frames that arrived together leave in one
+//! `writev`.
 
 use std::cell::Cell;
 use std::rc::Rc;
