@@ -112,12 +112,14 @@ pub fn serve<H: Handler>(
     limits: IngressLimits,
     handler: Rc<H>,
 ) -> impl Future<Output = ()> {
+    // Out here, not in the block: a value the block captures keeps its
+    // slot for the block's whole life, also once moved out.
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let mut reader = ClientRead::new(read);
+    let mut responder = Responder::new(write);
+    let gone = Rc::clone(&responder.gone);
     async move {
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
-        let mut reader = ClientRead::new(read);
-        let mut responder = Responder::new(write);
-        let gone = Rc::clone(&responder.gone);
         loop {
             // Boxed, as are the other short steps of a request (admission,
             // the opening of a run or tunnel): their futures hold monoio

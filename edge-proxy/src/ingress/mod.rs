@@ -281,22 +281,21 @@ impl Router {
 
     /// Serves one completion request as one or more attempts under its
     /// StreamGate; returns the status answered (for metrics).
-    async fn completion(
-        &self,
+    ///
+    /// A plain fn over an async block, set up out here: what the block
+    /// captures keeps its slot for the whole answer, also once moved out,
+    /// and a quiet stream waits in this future for its whole life.
+    #[allow(clippy::manual_async_fn)]
+    fn completion<'a>(
+        &'a self,
         api: Api,
         body: bytes::Bytes,
         principal: String,
-        responder: &mut Responder,
-    ) -> u16 {
+        responder: &'a mut Responder,
+    ) -> impl Future<Output = u16> + 'a {
         // The parsed request takes the body (a long stream lets go of it at
         // commit, see `release_body`).
-        let mut parsed = match openai::parse(body) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                responder.error(&error).await;
-                return error.status;
-            }
-        };
+        let mut parsed = openai::parse(body);
         let shared = &*self.shared;
         let mut ctx = AttemptCtx {
             shared,
@@ -304,6 +303,27 @@ impl Router {
             principal,
             gate: StreamGate::new(api, &shared.metrics.recovery),
         };
+        async move {
+            // Borrowed in place, not moved out of the captured result.
+            let parsed = match &mut parsed {
+                Ok(parsed) => parsed,
+                Err(error) => {
+                    responder.error(error).await;
+                    return error.status;
+                }
+            };
+            Self::attempts(&mut ctx, parsed, responder).await
+        }
+    }
+
+    /// The attempts of one completion: admit, serve, and on a stall before
+    /// commit, admit again elsewhere (F27).
+    async fn attempts(
+        ctx: &mut AttemptCtx<'_, '_>,
+        parsed: &mut openai::ParsedRequest,
+        responder: &mut Responder,
+    ) -> u16 {
+        let shared = ctx.shared;
         let mut preference = Preference::default();
         // The error of a stall being recovered: the answer when no new
         // attempt can be admitted.
@@ -332,11 +352,9 @@ impl Router {
             };
             ctx.gate.begin_attempt();
             let attempt = match lease.provider().kind {
-                ProviderKind::Ollama => {
-                    normalized::serve(&mut ctx, &mut parsed, lease, responder).await
-                }
+                ProviderKind::Ollama => normalized::serve(ctx, parsed, lease, responder).await,
                 ProviderKind::OpenaiCompat | ProviderKind::Vllm => {
-                    tunnel::serve(&mut ctx, &mut parsed, lease, responder).await
+                    tunnel::serve(ctx, parsed, lease, responder).await
                 }
             };
             match attempt {

@@ -40,98 +40,113 @@ struct Output {
 }
 
 /// Serves one attempt of a request as a normalized run.
-pub(crate) async fn serve(
-    ctx: &mut AttemptCtx<'_, '_>,
-    request: &mut ParsedRequest,
+///
+/// A plain fn over an async block, as every quiet stream holds this future
+/// for its whole life: an async fn would lay each argument out twice.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn serve<'a>(
+    ctx: &'a mut AttemptCtx<'_, '_>,
+    request: &'a mut ParsedRequest,
     lease: Lease,
-    responder: &mut Responder,
-) -> Attempt {
-    let api = ctx.api;
-    let input = match api {
-        Api::Chat => openai::chat_input(request),
-        Api::Responses => openai::responses_input(request),
-    };
-    let input = match input {
-        Ok(input) => input,
-        Err(error) => {
-            responder.error(&error).await;
-            return Attempt::Answered(error.status);
+    responder: &'a mut Responder,
+) -> impl Future<Output = Attempt> + 'a {
+    async move {
+        // The submit is built in one expression: a run bound to a name
+        // would keep its slot in the layout beside the stream.
+        let submitting = match api_input(ctx.api, request) {
+            // Boxed: a short step (see `http::serve`).
+            Ok(input) => Box::pin(ctx.shared.dispatcher.submit_leased_as(
+                &lease,
+                SubmitRun {
+                    input,
+                    response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+                    ..SubmitRun::default()
+                },
+                &ctx.principal,
+            )),
+            Err(error) => {
+                responder.error(&error).await;
+                return Attempt::Answered(error.status);
+            }
+        };
+        let mut stream = match submitting.await {
+            Ok(stream) => stream,
+            Err(error) => {
+                let error = Box::new(ApiError::from(error));
+                responder.error(&error).await;
+                return Attempt::Answered(error.status);
+            }
+        };
+        let api = ctx.api;
+        let mut out = Output::default();
+        // Nothing is committed before the first output; non-stream answers
+        // commit only at the end.
+        let first = if request.stream {
+            first_output(&mut stream, &mut out, responder).await
+        } else {
+            collect(&mut stream, &mut out, responder).await
+        };
+        let first = match first {
+            Some(Ok(event)) => event,
+            Some(Err(event)) => {
+                // Boxed: rare, and inline it would size every stream's task.
+                let failing = Box::pin(pre_commit_failure(ctx, stream, lease, &event, responder));
+                return failing.await;
+            }
+            None => {
+                super::release_after_end(stream, lease);
+                return Attempt::Answered(499);
+            }
+        };
+        // Committed (the first output, or the whole answer): no attempt follows.
+        request.release_body();
+        let ids = Ids::new(api, stream.run_id(), &request.model);
+        if !request.stream {
+            if let Some(usage) = out.usage.as_ref() {
+                super::record_usage(ctx.shared, &lease, usage);
+            }
+            let body = match api {
+                Api::Chat => chat_json(&ids, &out),
+                Api::Responses => responses_json(&ids, &out),
+            };
+            responder
+                .full(200, "application/json", body.to_string().into_bytes())
+                .await;
+            return Attempt::Answered(200);
         }
-    };
-    let run = SubmitRun {
-        input,
-        response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
-        ..SubmitRun::default()
-    };
-    // Boxed: a short step (see `http::serve`).
-    let submitting = Box::pin(
-        ctx.shared
-            .dispatcher
-            .submit_leased_as(&lease, run, &ctx.principal),
-    );
-    let mut stream = match submitting.await {
-        Ok(stream) => stream,
-        Err(error) => {
-            let error = ApiError::from(error);
-            responder.error(&error).await;
-            return Attempt::Answered(error.status);
-        }
-    };
-    let mut out = Output::default();
-    // Nothing is committed before the first output; non-stream answers
-    // commit only at the end.
-    let first = if request.stream {
-        first_output(&mut stream, &mut out, responder).await
-    } else {
-        collect(&mut stream, &mut out, responder).await
-    };
-    let first = match first {
-        Some(Ok(event)) => event,
-        Some(Err(event)) => return pre_commit_failure(ctx, stream, lease, &event, responder).await,
-        None => {
+        responder
+            .start_stream(200, [("content-type", b"text/event-stream".as_slice())])
+            .await;
+        let mut writer = SseWriter {
+            api,
+            ids: &ids,
+            include_usage: request.include_usage,
+            started: false,
+        };
+        let (status, last) =
+            stream_events(&mut writer, &mut stream, first, &mut out, responder).await;
+        if status == 499 {
             super::release_after_end(stream, lease);
-            return Attempt::Answered(499);
+            return Attempt::Answered(status);
         }
-    };
-    // Committed (the first output, or the whole answer): no attempt follows.
-    request.release_body();
-    let ids = Ids::new(api, stream.run_id(), &request.model);
-    if !request.stream {
         if let Some(usage) = out.usage.as_ref() {
             super::record_usage(ctx.shared, &lease, usage);
         }
-        let body = match api {
-            Api::Chat => chat_json(&ids, &out),
-            Api::Responses => responses_json(&ids, &out),
-        };
-        responder
-            .full(200, "application/json", body.to_string().into_bytes())
-            .await;
-        return Attempt::Answered(200);
+        if let Some(failure) = last.as_ref().and_then(stalled) {
+            // After commit a stall is terminal: count it and hand its evidence
+            // over; the error event is already written.
+            let _ = ctx.stalled(Path::Normalized, &lease, stream.node(), failure, true);
+        }
+        Attempt::Answered(status)
     }
-    responder
-        .start_stream(200, [("content-type", b"text/event-stream".as_slice())])
-        .await;
-    let mut writer = SseWriter {
-        api,
-        ids: &ids,
-        include_usage: request.include_usage,
-        started: false,
-    };
-    let (status, last) = stream_events(&mut writer, &mut stream, first, &mut out, responder).await;
-    if status == 499 {
-        super::release_after_end(stream, lease);
-        return Attempt::Answered(status);
+}
+
+/// The run's input for the request's API.
+fn api_input(api: Api, request: &ParsedRequest) -> Result<proto::v1::RunInput, ApiError> {
+    match api {
+        Api::Chat => openai::chat_input(request),
+        Api::Responses => openai::responses_input(request),
     }
-    if let Some(usage) = out.usage.as_ref() {
-        super::record_usage(ctx.shared, &lease, usage);
-    }
-    if let Some(failure) = last.as_ref().and_then(stalled) {
-        // After commit a stall is terminal: count it and hand its evidence
-        // over; the error event is already written.
-        let _ = ctx.stalled(Path::Normalized, &lease, stream.node(), failure, true);
-    }
-    Attempt::Answered(status)
 }
 
 /// The stall failure of a terminal event, if it is one.

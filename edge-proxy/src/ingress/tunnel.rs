@@ -65,22 +65,67 @@ pub(crate) fn relayed(name: &str) -> bool {
 }
 
 /// Serves one attempt of a request through a raw tunnel.
-pub(crate) async fn serve(
-    ctx: &mut AttemptCtx<'_, '_>,
-    request: &mut ParsedRequest,
+///
+/// A plain fn over an async block, as every quiet stream holds this future
+/// for its whole life: an async fn would lay each argument out twice.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn serve<'a>(
+    ctx: &'a mut AttemptCtx<'_, '_>,
+    request: &'a mut ParsedRequest,
     lease: Lease,
-    responder: &mut Responder,
-) -> Attempt {
-    let api = ctx.api;
-    let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
-    let body = if strip_usage {
-        let mut object = match request.object() {
-            Ok(object) => object,
+    responder: &'a mut Responder,
+) -> impl Future<Output = Attempt> + 'a {
+    async move {
+        // The open is built in one expression: a request bound to a name
+        // would keep its slot in the layout beside the stream.
+        let opening = match tunnel_request(ctx.api, request, &lease) {
+            // Boxed: a short step (see `http::serve`).
+            Ok(tunnel) => Box::pin(ctx.shared.dispatcher.open_tunnel_as(
+                &lease,
+                tunnel,
+                &ctx.principal,
+            )),
             Err(error) => {
                 responder.error(&error).await;
                 return Attempt::Answered(error.status);
             }
         };
+        let mut stream = match opening.await {
+            Ok(stream) => stream,
+            Err(error) => {
+                let error = Box::new(ApiError::from(error));
+                responder.error(&error).await;
+                return Attempt::Answered(error.status);
+            }
+        };
+        let mut commit = TunnelCommit::default();
+        let ended = relay(ctx, &lease, &mut stream, responder, &mut commit, request).await;
+        match ended {
+            Ended::Answered(499) => {
+                super::release_after_end(stream, lease);
+                Attempt::Answered(499)
+            }
+            Ended::Answered(status) => Attempt::Answered(status),
+            // Boxed: rare, and its locals would otherwise be laid out in the
+            // task of every stream, next to the relay.
+            Ended::Stalled(failure) => {
+                Box::pin(after_stall(ctx, lease, stream, &commit, failure, responder)).await
+            }
+        }
+    }
+}
+
+/// The provider request a tunnel sends: the client's body, with
+/// `stream_options.include_usage` set when the client did not ask for
+/// usage (the Node then strips the usage event it did not ask for).
+fn tunnel_request(
+    api: Api,
+    request: &ParsedRequest,
+    lease: &Lease,
+) -> Result<ProviderTunnelRequest, ApiError> {
+    let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
+    let body = if strip_usage {
+        let mut object = request.object()?;
         let options = object.entry("stream_options").or_insert_with(|| json!({}));
         if let Value::Object(options) = options {
             options.insert("include_usage".into(), Value::Bool(true));
@@ -89,7 +134,7 @@ pub(crate) async fn serve(
     } else {
         request.body.clone()
     };
-    let tunnel = ProviderTunnelRequest {
+    Ok(ProviderTunnelRequest {
         method: "POST".into(),
         path: api.path().into(),
         headers: vec![
@@ -111,35 +156,7 @@ pub(crate) async fn serve(
         extract_usage: true,
         strip_usage_event: strip_usage,
         ..ProviderTunnelRequest::default()
-    };
-    // Boxed: a short step (see `http::serve`).
-    let opening = Box::pin(
-        ctx.shared
-            .dispatcher
-            .open_tunnel_as(&lease, tunnel, &ctx.principal),
-    );
-    let mut stream = match opening.await {
-        Ok(stream) => stream,
-        Err(error) => {
-            let error = ApiError::from(error);
-            responder.error(&error).await;
-            return Attempt::Answered(error.status);
-        }
-    };
-    let mut commit = TunnelCommit::default();
-    let ended = relay(ctx, &lease, &mut stream, responder, &mut commit, request).await;
-    match ended {
-        Ended::Answered(499) => {
-            super::release_after_end(stream, lease);
-            Attempt::Answered(499)
-        }
-        Ended::Answered(status) => Attempt::Answered(status),
-        // Boxed: rare, and its locals would otherwise be laid out in the
-        // task of every stream, next to the relay.
-        Ended::Stalled(failure) => {
-            Box::pin(after_stall(ctx, lease, stream, &commit, failure, responder)).await
-        }
-    }
+    })
 }
 
 /// The stall was the tunnel's terminal: the gate decides, then the client
