@@ -416,7 +416,7 @@ impl RunManager {
         // owns the adapter and the spec; the relay frees it once it
         // returned (see `relay_watched`).
         let timers = Rc::clone(&self.timers);
-        let stop = async move {
+        let stop = move || async move {
             let cancelled = async {
                 let _ = cancel_rx.await;
                 Stop::Cancelled

@@ -64,12 +64,14 @@ where
     O: Future<Output = S>,
     T: Future<Output = Stop>,
 {
-    relay_watched(Box::pin(open), stop, None::<Watchdog<NoHealth>>, emit).await
+    relay_watched(Box::pin(open), || stop, None::<Watchdog<NoHealth>>, emit).await
 }
 
 /// Relays one run: waits for `open` (the adapter's `execute`), then passes
-/// each event to `emit` numbered from 1, until the terminal. `stop` ends
-/// the run early at any point, including while `open` is pending.
+/// each event to `emit` numbered from 1, until the terminal. The future
+/// `stop` makes ends the run early at any point, including while `open` is
+/// pending. (It is made in place: a future passed in would be laid out
+/// twice, as the captured value and again where it is pinned.)
 ///
 /// Exactly one terminal reaches `emit`, and it is the last thing that does:
 /// the adapter's, or `cancelled` / a `HARD_TIMEOUT` error on `stop`, or a
@@ -98,7 +100,7 @@ where
 #[allow(clippy::manual_async_fn)]
 pub fn relay_watched<S, O, T, H>(
     open: Pin<Box<O>>,
-    stop: T,
+    stop: impl FnOnce() -> T,
     watchdog: Option<Watchdog<H>>,
     mut emit: impl FnMut(RunEvent),
 ) -> impl Future<Output = (Outcome, Option<S>)>
@@ -109,7 +111,7 @@ where
     H: HealthCheck,
 {
     async move {
-        let mut stop = pin!(stop);
+        let mut stop = pin!(stop());
         let mut seq = 0u64;
         let mut send = |event: RuntimeEvent| {
             seq += 1;

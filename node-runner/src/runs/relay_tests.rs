@@ -42,7 +42,7 @@ fn a_streaming_run_frees_its_finished_provider_call() {
         let seen = Rc::clone(&events);
         let relay = monoio::spawn(relay_watched(
             Box::pin(open),
-            future::pending::<Stop>(),
+            future::pending::<Stop>,
             None::<Watchdog<FakeHealth>>,
             move |_| seen.set(seen.get() + 1),
         ));

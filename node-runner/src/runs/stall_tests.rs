@@ -113,9 +113,14 @@ async fn spawn_run<H: HealthCheck + 'static>(
         Rc::clone(&h.timers),
     );
     monoio::spawn(async move {
-        let (ended, _) = relay_watched(Box::pin(async { source }), stop, watchdog, |e| {
-            events.borrow_mut().push((timers.now(), e));
-        })
+        let (ended, _) = relay_watched(
+            Box::pin(async { source }),
+            || stop,
+            watchdog,
+            |e| {
+                events.borrow_mut().push((timers.now(), e));
+            },
+        )
         .await;
         *outcome.borrow_mut() = Some(ended);
     });
@@ -441,7 +446,7 @@ fn a_provider_that_never_answers_stalls_too() {
         monoio::spawn(async move {
             let (outcome, rest) = relay_watched(
                 Box::pin(future::pending::<Scripted>()),
-                future::pending(),
+                future::pending,
                 Some(w),
                 |event| o.borrow_mut().push(event),
             )
