@@ -205,7 +205,8 @@ impl RunManager {
         &self,
         stream_id: u64,
         request: &ProviderTunnelRequest,
-    ) -> Result<(crate::adapter::AnyAdapter, u64, super::Lease), proto::v1::ExecutionFailure> {
+    ) -> Result<(Rc<crate::adapter::AnyAdapter>, u64, super::Lease), proto::v1::ExecutionFailure>
+    {
         if self.runs.borrow().contains_key(&stream_id) {
             return Err(failure(
                 FailureCode::InvalidRequest,
@@ -237,6 +238,6 @@ impl RunManager {
                 ),
             )
         })?;
-        Ok((adapter.clone(), slot.request_timeout_ms, lease))
+        Ok((Rc::clone(adapter), slot.request_timeout_ms, lease))
     }
 }
