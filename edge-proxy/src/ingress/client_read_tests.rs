@@ -23,12 +23,15 @@ fn read_pair() -> (ClientRead, std::net::TcpStream) {
     (ClientRead::new(read), client)
 }
 
-fn drivers() -> Vec<crate::runtime::IoDriver> {
+/// Runs `test` on a runtime of each I/O driver this kernel has.
+fn on_each_driver<F: Future<Output = ()>>(test: impl Fn(crate::runtime::IoDriver) -> F) {
     let mut drivers = vec![crate::runtime::IoDriver::Epoll];
     if monoio::utils::detect_uring() {
         drivers.push(crate::runtime::IoDriver::Uring);
     }
-    drivers
+    for driver in drivers {
+        crate::runtime::block_on(driver, test(driver)).unwrap();
+    }
 }
 
 /// Resolves once `gone` is set; registers no waker, as `Responder::gone`.
@@ -56,101 +59,89 @@ async fn fill_to(reader: &mut ClientRead, len: usize) -> Vec<usize> {
 
 #[test]
 fn the_watching_read_is_small_and_brings_the_next_request() {
-    for driver in drivers() {
-        crate::runtime::block_on(driver, async {
-            let (mut reader, mut client) = read_pair();
-            client.write_all(b"first").unwrap();
-            fill_to(&mut reader, 5).await;
-            reader.buf().clear();
-            let gone = Cell::new(false);
-            reader.watching(&gone, pin!(async {})).await;
-            assert!(!gone.get(), "{driver:?}");
-            // The request's buffer is let go of; the watching read (64 B)
-            // is still in flight after the answer.
-            assert_eq!(reader.buf().capacity(), 0, "{driver:?}");
-            assert!(reader.in_flight.is_some(), "{driver:?}");
+    on_each_driver(|driver| async move {
+        let (mut reader, mut client) = read_pair();
+        client.write_all(b"first").unwrap();
+        fill_to(&mut reader, 5).await;
+        reader.buf().clear();
+        let gone = Cell::new(false);
+        reader.watching(&gone, pin!(async {})).await;
+        assert!(!gone.get(), "{driver:?}");
+        // The request's buffer is let go of; the watching read (64 B)
+        // is still in flight after the answer.
+        assert_eq!(reader.buf().capacity(), 0, "{driver:?}");
+        assert!(reader.in_flight.is_some(), "{driver:?}");
 
-            // The next request's first bytes come through that read.
-            let next = [b'x'; 300];
-            client.write_all(&next).unwrap();
-            let reads = fill_to(&mut reader, next.len()).await;
-            assert_eq!(reads[0], WATCH_READ, "{driver:?}: {reads:?}");
-            assert_eq!(&reader.buf()[..], &next[..], "{driver:?}");
-        })
-        .unwrap();
-    }
+        // The next request's first bytes come through that read.
+        let next = [b'x'; 300];
+        client.write_all(&next).unwrap();
+        let reads = fill_to(&mut reader, next.len()).await;
+        assert_eq!(reads[0], WATCH_READ, "{driver:?}: {reads:?}");
+        assert_eq!(&reader.buf()[..], &next[..], "{driver:?}");
+    });
 }
 
 #[test]
 fn pipelined_bytes_are_kept_in_order_and_the_leaving_reaches_the_answer() {
-    for driver in drivers() {
-        crate::runtime::block_on(driver, async {
-            let (mut reader, mut client) = read_pair();
-            // A pipelined request, then the client leaves: the answer sees
-            // `gone` (it waits for nothing else), and every byte is kept.
-            let pipelined: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
-            client.write_all(&pipelined).unwrap();
-            client.shutdown(std::net::Shutdown::Write).unwrap();
-            let gone = Cell::new(false);
-            reader.watching(&gone, pin!(until(&gone))).await;
-            assert!(gone.get(), "{driver:?}");
-            assert!(
-                reader.in_flight.is_none(),
-                "{driver:?}: no read after the end"
-            );
-            assert_eq!(&reader.buf()[..], &pipelined[..], "{driver:?}");
-            assert_eq!(reader.fill().await.unwrap(), 0, "{driver:?}");
-        })
-        .unwrap();
-    }
+    on_each_driver(|driver| async move {
+        let (mut reader, mut client) = read_pair();
+        // A pipelined request, then the client leaves: the answer sees
+        // `gone` (it waits for nothing else), and every byte is kept.
+        let pipelined: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        client.write_all(&pipelined).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let gone = Cell::new(false);
+        reader.watching(&gone, pin!(until(&gone))).await;
+        assert!(gone.get(), "{driver:?}");
+        assert!(
+            reader.in_flight.is_none(),
+            "{driver:?}: no read after the end"
+        );
+        assert_eq!(&reader.buf()[..], &pipelined[..], "{driver:?}");
+        assert_eq!(reader.fill().await.unwrap(), 0, "{driver:?}");
+    });
 }
 
 #[test]
 fn a_wait_given_up_loses_no_bytes() {
-    for driver in drivers() {
-        crate::runtime::block_on(driver, async {
-            let (mut reader, mut client) = read_pair();
-            // Bytes already buffered, then a fill that is dropped before
-            // anything arrives (as when a timeout fires): its read goes on.
-            reader.buf().extend_from_slice(b"head-");
-            monoio::select! {
-                biased;
-                _ = reader.fill() => panic!("{driver:?}: nothing was sent"),
-                () = async {} => {}
-            }
-            assert!(reader.in_flight.is_some(), "{driver:?}");
-            client.write_all(b"rest").unwrap();
-            fill_to(&mut reader, 9).await;
-            assert_eq!(&reader.buf()[..], b"head-rest", "{driver:?}");
+    on_each_driver(|driver| async move {
+        let (mut reader, mut client) = read_pair();
+        // Bytes already buffered, then a fill that is dropped before
+        // anything arrives (as when a timeout fires): its read goes on.
+        reader.buf().extend_from_slice(b"head-");
+        monoio::select! {
+            biased;
+            _ = reader.fill() => panic!("{driver:?}: nothing was sent"),
+            () = async {} => {}
+        }
+        assert!(reader.in_flight.is_some(), "{driver:?}");
+        client.write_all(b"rest").unwrap();
+        fill_to(&mut reader, 9).await;
+        assert_eq!(&reader.buf()[..], b"head-rest", "{driver:?}");
 
-            // The same while watching with pipelined bytes waiting: the side
-            // read's bytes are appended after them.
-            let gone = Cell::new(false);
-            reader.watching(&gone, pin!(async {})).await;
-            client.write_all(b"+more").unwrap();
-            fill_to(&mut reader, 14).await;
-            assert_eq!(&reader.buf()[..], b"head-rest+more", "{driver:?}");
-            assert!(!gone.get(), "{driver:?}");
-        })
-        .unwrap();
-    }
+        // The same while watching with pipelined bytes waiting: the side
+        // read's bytes are appended after them.
+        let gone = Cell::new(false);
+        reader.watching(&gone, pin!(async {})).await;
+        client.write_all(b"+more").unwrap();
+        fill_to(&mut reader, 14).await;
+        assert_eq!(&reader.buf()[..], b"head-rest+more", "{driver:?}");
+        assert!(!gone.get(), "{driver:?}");
+    });
 }
 
 #[test]
 fn a_client_far_ahead_is_not_read_further_while_it_is_answered() {
-    for driver in drivers() {
-        crate::runtime::block_on(driver, async {
-            let (mut reader, mut client) = read_pair();
-            let ahead = vec![b'p'; PIPELINE_AHEAD_MAX + 10_000];
-            client.write_all(&ahead).unwrap();
-            fill_to(&mut reader, PIPELINE_AHEAD_MAX).await;
-            let buffered = reader.buf().len();
-            let gone = Cell::new(false);
-            reader.watching(&gone, pin!(async {})).await;
-            assert!(reader.in_flight.is_none(), "{driver:?}");
-            assert_eq!(reader.buf().len(), buffered, "{driver:?}");
-            assert!(!gone.get(), "{driver:?}");
-        })
-        .unwrap();
-    }
+    on_each_driver(|driver| async move {
+        let (mut reader, mut client) = read_pair();
+        let ahead = vec![b'p'; PIPELINE_AHEAD_MAX + 10_000];
+        client.write_all(&ahead).unwrap();
+        fill_to(&mut reader, PIPELINE_AHEAD_MAX).await;
+        let buffered = reader.buf().len();
+        let gone = Cell::new(false);
+        reader.watching(&gone, pin!(async {})).await;
+        assert!(reader.in_flight.is_none(), "{driver:?}");
+        assert_eq!(reader.buf().len(), buffered, "{driver:?}");
+        assert!(!gone.get(), "{driver:?}");
+    });
 }

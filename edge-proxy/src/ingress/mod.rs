@@ -456,6 +456,14 @@ pub(crate) enum Attempt {
     },
 }
 
+impl Attempt {
+    /// Answers `error` before anything was committed: the attempt is over.
+    pub(crate) async fn refused(responder: &mut Responder, error: &ApiError) -> Self {
+        responder.error(error).await;
+        Self::Answered(error.status)
+    }
+}
+
 /// What an attempt works with: the shared state and its request's gate.
 #[derive(Debug)]
 pub(crate) struct AttemptCtx<'s, 'm> {

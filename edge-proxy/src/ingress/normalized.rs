@@ -64,17 +64,13 @@ pub(crate) fn serve<'a>(
                 },
                 &ctx.principal,
             )),
-            Err(error) => {
-                responder.error(&error).await;
-                return Attempt::Answered(error.status);
-            }
+            Err(error) => return Attempt::refused(responder, &error).await,
         };
         let mut stream = match submitting.await {
             Ok(stream) => stream,
             Err(error) => {
                 let error = Box::new(ApiError::from(error));
-                responder.error(&error).await;
-                return Attempt::Answered(error.status);
+                return Attempt::refused(responder, &error).await;
             }
         };
         let api = ctx.api;
@@ -178,8 +174,7 @@ async fn pre_commit_failure(
             return Attempt::Reattempt { avoid, error };
         }
     }
-    responder.error(&error).await;
-    Attempt::Answered(error.status)
+    Attempt::refused(responder, &error).await
 }
 
 /// The error answer of a failed terminal.

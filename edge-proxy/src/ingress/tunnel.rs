@@ -85,17 +85,13 @@ pub(crate) fn serve<'a>(
                 tunnel,
                 &ctx.principal,
             )),
-            Err(error) => {
-                responder.error(&error).await;
-                return Attempt::Answered(error.status);
-            }
+            Err(error) => return Attempt::refused(responder, &error).await,
         };
         let mut stream = match opening.await {
             Ok(stream) => stream,
             Err(error) => {
                 let error = Box::new(ApiError::from(error));
-                responder.error(&error).await;
-                return Attempt::Answered(error.status);
+                return Attempt::refused(responder, &error).await;
             }
         };
         let mut commit = TunnelCommit::default();
