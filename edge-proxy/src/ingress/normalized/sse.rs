@@ -1,0 +1,286 @@
+//! The OpenAI shapes of a normalized run's events: the SSE events of a
+//! stream (Chat Completions chunks, Responses events) and the JSON body of
+//! a whole answer.
+
+use proto::v1::{RunEvent, RunEventKind};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{Ids, Output};
+use crate::ingress::Api;
+use crate::ingress::error::ApiError;
+use crate::ingress::gate::error_event;
+use crate::ingress::openai::{chat_usage, responses_usage, sse};
+
+/// Turns run events into the API's SSE events.
+pub(super) struct SseWriter<'a> {
+    pub(super) api: Api,
+    pub(super) ids: &'a Ids,
+    pub(super) include_usage: bool,
+    pub(super) started: bool,
+}
+
+impl SseWriter<'_> {
+    /// Writes `event` (the terminal's failure, if any, as an error event)
+    /// as the API's SSE events into `bytes`.
+    pub(super) fn event(
+        &mut self,
+        event: &RunEvent,
+        out: &Output,
+        terminal: Option<&Result<(), ApiError>>,
+        bytes: &mut Vec<u8>,
+    ) {
+        if !self.started {
+            self.started = true;
+            bytes.extend(self.opening());
+        }
+        if let Some(Err(error)) = terminal {
+            bytes.extend(error_event(self.api, error));
+            return;
+        }
+        match self.api {
+            Api::Chat => self.chat(event, out, terminal.is_some(), bytes),
+            Api::Responses => self.responses(event, out, terminal.is_some(), bytes),
+        }
+    }
+
+    fn chat_chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.ids.id, "object": "chat.completion.chunk", "created": self.ids.created,
+            "model": self.ids.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    }
+
+    /// One delta chunk, serialized from borrowed fields (the per-event
+    /// path: no `Value` tree, no intermediate string).
+    fn chat_delta(&self, delta: DeltaText<'_>, bytes: &mut Vec<u8>) {
+        let chunk = ChatDeltaChunk {
+            choices: [ChatDeltaChoice {
+                delta,
+                finish_reason: None,
+                index: 0,
+            }],
+            created: self.ids.created,
+            id: &self.ids.id,
+            model: &self.ids.model,
+            object: "chat.completion.chunk",
+        };
+        typed_sse(None, &chunk, bytes);
+    }
+
+    fn opening(&self) -> Vec<u8> {
+        match self.api {
+            Api::Chat => sse(
+                None,
+                &self.chat_chunk(json!({"role": "assistant", "content": ""}), None),
+            ),
+            Api::Responses => {
+                let response = self.response_object("in_progress", &Output::default());
+                let mut bytes = sse(
+                    Some("response.created"),
+                    &json!({"type": "response.created", "response": response}),
+                );
+                bytes.extend(sse(
+                    Some("response.output_item.added"),
+                    &json!({"type": "response.output_item.added", "output_index": 0,
+                        "item": {"type": "message", "id": self.ids.item_id, "status": "in_progress",
+                                 "role": "assistant", "content": []}}),
+                ));
+                bytes.extend(sse(
+                    Some("response.content_part.added"),
+                    &json!({"type": "response.content_part.added", "item_id": self.ids.item_id,
+                        "output_index": 0, "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": []}}),
+                ));
+                bytes
+            }
+        }
+    }
+
+    fn chat(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
+        match event.kind() {
+            RunEventKind::Delta => self.chat_delta(DeltaText::content(&event.text), bytes),
+            RunEventKind::ReasoningDelta => {
+                self.chat_delta(DeltaText::reasoning(&event.text), bytes);
+            }
+            _ if terminal => {
+                let finish = if out.finish_reason.is_empty() {
+                    "stop"
+                } else {
+                    &out.finish_reason
+                };
+                bytes.extend(sse(None, &self.chat_chunk(json!({}), Some(finish))));
+                if let (true, Some(usage)) = (self.include_usage, out.usage.as_ref()) {
+                    let mut chunk = self.chat_chunk(json!({}), None);
+                    chunk["choices"] = json!([]);
+                    chunk["usage"] = chat_usage(usage);
+                    bytes.extend(sse(None, &chunk));
+                }
+                bytes.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            _ => {}
+        }
+    }
+
+    fn responses(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
+        let item = &self.ids.item_id;
+        match event.kind() {
+            RunEventKind::Delta => typed_sse(
+                Some("response.output_text.delta"),
+                &ResponsesTextDelta {
+                    content_index: 0,
+                    delta: &event.text,
+                    item_id: item,
+                    output_index: 0,
+                    kind: "response.output_text.delta",
+                },
+                bytes,
+            ),
+            _ if terminal => {
+                let part = json!({"type": "output_text", "text": out.text, "annotations": []});
+                bytes.extend(sse(
+                    Some("response.output_text.done"),
+                    &json!({"type": "response.output_text.done", "item_id": item,
+                        "output_index": 0, "content_index": 0, "text": out.text}),
+                ));
+                bytes.extend(sse(
+                    Some("response.content_part.done"),
+                    &json!({"type": "response.content_part.done", "item_id": item,
+                        "output_index": 0, "content_index": 0, "part": part}),
+                ));
+                bytes.extend(sse(
+                    Some("response.output_item.done"),
+                    &json!({"type": "response.output_item.done", "output_index": 0,
+                        "item": message_item(item, out)}),
+                ));
+                bytes.extend(sse(
+                    Some("response.completed"),
+                    &json!({"type": "response.completed",
+                        "response": self.response_object("completed", out)}),
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    fn response_object(&self, status: &str, out: &Output) -> Value {
+        responses_body(self.ids, status, out)
+    }
+}
+
+// The per-event shapes, typed. Fields are declared in the order
+// `serde_json::Value` writes its (sorted) keys, so a client receives the
+// same bytes as from the `json!` form (`typed_events_are_the_json_bytes`).
+
+/// A Chat Completions delta chunk.
+#[derive(Serialize)]
+struct ChatDeltaChunk<'a> {
+    choices: [ChatDeltaChoice<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+}
+
+/// The one choice of a delta chunk.
+#[derive(Serialize)]
+struct ChatDeltaChoice<'a> {
+    delta: DeltaText<'a>,
+    finish_reason: Option<&'a str>,
+    index: u32,
+}
+
+/// A chunk's delta: answer text or reasoning text.
+#[derive(Serialize)]
+struct DeltaText<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+}
+
+impl<'a> DeltaText<'a> {
+    fn content(text: &'a str) -> Self {
+        Self {
+            content: Some(text),
+            reasoning_content: None,
+        }
+    }
+
+    fn reasoning(text: &'a str) -> Self {
+        Self {
+            content: None,
+            reasoning_content: Some(text),
+        }
+    }
+}
+
+/// A Responses `response.output_text.delta` event.
+#[derive(Serialize)]
+struct ResponsesTextDelta<'a> {
+    content_index: u32,
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// Appends one SSE event whose data is `data`, serialized in place.
+fn typed_sse(event: Option<&str>, data: &impl Serialize, bytes: &mut Vec<u8>) {
+    if let Some(name) = event {
+        bytes.extend_from_slice(b"event: ");
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(b"data: ");
+    // Serializing borrowed strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *bytes, data);
+    bytes.extend_from_slice(b"\n\n");
+}
+
+fn message_item(item_id: &str, out: &Output) -> Value {
+    json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": out.text, "annotations": []}]})
+}
+
+fn responses_body(ids: &Ids, status: &str, out: &Output) -> Value {
+    let output = if status == "completed" {
+        json!([message_item(&ids.item_id, out)])
+    } else {
+        json!([])
+    };
+    json!({
+        "id": ids.id, "object": "response", "created_at": ids.created, "status": status,
+        "model": ids.model, "output": output,
+        "usage": out.usage.as_ref().map(responses_usage),
+    })
+}
+
+/// The Chat Completions body of a whole (non-stream) answer.
+pub(super) fn chat_json(ids: &Ids, out: &Output) -> Value {
+    let mut message = json!({"role": "assistant", "content": out.text});
+    if !out.reasoning.is_empty() {
+        message["reasoning_content"] = json!(out.reasoning);
+    }
+    let finish = if out.finish_reason.is_empty() {
+        "stop"
+    } else {
+        &out.finish_reason
+    };
+    json!({
+        "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": out.usage.as_ref().map(chat_usage),
+    })
+}
+
+/// The Responses body of a whole (non-stream) answer.
+pub(super) fn responses_json(ids: &Ids, out: &Output) -> Value {
+    responses_body(ids, "completed", out)
+}
+
+#[cfg(test)]
+#[path = "sse_tests.rs"]
+mod tests;
