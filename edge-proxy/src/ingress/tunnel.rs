@@ -89,10 +89,7 @@ pub(crate) fn serve<'a>(
         };
         let mut stream = match opening.await {
             Ok(stream) => stream,
-            Err(error) => {
-                let error = Box::new(ApiError::from(error));
-                return Attempt::refused(responder, &error).await;
-            }
+            Err(error) => return Attempt::refused(responder, &ApiError::from(error)).await,
         };
         let mut commit = TunnelCommit::default();
         let ended = relay(ctx, &lease, &mut stream, responder, &mut commit, request).await;

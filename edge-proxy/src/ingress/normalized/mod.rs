@@ -69,20 +69,13 @@ pub(crate) fn serve<'a>(
         };
         let mut stream = match submitting.await {
             Ok(stream) => stream,
-            Err(error) => {
-                let error = Box::new(ApiError::from(error));
-                return Attempt::refused(responder, &error).await;
-            }
+            Err(error) => return Attempt::refused(responder, &ApiError::from(error)).await,
         };
         let api = ctx.api;
         let mut out = Output::default();
         // Nothing is committed before the first output; non-stream answers
         // commit only at the end.
-        let first = if request.stream {
-            first_output(&mut stream, &mut out, responder).await
-        } else {
-            collect(&mut stream, &mut out, responder).await
-        };
+        let first = until_commit(&mut stream, &mut out, responder, request.stream).await;
         let first = match first {
             Some(Ok(event)) => event,
             Some(Err(event)) => {
@@ -245,38 +238,24 @@ async fn next_or_gone(stream: &mut RunStream, responder: &mut Responder) -> Opti
     }
 }
 
-/// Stream: reads until the first output — a delta, or a complete
-/// terminal — applying what commits nothing (`start`, `usage`). The event
-/// comes boxed: the caller holds it across awaits, and a quiet stream
-/// would carry its size in its layout for its whole life.
-/// `Some(Err(event))` is a failed terminal before any output; `None`: the
-/// client left.
-async fn first_output(
+/// Reads until the answer commits, applying what comes before. Stream:
+/// until the first output — a delta, or a complete terminal (not applied;
+/// it is written) — past what commits nothing (`start`, `usage`).
+/// Non-stream: to the terminal, all applied. The event comes boxed: the
+/// caller holds it across awaits, and a quiet stream would carry its size
+/// in its layout for its whole life. `Some(Err(event))` is a failed
+/// terminal before any output; `None`: the client left.
+async fn until_commit(
     stream: &mut RunStream,
     out: &mut Output,
     responder: &mut Responder,
+    streaming: bool,
 ) -> Option<Result<Box<RunEvent>, Box<RunEvent>>> {
     loop {
         let event = next_or_gone(stream, responder).await?;
-        if run_event_commits(event.kind()) {
+        if streaming && run_event_commits(event.kind()) {
             return Some(Ok(Box::new(event)));
         }
-        if matches!(event.kind(), RunEventKind::Error | RunEventKind::Cancelled) {
-            return Some(Err(Box::new(event)));
-        }
-        apply(&event, out);
-    }
-}
-
-/// Non-stream: reads to the terminal. `Some(Ok(complete))`, a failed
-/// terminal as `Some(Err)`, or `None` when the client left.
-async fn collect(
-    stream: &mut RunStream,
-    out: &mut Output,
-    responder: &mut Responder,
-) -> Option<Result<Box<RunEvent>, Box<RunEvent>>> {
-    loop {
-        let event = next_or_gone(stream, responder).await?;
         match apply(&event, out) {
             Some(Ok(())) => return Some(Ok(Box::new(event))),
             Some(Err(_)) => return Some(Err(Box::new(event))),
