@@ -4,18 +4,24 @@
 //! [`Dispatcher`] is cheap to clone and usable from any thread (an ingress
 //! core, a test on a plain thread). It picks the node — the named one, or
 //! with none named the single ready node (F8 single-node fallback) — and
-//! sends an open request to the core that owns that node's connection; the
-//! core allocates the stream id and writes the request. The stream's frames
-//! come back over a channel in the node's order.
+//! sends an open request, with a stream id it takes itself, to the core that
+//! owns that node's connection, which writes the request. It does not wait
+//! for that core to answer: the stream's frames come back over a channel in
+//! the node's order, and a cross-core open costs one wakeup, not a round
+//! trip and two (issue 8).
 //!
 //! # Invariants
-//! - Work goes only to a node's current, ready generation: the owning core
-//!   checks `(node_id, generation)` again when it opens the stream, so a
-//!   connection that closed or was replaced in between yields
-//!   [`SubmitError::ConnectionGone`], never a send to a fenced generation.
+//! - Work goes only to a node's current, ready generation: a generation
+//!   that is not (or no longer) the ready one is
+//!   [`SubmitError::ConnectionGone`] at once, and the owning core checks
+//!   `(node_id, generation)` again when it opens the stream, so a
+//!   connection that closed or was replaced in between ends the stream with
+//!   a `NODE_DISCONNECTED` error saying nothing was sent; never a send to a
+//!   fenced generation.
 //! - A [`RunStream`] yields exactly one terminal, whatever happens: the
 //!   node's, or a `NODE_DISCONNECTED` error the Edge makes when the link
-//!   ends first. Frames after a terminal are never delivered.
+//!   ends first (or the stream could not be opened). Frames after a
+//!   terminal are never delivered.
 //! - Dropping a [`RunStream`] before its terminal cancels the run on the
 //!   node.
 
@@ -30,13 +36,12 @@ use proto::v1::{
     ProviderTunnelRequest, RunInput, RunRequest, envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::oneshot;
 
 pub use self::stream::{CommandStream, RunStream, is_terminal};
 use self::stream::{StreamHandle, cancel_answer};
 pub use self::tunnel::TunnelStream;
 use crate::link::inbox::CoreMsg;
-use crate::link::streams::{StreamKind, stream_channel};
+use crate::link::streams::{StreamIds, StreamKind, stream_channel};
 use crate::pool::Lease;
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
 
@@ -77,8 +82,8 @@ pub enum SubmitError {
     /// The named node is connected but has not completed readiness (F4).
     #[error("node {0} is connected but not ready")]
     NodeNotReady(String),
-    /// The node's connection closed or was replaced while the request was
-    /// on its way; nothing was sent.
+    /// The node's connection closed or was replaced since it was picked
+    /// (the lease names an older generation); nothing was sent.
     #[error("the node's connection closed before the request was sent")]
     ConnectionGone,
     /// The request itself is invalid.
@@ -121,6 +126,7 @@ pub struct Dispatcher<D> {
     registry: Arc<NodeRegistry<D>>,
     inboxes: Arc<[UnboundedSender<CoreMsg>]>,
     run_ids: Arc<RunIds>,
+    stream_ids: Arc<StreamIds>,
 }
 
 impl<D> Clone for Dispatcher<D> {
@@ -129,6 +135,7 @@ impl<D> Clone for Dispatcher<D> {
             registry: Arc::clone(&self.registry),
             inboxes: Arc::clone(&self.inboxes),
             run_ids: Arc::clone(&self.run_ids),
+            stream_ids: Arc::clone(&self.stream_ids),
         }
     }
 }
@@ -151,6 +158,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             registry,
             inboxes: inboxes.into(),
             run_ids: Arc::new(RunIds::new()),
+            stream_ids: Arc::new(StreamIds::new()),
         }
     }
 
@@ -319,14 +327,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
         request.tunnel_id = tunnel_id.to_string();
         request.adapter = lease.provider().adapter.clone();
         request.target = lease.target().to_owned();
-        let handle = self
-            .open(
-                target,
-                StreamKind::Tunnel,
-                Some(Arc::clone(&tunnel_id)),
-                Msg::ProviderTunnelRequest(request),
-            )
-            .await?;
+        let handle = self.open(
+            target,
+            StreamKind::Tunnel,
+            Some(Arc::clone(&tunnel_id)),
+            Msg::ProviderTunnelRequest(request),
+        )?;
         Ok(TunnelStream {
             handle,
             tunnel_id: tunnel_id.to_string(),
@@ -373,14 +379,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
             hard_timeout_ms: run.hard_timeout_ms,
             ..RunRequest::default()
         };
-        let handle = self
-            .open(
-                target,
-                StreamKind::Run,
-                Some(Arc::clone(&run_id)),
-                Msg::RunRequest(request),
-            )
-            .await?;
+        let handle = self.open(
+            target,
+            StreamKind::Run,
+            Some(Arc::clone(&run_id)),
+            Msg::RunRequest(request),
+        )?;
         Ok(RunStream {
             handle,
             run_id,
@@ -399,14 +403,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
             return Err(SubmitError::Invalid("command kind must be set"));
         }
         let target = self.select(node)?;
-        let handle = self
-            .open(
-                target,
-                StreamKind::Command,
-                None,
-                Msg::NodeCommandRequest(request),
-            )
-            .await?;
+        let handle = self.open(
+            target,
+            StreamKind::Command,
+            None,
+            Msg::NodeCommandRequest(request),
+        )?;
         Ok(CommandStream { handle, kind })
     }
 
@@ -449,14 +451,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
             ..NodeCommandRequest::default()
         };
         request.set_kind(NodeCommandKind::Capabilities);
-        let handle = self
-            .open(
-                node,
-                StreamKind::Command,
-                None,
-                Msg::NodeCommandRequest(request),
-            )
-            .await?;
+        let handle = self.open(
+            node,
+            StreamKind::Command,
+            None,
+            Msg::NodeCommandRequest(request),
+        )?;
         Ok(CommandStream {
             handle,
             kind: NodeCommandKind::Capabilities,
@@ -485,14 +485,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::TerminateSession);
-        let handle = self
-            .open(
-                target_node,
-                StreamKind::Cancel,
-                None,
-                Msg::CancelRequest(request),
-            )
-            .await?;
+        let handle = self.open(
+            target_node,
+            StreamKind::Cancel,
+            None,
+            Msg::CancelRequest(request),
+        )?;
         Ok(cancel_answer(handle).await)
     }
 
@@ -526,8 +524,11 @@ impl<D: NodeDirectory> Dispatcher<D> {
         }
     }
 
-    /// Opens a stream on `target`'s home core.
-    async fn open(
+    /// Opens a stream on `target`'s home core: sends the open and returns
+    /// at once, with the stream's id chosen here. Should the connection no
+    /// longer be current when the open reaches its core, the stream's first
+    /// item is [`StreamItem::NotSent`](crate::link::streams::StreamItem).
+    fn open(
         &self,
         target: Target,
         kind: StreamKind,
@@ -540,21 +541,17 @@ impl<D: NodeDirectory> Dispatcher<D> {
             .ok_or(SubmitError::ConnectionGone)?
             .clone();
         let (sink, rx) = stream_channel();
-        let (reply, answer) = oneshot::channel();
+        let stream_id = self.stream_ids.next();
         inbox
             .send(CoreMsg::Open {
                 node_id: target.node_id.clone(),
                 generation: target.generation,
+                stream_id,
                 kind,
                 run_id,
                 msg,
                 sink,
-                reply,
             })
-            .map_err(|_| SubmitError::ConnectionGone)?;
-        let stream_id = answer
-            .await
-            .map_err(|_| SubmitError::ConnectionGone)?
             .map_err(|_| SubmitError::ConnectionGone)?;
         Ok(StreamHandle {
             node_id: target.node_id,

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use framing::link::CloseReason;
 use proto::v1::{
     CancelKind, CancelRequest, CancelResponse, CancelStatus, ExecutionFailure, FailureCode,
     FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, envelope::Msg,
@@ -61,12 +60,19 @@ impl Drop for StreamHandle {
     }
 }
 
-/// The failure the Edge reports when the link ended mid-stream.
-pub(crate) fn link_lost(reason: Option<CloseReason>) -> ExecutionFailure {
+/// The failure the Edge reports for a stream that ends without its
+/// terminal, `NODE_DISCONNECTED`: `item` is what came instead of a frame
+/// (`None`: the channel ended).
+pub(crate) fn ended_early(item: Option<StreamItem>) -> ExecutionFailure {
     let mut failure = ExecutionFailure {
-        message: match reason {
-            Some(reason) => format!("the node's link closed ({})", reason.as_str()),
-            None => "the node's link closed".into(),
+        message: match item {
+            Some(StreamItem::NotSent) => {
+                "the node's connection closed before the request was sent".into()
+            }
+            Some(StreamItem::Lost(reason)) => {
+                format!("the node's link closed ({})", reason.as_str())
+            }
+            Some(StreamItem::Frame(_)) | None => "the node's link closed".into(),
         },
         ..ExecutionFailure::default()
     };
@@ -132,8 +138,7 @@ impl RunStream {
                 // The node's answer to our cancel: the terminal follows.
                 _ => return None,
             },
-            Some(StreamItem::Lost(reason)) => self.synthesized(Some(reason)),
-            None => self.synthesized(None),
+            other => self.synthesized(other),
         };
         self.last_seq = event.seq;
         if is_terminal(&event) {
@@ -156,10 +161,10 @@ impl RunStream {
         self.handle.send(Msg::CancelRequest(request));
     }
 
-    fn synthesized(&self, reason: Option<CloseReason>) -> RunEvent {
+    fn synthesized(&self, item: Option<StreamItem>) -> RunEvent {
         let mut event = RunEvent {
             seq: self.last_seq + 1,
-            failure: Some(link_lost(reason)),
+            failure: Some(ended_early(item)),
             ..RunEvent::default()
         };
         event.set_kind(RunEventKind::Error);
@@ -198,8 +203,7 @@ impl CommandStream {
                     Msg::NodeCommandResponse(response) => response,
                     _ => continue,
                 },
-                Some(StreamItem::Lost(reason)) => self.lost(Some(reason)),
-                None => self.lost(None),
+                other => self.lost(other),
             };
             if response.r#final {
                 self.handle.ended = true;
@@ -218,10 +222,10 @@ impl CommandStream {
         all
     }
 
-    fn lost(&self, reason: Option<CloseReason>) -> NodeCommandResponse {
+    fn lost(&self, item: Option<StreamItem>) -> NodeCommandResponse {
         let mut response = NodeCommandResponse {
             ok: false,
-            failure: Some(link_lost(reason)),
+            failure: Some(ended_early(item)),
             r#final: true,
             ..NodeCommandResponse::default()
         };
@@ -238,17 +242,16 @@ pub(crate) async fn cancel_answer(mut handle: StreamHandle) -> CancelResponse {
                 Msg::CancelResponse(response) => break response,
                 _ => continue,
             },
-            Some(StreamItem::Lost(reason)) => break failed_cancel(Some(reason)),
-            None => break failed_cancel(None),
+            other => break failed_cancel(other),
         }
     };
     handle.ended = true;
     answer
 }
 
-fn failed_cancel(reason: Option<CloseReason>) -> CancelResponse {
+fn failed_cancel(item: Option<StreamItem>) -> CancelResponse {
     let mut response = CancelResponse {
-        message: link_lost(reason).message,
+        message: ended_early(item).message,
         ..CancelResponse::default()
     };
     response.set_kind(CancelKind::TerminateSession);

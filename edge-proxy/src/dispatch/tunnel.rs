@@ -5,7 +5,7 @@
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, WindowUpdate, envelope::Msg};
 
-use super::stream::{StreamHandle, link_lost};
+use super::stream::{StreamHandle, ended_early};
 use crate::link::streams::StreamItem;
 
 /// One tunnel's frames (see the module docs). Body frames carry `Bytes`
@@ -56,15 +56,15 @@ impl TunnelStream {
     }
 
     /// The frame an item carries (`None`: an item to skip); the channel's
-    /// end or a lost link becomes the synthesized `error` terminal.
+    /// end, a lost link or an open refused becomes the synthesized `error`
+    /// terminal.
     fn frame_of(&mut self, item: Option<StreamItem>) -> Option<Frame> {
         let frame = match item {
             Some(StreamItem::Frame(msg)) => match *msg {
                 Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) }) => frame,
                 _ => return None,
             },
-            Some(StreamItem::Lost(reason)) => Frame::Error(link_lost(Some(reason))),
-            None => Frame::Error(link_lost(None)),
+            other => Frame::Error(ended_early(other)),
         };
         if matches!(frame, Frame::End(_) | Frame::Error(_)) {
             self.handle.ended = true;

@@ -115,24 +115,28 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             .map(|(_, generation)| generation)
     }
 
-    /// Opens a stream whose first frame is `msg`; `None` unless the session
-    /// is ready and not closing.
+    /// Opens stream `stream_id` with first frame `msg`. Refused, with the
+    /// sink given back, unless the session is ready and not closing (or
+    /// when the id is in use).
     pub(crate) fn open_stream(
         &self,
+        stream_id: u64,
         kind: StreamKind,
         run_id: Option<std::sync::Arc<str>>,
         msg: Msg,
         sink: StreamSink,
-    ) -> Option<u64> {
+    ) -> Result<(), StreamSink> {
         if self.closing.get() || !self.session.borrow().is_ready() {
-            return None;
+            return Err(sink);
         }
-        let stream_id = self.streams.borrow_mut().open(kind, sink, run_id);
+        self.streams
+            .borrow_mut()
+            .open(stream_id, kind, sink, run_id)?;
         self.send_envelope(&Envelope {
             stream_id,
             msg: Some(msg),
         });
-        Some(stream_id)
+        Ok(())
     }
 
     /// Sends `msg` on an open stream (a stream that ended is skipped).

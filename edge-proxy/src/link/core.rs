@@ -13,7 +13,8 @@ use framing::timer::{DriverClock, TimerKey, TimerWheel};
 
 use super::LinkShared;
 use super::conn::Conn;
-use super::inbox::{CoreMsg, OpenError};
+use super::inbox::CoreMsg;
+use super::streams::StreamItem;
 use crate::health::shard::OverlayShard;
 use crate::registry::NodeDirectory;
 
@@ -90,17 +91,19 @@ impl<D: NodeDirectory + 'static> Core<D> {
             CoreMsg::Open {
                 node_id,
                 generation,
+                stream_id,
                 kind,
                 run_id,
                 msg,
                 sink,
-                reply,
             } => {
-                let opened = self
-                    .current(&node_id, generation)
-                    .and_then(|conn| conn.open_stream(kind, run_id, msg, sink))
-                    .ok_or(OpenError::NotCurrent);
-                let _ = reply.send(opened);
+                let opened = match self.current(&node_id, generation) {
+                    Some(conn) => conn.open_stream(stream_id, kind, run_id, msg, sink),
+                    None => Err(sink),
+                };
+                if let Err(sink) = opened {
+                    let _ = sink.send(StreamItem::NotSent);
+                }
             }
             CoreMsg::Send {
                 node_id,

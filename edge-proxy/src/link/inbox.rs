@@ -16,31 +16,27 @@ use std::sync::Arc;
 use proto::v1::envelope::Msg;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::mpsc::error::SendError;
-use tokio::sync::oneshot;
 
 use super::streams::{StreamKind, StreamSink};
 use crate::health::EvidenceOutcome;
 use crate::health::shard::{HealthUpdate, OverlayRoute};
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
 
-/// Why a stream could not be opened on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
-    /// The named generation is not this core's ready connection any more
-    /// (it closed, or a newer generation replaced it).
-    #[error("the node's connection is no longer current or ready")]
-    NotCurrent,
-}
-
 /// A request to the core that owns a node connection.
 #[derive(Debug)]
 pub enum CoreMsg {
-    /// Open a stream with first frame `msg`; its frames go to `sink`.
+    /// Open stream `stream_id` with first frame `msg`; its frames go to
+    /// `sink`. No answer comes back when it opens (the opener chose the id
+    /// and waits for frames anyway); when it cannot, `sink` gets
+    /// [`StreamItem::NotSent`](super::streams::StreamItem::NotSent).
     Open {
         /// The node.
         node_id: String,
         /// Its generation, as selected.
         generation: u64,
+        /// The stream's id, from the process's
+        /// [`StreamIds`](super::streams::StreamIds).
+        stream_id: u64,
         /// What the stream is.
         kind: StreamKind,
         /// The run id, for run streams (event bus, cancel on drop).
@@ -49,8 +45,6 @@ pub enum CoreMsg {
         msg: Msg,
         /// Where the stream's frames go.
         sink: StreamSink,
-        /// The stream id, or why not.
-        reply: oneshot::Sender<Result<u64, OpenError>>,
     },
     /// Send `msg` on an open stream (a cancel, a window update).
     Send {

@@ -19,6 +19,8 @@ mod core;
 #[cfg(test)]
 mod health_route_tests;
 pub mod inbox;
+#[cfg(test)]
+mod open_tests;
 pub mod session;
 pub mod streams;
 pub mod tls;

@@ -2,8 +2,12 @@
 //! frames, and when a stream ends.
 //!
 //! A stream is opened by the Edge (a run, a node command, a session
-//! terminate) with a fresh id — strictly increasing per connection, never
-//! reused. Every frame the node sends on that id goes to the stream's
+//! terminate) with a fresh id from the process-wide [`StreamIds`], taken by
+//! whoever opens it on whichever core: never 0 (the connection's own
+//! stream), never reused, so unique on every connection. The opener knows
+//! the id at once and need not wait for the connection's core to answer;
+//! that core only says when it could not open the stream
+//! ([`StreamItem::NotSent`]). Every frame the node sends on that id goes to the stream's
 //! [`StreamSink`] in arrival order, which is the node's send order (one TCP
 //! connection). The stream's entry is removed at its terminal frame, so
 //! nothing after a terminal is ever delivered; when the connection ends,
@@ -21,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use framing::link::CloseReason;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -73,6 +78,32 @@ pub enum StreamItem {
     Frame(Box<Msg>),
     /// The connection ended before the stream's terminal: no more frames.
     Lost(CloseReason),
+    /// The stream was never opened: its connection was no longer current
+    /// or ready when the open reached its core, and nothing was sent.
+    NotSent,
+}
+
+/// Stream ids for one Edge process (see the module docs): 1, 2, 3… from
+/// any thread.
+#[derive(Debug)]
+pub struct StreamIds(AtomicU64);
+
+impl StreamIds {
+    /// Ids from 1.
+    pub fn new() -> Self {
+        Self(AtomicU64::new(1))
+    }
+
+    /// A fresh id.
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Default for StreamIds {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Where a stream's items go (any thread); see [`stream_channel`].
@@ -144,21 +175,29 @@ pub enum Delivered {
 /// The open streams of one connection (see the module docs).
 #[derive(Debug, Default)]
 pub struct StreamTable {
-    last_id: u64,
     open: HashMap<u64, Entry>,
 }
 
 impl StreamTable {
-    /// An empty table; the first stream id is 1.
+    /// An empty table.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Opens a stream; returns its id.
-    pub fn open(&mut self, kind: StreamKind, sink: StreamSink, run_id: Option<Arc<str>>) -> u64 {
-        self.last_id += 1;
-        self.open.insert(self.last_id, Entry { kind, sink, run_id });
-        self.last_id
+    /// Opens stream `stream_id`. An id that is 0 or already open is
+    /// refused, and the sink given back.
+    pub fn open(
+        &mut self,
+        stream_id: u64,
+        kind: StreamKind,
+        sink: StreamSink,
+        run_id: Option<Arc<str>>,
+    ) -> Result<(), StreamSink> {
+        if stream_id == 0 || self.open.contains_key(&stream_id) {
+            return Err(sink);
+        }
+        self.open.insert(stream_id, Entry { kind, sink, run_id });
+        Ok(())
     }
 
     /// Passes a frame from the node to its stream.
@@ -236,13 +275,35 @@ mod tests {
         std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 
+    /// Opens a stream with the next id of `ids`.
+    fn open(
+        table: &mut StreamTable,
+        ids: &StreamIds,
+        kind: StreamKind,
+        sink: StreamSink,
+        run_id: Option<Arc<str>>,
+    ) -> u64 {
+        let id = ids.next();
+        table
+            .open(id, kind, sink, run_id)
+            .expect("a fresh id opens");
+        id
+    }
+
     #[test]
-    fn ids_increase_and_frames_reach_their_stream_until_the_terminal() {
+    fn ids_are_fresh_and_frames_reach_their_stream_until_the_terminal() {
         let mut table = StreamTable::new();
+        let ids = StreamIds::new();
         let (tx_a, mut rx_a) = stream_channel();
         let (tx_b, mut rx_b) = stream_channel();
-        let a = table.open(StreamKind::Run, tx_a, Some("run-a".into()));
-        let b = table.open(StreamKind::Run, tx_b, None);
+        let a = open(
+            &mut table,
+            &ids,
+            StreamKind::Run,
+            tx_a,
+            Some("run-a".into()),
+        );
+        let b = open(&mut table, &ids, StreamKind::Run, tx_b, None);
         assert_eq!((a, b), (1, 2));
 
         assert!(matches!(
@@ -266,8 +327,9 @@ mod tests {
     #[test]
     fn each_kind_ends_at_its_own_terminal_and_refuses_foreign_frames() {
         let mut table = StreamTable::new();
+        let ids = StreamIds::new();
         let (tx, _rx) = stream_channel();
-        let cmd = table.open(StreamKind::Command, tx.clone(), None);
+        let cmd = open(&mut table, &ids, StreamKind::Command, tx.clone(), None);
         let not_final = Envelope {
             stream_id: cmd,
             msg: Some(Msg::NodeCommandResponse(NodeCommandResponse::default())),
@@ -286,7 +348,7 @@ mod tests {
         };
         assert!(matches!(table.deliver(last), Delivered::Terminal { .. }));
 
-        let run = table.open(StreamKind::Run, tx.clone(), None);
+        let run = open(&mut table, &ids, StreamKind::Run, tx.clone(), None);
         let cancel_answer = Envelope {
             stream_id: run,
             msg: Some(Msg::CancelResponse(CancelResponse::default())),
@@ -296,7 +358,7 @@ mod tests {
             Delivered::Open { .. }
         ));
 
-        let cancel = table.open(StreamKind::Cancel, tx, None);
+        let cancel = open(&mut table, &ids, StreamKind::Cancel, tx, None);
         let answer = Envelope {
             stream_id: cancel,
             ..cancel_answer
@@ -334,9 +396,10 @@ mod tests {
     #[test]
     fn a_closed_connection_loses_every_open_stream_exactly_once() {
         let mut table = StreamTable::new();
+        let ids = StreamIds::new();
         let (tx, mut rx) = stream_channel();
-        let a = table.open(StreamKind::Run, tx.clone(), None);
-        table.open(StreamKind::Command, tx, None);
+        let a = open(&mut table, &ids, StreamKind::Run, tx.clone(), None);
+        open(&mut table, &ids, StreamKind::Command, tx, None);
         assert_eq!(table.close(a).map(|(kind, _)| kind), Some(StreamKind::Run));
         assert_eq!(table.fail_all(CloseReason::HeartbeatTimeout), 1);
         assert_eq!(table.fail_all(CloseReason::HeartbeatTimeout), 0);
@@ -345,5 +408,19 @@ mod tests {
             vec![StreamItem::Lost(CloseReason::HeartbeatTimeout)]
         );
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn an_id_in_use_or_zero_is_refused_and_the_sink_given_back() {
+        let mut table = StreamTable::new();
+        let (tx, mut rx) = stream_channel();
+        assert!(table.open(7, StreamKind::Run, tx.clone(), None).is_ok());
+        let back = table
+            .open(7, StreamKind::Tunnel, tx.clone(), None)
+            .expect_err("7 is open");
+        assert!(back.send(StreamItem::NotSent));
+        assert!(table.open(0, StreamKind::Run, tx, None).is_err());
+        assert_eq!(drain(&mut rx), vec![StreamItem::NotSent]);
+        assert_eq!(table.len(), 1);
     }
 }
