@@ -24,7 +24,8 @@
 #
 # Env: DURATION (k6 duration per path, default 10s), PEERS (default
 # "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
-# CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh).
+# CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS (as
+# hack/loadtest.sh; IOP_WORKERS=1 matches nginx's and haproxy's one worker).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run) and the k6 summaries to

@@ -114,9 +114,18 @@ impl RunIds {
         }
     }
 
+    /// A fresh id, in one allocation: formatted on the stack, then copied
+    /// into the `Arc` (a `String` first would be a second, and often a
+    /// third when it grows).
     fn next(&self) -> Arc<str> {
+        use std::io::Write as _;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        format!("run-{:x}-{n}", self.prefix).into()
+        // "run-" + 16 hex digits + "-" + 20 digits at most.
+        let mut buf = [0u8; 48];
+        let mut out = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(out, "run-{:x}-{n}", self.prefix);
+        let len = usize::try_from(out.position()).unwrap_or(0);
+        Arc::from(std::str::from_utf8(&buf[..len]).unwrap_or_default())
     }
 }
 
@@ -197,8 +206,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         run.adapter = lease.provider().adapter.clone();
         run.target = lease.target().to_owned();
         let run_id = self.run_ids.next();
-        let scope = self.lease_scope(lease, &target, &run_id, principal, "");
-        let credential_lease = self.issue(&scope)?;
+        let credential_lease = self.credential(lease, &target, &run_id, principal, "")?;
         self.submit_with(target, run, run_id, credential_lease)
             .await
     }
@@ -212,8 +220,10 @@ impl<D: NodeDirectory> Dispatcher<D> {
         request: ProviderTunnelRequest,
         principal: &str,
     ) -> Result<TunnelStream, SubmitError> {
-        self.open_tunnel_sealed_by(lease, request, principal, |scope| self.issue(scope))
-            .await
+        self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
+            self.credential(lease, target, tunnel_id, principal, api)
+        })
+        .await
     }
 
     /// [`open_tunnel_as`](Self::open_tunnel_as) with the credential lease
@@ -222,17 +232,51 @@ impl<D: NodeDirectory> Dispatcher<D> {
     pub async fn open_tunnel_sealed_by(
         &self,
         lease: &Lease,
-        mut request: ProviderTunnelRequest,
+        request: ProviderTunnelRequest,
         principal: &str,
         seal: impl FnOnce(&crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError>,
+    ) -> Result<TunnelStream, SubmitError> {
+        self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
+            seal(&self.lease_scope(lease, target, tunnel_id, principal, api))
+        })
+        .await
+    }
+
+    /// Opens a tunnel on `lease`'s provider with the credential lease
+    /// `seal` makes for its target, tunnel id and API.
+    async fn open_tunnel_sealing(
+        &self,
+        lease: &Lease,
+        mut request: ProviderTunnelRequest,
+        seal: impl FnOnce(&Target, &str, &str) -> Result<bytes::Bytes, SubmitError>,
     ) -> Result<TunnelStream, SubmitError> {
         let target = self.leased(lease)?;
         let tunnel_id = self.run_ids.next();
         let api = crate::lease::api_of_path(&request.path);
-        let scope = self.lease_scope(lease, &target, &tunnel_id, principal, api);
-        request.credential_lease = seal(&scope)?;
+        request.credential_lease = seal(&target, &tunnel_id, api)?;
         self.open_tunnel_with(lease, target, tunnel_id, request)
             .await
+    }
+
+    /// The sealed credential lease binding `slot` for `lease` on `target`,
+    /// empty when the provider has no managed credential (then no scope is
+    /// built: most providers have none, and it would be eight strings a
+    /// request).
+    fn credential(
+        &self,
+        lease: &Lease,
+        target: &Target,
+        slot: &str,
+        principal: &str,
+        api: &str,
+    ) -> Result<bytes::Bytes, SubmitError> {
+        match self.registry.leases() {
+            Some(leases) if leases.has_credential(&lease.provider().id) => {
+                let scope = self.lease_scope(lease, target, slot, principal, api);
+                Ok(leases.issue(&scope)?.unwrap_or_default())
+            }
+            _ => Ok(bytes::Bytes::new()),
+        }
     }
 
     /// What a credential lease for `lease` on `target` binds.
@@ -561,5 +605,26 @@ impl<D: NodeDirectory> Dispatcher<D> {
             inbox,
             ended: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_count_up_and_the_longest_fits() {
+        let ids = RunIds::new();
+        let prefix = format!("{:x}", ids.prefix);
+        assert_eq!(&*ids.next(), format!("run-{prefix}-1"));
+        assert_eq!(&*ids.next(), format!("run-{prefix}-2"));
+        let longest = RunIds {
+            prefix: u64::MAX,
+            next: AtomicU64::new(u64::MAX),
+        };
+        assert_eq!(
+            &*longest.next(),
+            format!("run-ffffffffffffffff-{}", u64::MAX)
+        );
     }
 }

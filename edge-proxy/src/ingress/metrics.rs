@@ -43,8 +43,9 @@ type TokenCounters = Arc<[AtomicU64; 4]>;
 /// One config's `(model group, provider)` pairs and their token counters.
 #[derive(Debug, Default)]
 struct UsageTable {
-    /// `(model, provider)` → index into `labels` and `tokens`.
-    index: HashMap<(String, String), usize>,
+    /// model → provider → index into `labels` and `tokens` (nested, so a
+    /// request looks its pair up by `&str`, allocating nothing).
+    index: HashMap<String, HashMap<String, usize>>,
     labels: Vec<(String, String)>,
     tokens: Vec<TokenCounters>,
 }
@@ -60,21 +61,31 @@ impl UsageTable {
         }
         let tokens = labels
             .iter()
-            .map(|pair| {
-                keep.and_then(|old| old.index.get(pair).map(|&i| Arc::clone(&old.tokens[i])))
-                    .unwrap_or_default()
+            .map(|(model, provider)| {
+                keep.and_then(|old| {
+                    old.find(model, provider)
+                        .map(|i| Arc::clone(&old.tokens[i]))
+                })
+                .unwrap_or_default()
             })
             .collect();
-        let index = labels
-            .iter()
-            .enumerate()
-            .map(|(i, pair)| (pair.clone(), i))
-            .collect();
+        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        for (i, (model, provider)) in labels.iter().enumerate() {
+            index
+                .entry(model.clone())
+                .or_default()
+                .insert(provider.clone(), i);
+        }
         Self {
             index,
             labels,
             tokens,
         }
+    }
+
+    /// The index of the pair `(model, provider)`.
+    fn find(&self, model: &str, provider: &str) -> Option<usize> {
+        self.index.get(model)?.get(provider).copied()
     }
 }
 
@@ -129,9 +140,8 @@ impl Metrics {
 
     /// Adds provider-reported usage (F18) for `model` served by `provider`.
     pub fn usage(&self, model: &str, provider: &str, usage: &Usage) {
-        let key = (model.to_owned(), provider.to_owned());
         let table = self.usage_table();
-        let Some(&i) = table.index.get(&key) else {
+        let Some(i) = table.find(model, provider) else {
             return;
         };
         let counters = &table.tokens[i];

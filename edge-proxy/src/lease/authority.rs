@@ -268,6 +268,12 @@ impl LeaseAuthority {
         Ok(())
     }
 
+    /// Whether `provider_id` has a managed credential: [`issue`](Self::issue)
+    /// makes no lease for a provider without one.
+    pub fn has_credential(&self, provider_id: &str) -> bool {
+        self.credentials.contains_key(provider_id)
+    }
+
     /// Issues the sealed lease for `scope`; `None` when the provider has no
     /// credential (nothing to lease).
     ///
