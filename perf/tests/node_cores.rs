@@ -60,7 +60,11 @@ model_groups:
 /// logging which core serves what.
 fn two_cores(driver: IoDriver, name: &str, proxy: Option<&CutProxy>) -> Stack {
     let mut stack = Stack::start_edge(driver, name, cores_config);
-    stack.node_args = vec!["--workers".into(), "2".into()];
+    // Round-robin placement (no preference for the link core), so two runs
+    // in a row land on both cores.
+    stack.node_args = ["--workers", "2", "--link-core-slack", "0"]
+        .map(String::from)
+        .to_vec();
     stack.node_log_filter = Some("info,node_runner::runs=debug".into());
     if let Some(proxy) = proxy {
         stack.node_edge = Some(proxy.start(stack.edge.node_addr));

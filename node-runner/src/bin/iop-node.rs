@@ -86,6 +86,11 @@ struct Args {
     /// core). Core 0 also runs the link to the Edge.
     #[arg(long, default_value_t = 0)]
     workers: usize,
+    /// How many more runs in flight core 0 (the link's) may hold than the
+    /// least loaded core and still take new work: work there crosses no
+    /// core. 0 = the least loaded core always (ties round-robin).
+    #[arg(long, default_value_t = node_runner::runs::cores::DEFAULT_LINK_CORE_SLACK)]
+    link_core_slack: u32,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -225,11 +230,13 @@ fn main() -> anyhow::Result<ExitCode> {
         event = "node_starting",
         driver = driver.as_str(),
         workers,
+        link_core_slack = args.link_core_slack,
         edge = %edge,
         link_security,
         "node_starting"
     );
     let (cores, mut inboxes) = Cores::new(workers);
+    let cores = cores.with_link_slack(args.link_core_slack);
     let core0 = inboxes.remove(0);
     // Cores 1..N: work only. Each reports whether its runtime started, so
     // a refused io_uring (ring limits) fails the start, not a later run.

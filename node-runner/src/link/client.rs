@@ -168,7 +168,7 @@ pub async fn run_connection(
         frames: tx,
         urgent,
         done,
-        router: Rc::new(RefCell::new(Router::new(cores.len()))),
+        router: Rc::new(RefCell::new(Router::new(cores.len(), cores.link_slack()))),
         shared: RefCell::new(None),
         connected_since_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

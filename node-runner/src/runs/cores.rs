@@ -22,8 +22,11 @@
 //!   the old one is retired, not shut down: it keeps its runs (cancels and
 //!   window updates for their streams still reach it) until they end.
 //! - **Placement.** [`Router`] sends a `RunRequest`, a `NodeCommandRequest`
-//!   or a `TERMINATE_SESSION` to the core with the fewest runs in flight
-//!   (ties round-robin, [`pick_core`]); `CANCEL_RUN` to the core that owns
+//!   or a `TERMINATE_SESSION` to the link core while it holds at most
+//!   `link_slack` more runs in flight than the least loaded core (work there
+//!   crosses no core: its frames go to the writer beside it), and otherwise
+//!   to the core with the fewest runs in flight (ties round-robin,
+//!   [`pick_core`]); `CANCEL_RUN` to the core that owns
 //!   the stream. The link core keeps `stream_id → core` until that core
 //!   reports the run's stream done (its terminal sent); a cancel for a
 //!   stream it does not know is answered `NOT_FOUND` by the link core.
@@ -99,6 +102,7 @@ pub struct Configure {
 #[derive(Debug, Clone)]
 pub struct Cores {
     inboxes: Arc<[UnboundedSender<CoreMsg>]>,
+    link_slack: u32,
 }
 
 /// One core's inbox, to be served by [`serve_core`] on that core.
@@ -128,9 +132,22 @@ impl Cores {
         (
             Self {
                 inboxes: txs.into(),
+                link_slack: DEFAULT_LINK_CORE_SLACK,
             },
             inboxes,
         )
+    }
+
+    /// The same cores, the link core taking new work while it holds at most
+    /// `slack` more runs than the least loaded one (0: round-robin).
+    pub fn with_link_slack(mut self, slack: u32) -> Self {
+        self.link_slack = slack;
+        self
+    }
+
+    /// See [`with_link_slack`](Self::with_link_slack).
+    pub fn link_slack(&self) -> u32 {
+        self.link_slack
     }
 
     /// How many cores there are.
@@ -253,12 +270,31 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
     timers.stop();
 }
 
-/// The core for new work: the one with the fewest runs in flight; among
-/// equals, the first at or after `cursor` (round-robin), and the cursor
-/// moves past it.
-pub fn pick_core(load: &[u32], cursor: &mut usize) -> usize {
+/// How many more runs in flight the link core may hold than the least
+/// loaded core and still take new work (`iop-node --link-core-slack`).
+///
+/// A run on another core costs each request a hop there and its frames a
+/// hop back to the writer, each a wakeup of a thread that may be parked.
+/// k6 `qps` (16 users, 2 cores, tunnel; issue 8): the Node's CPU a request
+/// was ~15 % lower with 16 than with 0 (round-robin), streaming no worse.
+/// Under many runs the cores still share the work to within this many.
+pub const DEFAULT_LINK_CORE_SLACK: u32 = 16;
+
+/// The core for new work: the link core (0) while its load is at most
+/// `slack` above the least loaded core's; otherwise the one with the fewest
+/// runs in flight, among equals the first at or after `cursor`
+/// (round-robin), and the cursor moves past it. `slack` 0 is plain
+/// least-loaded round-robin.
+pub fn pick_core(load: &[u32], cursor: &mut usize, slack: u32) -> usize {
     let count = load.len().max(1);
     let least = load.iter().copied().min().unwrap_or(0);
+    if slack > 0
+        && load
+            .first()
+            .is_some_and(|&l| l <= least.saturating_add(slack))
+    {
+        return 0;
+    }
     let start = *cursor % count;
     let core = (0..count)
         .map(|i| (start + i) % count)
@@ -294,15 +330,18 @@ struct Owner {
 pub struct Router {
     load: Vec<u32>,
     cursor: usize,
+    slack: u32,
     owners: HashMap<u64, Owner>,
 }
 
 impl Router {
-    /// A router over `cores` cores.
-    pub fn new(cores: usize) -> Self {
+    /// A router over `cores` cores whose link core (0) takes new work while
+    /// it holds at most `slack` more runs than the least loaded core.
+    pub fn new(cores: usize, slack: u32) -> Self {
         Self {
             load: vec![0; cores.max(1)],
             cursor: 0,
+            slack,
             owners: HashMap::new(),
         }
     }
@@ -326,7 +365,7 @@ impl Router {
                         owner.core
                     }
                     None => {
-                        let core = pick_core(&self.load, &mut self.cursor);
+                        let core = pick_core(&self.load, &mut self.cursor, self.slack);
                         self.owners.insert(
                             stream_id,
                             Owner {
@@ -355,7 +394,7 @@ impl Router {
                 .owners
                 .get(&stream_id)
                 .map_or(Route::Drop, |owner| Route::Core(owner.core)),
-            _ => Route::Core(pick_core(&self.load, &mut self.cursor)),
+            _ => Route::Core(pick_core(&self.load, &mut self.cursor, self.slack)),
         }
     }
 

@@ -40,25 +40,50 @@ fn command(stream_id: u64) -> Envelope {
 #[test]
 fn pick_core_takes_the_least_loaded_and_round_robins_ties() {
     let mut cursor = 0;
-    assert_eq!(pick_core(&[0, 0, 0], &mut cursor), 0);
-    assert_eq!(pick_core(&[0, 0, 0], &mut cursor), 1);
-    assert_eq!(pick_core(&[0, 0, 0], &mut cursor), 2);
-    assert_eq!(pick_core(&[0, 0, 0], &mut cursor), 0);
+    assert_eq!(pick_core(&[0, 0, 0], &mut cursor, 0), 0);
+    assert_eq!(pick_core(&[0, 0, 0], &mut cursor, 0), 1);
+    assert_eq!(pick_core(&[0, 0, 0], &mut cursor, 0), 2);
+    assert_eq!(pick_core(&[0, 0, 0], &mut cursor, 0), 0);
     // The least loaded wins wherever the cursor is.
-    assert_eq!(pick_core(&[3, 1, 2], &mut cursor), 1);
+    assert_eq!(pick_core(&[3, 1, 2], &mut cursor, 0), 1);
     // Ties among the least loaded only: the first at or after the cursor.
     let mut cursor = 2;
-    assert_eq!(pick_core(&[1, 0, 5, 0], &mut cursor), 3);
-    assert_eq!(pick_core(&[1, 0, 5, 0], &mut cursor), 1);
+    assert_eq!(pick_core(&[1, 0, 5, 0], &mut cursor, 0), 3);
+    assert_eq!(pick_core(&[1, 0, 5, 0], &mut cursor, 0), 1);
     // One core: always it.
     let mut cursor = 0;
-    assert_eq!(pick_core(&[7], &mut cursor), 0);
-    assert_eq!(pick_core(&[], &mut cursor), 0);
+    assert_eq!(pick_core(&[7], &mut cursor, 0), 0);
+    assert_eq!(pick_core(&[], &mut cursor, 0), 0);
+}
+
+#[test]
+fn the_link_core_takes_work_within_its_slack_then_the_least_loaded_does() {
+    let mut cursor = 0;
+    // Within the slack the link core is preferred, even over idle cores.
+    assert_eq!(pick_core(&[0, 0, 0], &mut cursor, 2), 0);
+    assert_eq!(pick_core(&[2, 0, 0], &mut cursor, 2), 0);
+    // Past it, the least loaded, round-robin as before.
+    assert_eq!(pick_core(&[3, 0, 0], &mut cursor, 2), 1);
+    assert_eq!(pick_core(&[3, 0, 0], &mut cursor, 2), 2);
+    assert_eq!(pick_core(&[3, 1, 1], &mut cursor, 2), 0);
+    assert_eq!(pick_core(&[u32::MAX, u32::MAX], &mut cursor, 2), 0);
+
+    let mut router = Router::new(2, 1);
+    assert_eq!(router.route(&run(1, "r1")), Route::Core(0));
+    assert_eq!(router.route(&run(3, "r3")), Route::Core(0), "1 <= 0 + 1");
+    assert_eq!(router.route(&run(5, "r5")), Route::Core(1), "2 > 0 + 1");
+    assert_eq!(router.load(), [2, 1]);
+    router.stream_done(1);
+    assert_eq!(router.route(&run(7, "r7")), Route::Core(0));
+    assert_eq!(router.route(&run(9, "r9")), Route::Core(0));
+    assert_eq!(router.route(&run(11, "r11")), Route::Core(1));
+    assert_eq!(router.load(), [3, 2]);
+    assert_eq!(Router::new(1, 0).route(&run(1, "r1")), Route::Core(0));
 }
 
 #[test]
 fn concurrent_runs_spread_and_done_runs_free_their_core() {
-    let mut router = Router::new(2);
+    let mut router = Router::new(2, 0);
     assert_eq!(router.route(&run(1, "r1")), Route::Core(0));
     assert_eq!(router.route(&run(3, "r3")), Route::Core(1));
     assert_eq!(router.route(&run(5, "r5")), Route::Core(0));
@@ -73,7 +98,7 @@ fn concurrent_runs_spread_and_done_runs_free_their_core() {
 
 #[test]
 fn a_cancel_goes_to_the_owner_until_the_stream_is_done() {
-    let mut router = Router::new(2);
+    let mut router = Router::new(2, 0);
     router.route(&run(1, "r1"));
     assert_eq!(router.route(&run(3, "r3")), Route::Core(1));
     let on_stream = cancel(3, CancelKind::CancelRun, "");
@@ -99,7 +124,7 @@ fn a_cancel_goes_to_the_owner_until_the_stream_is_done() {
 
 #[test]
 fn a_duplicate_run_goes_to_the_owner_and_keeps_the_stream_owned() {
-    let mut router = Router::new(2);
+    let mut router = Router::new(2, 0);
     assert_eq!(router.route(&run(1, "r1")), Route::Core(0));
     // The owner refuses the duplicate and reports it done: the first run
     // still owns the stream.
@@ -119,7 +144,7 @@ fn a_duplicate_run_goes_to_the_owner_and_keeps_the_stream_owned() {
 
 #[test]
 fn terminates_spread_like_new_work() {
-    let mut router = Router::new(2);
+    let mut router = Router::new(2, 0);
     let terminate = cancel(5, CancelKind::TerminateSession, "");
     assert_eq!(router.route(&terminate), Route::Core(0));
     assert_eq!(router.route(&terminate), Route::Core(1));
