@@ -25,6 +25,7 @@
 //! - Dropping a [`RunStream`] before its terminal cancels the run on the
 //!   node.
 
+mod credentials;
 mod stream;
 mod tunnel;
 
@@ -256,99 +257,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
         request.credential_lease = seal(&target, &tunnel_id, api)?;
         self.open_tunnel_with(lease, target, tunnel_id, request)
             .await
-    }
-
-    /// The sealed credential lease binding `slot` for `lease` on `target`,
-    /// empty when the provider has no managed credential (then no scope is
-    /// built: most providers have none, and it would be eight strings a
-    /// request).
-    fn credential(
-        &self,
-        lease: &Lease,
-        target: &Target,
-        slot: &str,
-        principal: &str,
-        api: &str,
-    ) -> Result<bytes::Bytes, SubmitError> {
-        match self.registry.leases() {
-            Some(leases) if leases.has_credential(&lease.provider().id) => {
-                let scope = self.lease_scope(lease, target, slot, principal, api);
-                Ok(leases.issue(&scope)?.unwrap_or_default())
-            }
-            _ => Ok(bytes::Bytes::new()),
-        }
-    }
-
-    /// What a credential lease for `lease` on `target` binds.
-    fn lease_scope(
-        &self,
-        lease: &Lease,
-        target: &Target,
-        slot: &str,
-        principal: &str,
-        api: &str,
-    ) -> crate::lease::LeaseScope {
-        let provider = lease.provider();
-        crate::lease::LeaseScope {
-            principal: principal.to_owned(),
-            api: api.to_owned(),
-            model_group: lease.group().to_owned(),
-            slot: slot.to_owned(),
-            provider_id: provider.id.clone(),
-            adapter: provider.adapter.clone(),
-            target: lease.target().to_owned(),
-            node_id: target.node_id.clone(),
-            generation: target.generation,
-            revision: self
-                .registry
-                .leases()
-                .map_or(0, |l| l.revision_of(&target.node_id)),
-        }
-    }
-
-    /// The sealed lease for `scope`, empty when its provider has none.
-    pub fn issue(&self, scope: &crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError> {
-        match self.registry.leases() {
-            Some(leases) => Ok(leases.issue(scope)?.unwrap_or_default()),
-            None => Ok(bytes::Bytes::new()),
-        }
-    }
-
-    /// Revokes credential leases by `kind`/`value` (F29) and pushes the
-    /// revocation to every ready node. False when no authority is installed.
-    pub fn revoke_leases(&self, kind: proto::v1::LeaseRevocationKind, value: &str) -> bool {
-        let Some(leases) = self.registry.leases() else {
-            return false;
-        };
-        let revocation = leases.revoke(kind, value);
-        self.push_revocations(vec![revocation]);
-        true
-    }
-
-    /// Disables `provider_id`'s credential (F29): no new lease, and nodes
-    /// refuse outstanding ones. False when no authority is installed.
-    pub fn disable_provider(&self, provider_id: &str) -> bool {
-        let Some(leases) = self.registry.leases() else {
-            return false;
-        };
-        let revocation = leases.disable_provider(provider_id);
-        self.push_revocations(vec![revocation]);
-        true
-    }
-
-    fn push_revocations(&self, revocations: Vec<proto::v1::LeaseRevocation>) {
-        for (node_id, generation, core) in self.registry.ready_nodes() {
-            if let Some(inbox) = self.inboxes.get(core) {
-                let _ = inbox.send(CoreMsg::Send {
-                    node_id,
-                    generation,
-                    stream_id: 0,
-                    msg: Msg::LeaseRevocations(proto::v1::LeaseRevocations {
-                        revocations: revocations.clone(),
-                    }),
-                });
-            }
-        }
     }
 
     /// Opens a raw provider tunnel (F16) on the provider `lease` holds.
