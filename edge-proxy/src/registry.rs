@@ -395,3 +395,19 @@ impl<D: NodeDirectory> Registrar for ConnRegistrar<'_, D> {
         self.registry.mark_draining(node_id, generation);
     }
 }
+
+/// A directory for tests: a token is the id of the node it authenticates,
+/// and every node gets an empty payload.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct TokenIsNodeId;
+
+#[cfg(test)]
+impl NodeDirectory for TokenIsNodeId {
+    fn authenticate(&self, token: &str) -> Option<String> {
+        Some(token.to_owned())
+    }
+    fn build_payload(&self, _: &str, _: u32) -> Result<NodeConfigPayload, String> {
+        Ok(NodeConfigPayload::default())
+    }
+}

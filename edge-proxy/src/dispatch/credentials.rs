@@ -9,22 +9,18 @@ use crate::registry::NodeDirectory;
 use proto::v1::envelope::Msg;
 
 impl<D: NodeDirectory> Dispatcher<D> {
-    /// The sealed credential lease binding `slot` for `lease` on `target`,
-    /// empty when the provider has no managed credential (then no scope is
-    /// built: most providers have none, and it would be eight strings a
+    /// The sealed credential lease for the scope `scope` makes, empty when
+    /// `lease`'s provider has no managed credential; then `scope` is not
+    /// called (most providers have none, and a scope is eight strings a
     /// request).
     pub(super) fn credential(
         &self,
         lease: &Lease,
-        target: &Target,
-        slot: &str,
-        principal: &str,
-        api: &str,
+        scope: impl FnOnce() -> crate::lease::LeaseScope,
     ) -> Result<bytes::Bytes, SubmitError> {
         match self.registry.leases() {
             Some(leases) if leases.has_credential(&lease.provider().id) => {
-                let scope = self.lease_scope(lease, target, slot, principal, api);
-                Ok(leases.issue(&scope)?.unwrap_or_default())
+                Ok(leases.issue(&scope())?.unwrap_or_default())
             }
             _ => Ok(bytes::Bytes::new()),
         }

@@ -207,7 +207,9 @@ impl<D: NodeDirectory> Dispatcher<D> {
         run.adapter = lease.provider().adapter.clone();
         run.target = lease.target().to_owned();
         let run_id = self.run_ids.next();
-        let credential_lease = self.credential(lease, &target, &run_id, principal, "")?;
+        let credential_lease = self.credential(lease, || {
+            self.lease_scope(lease, &target, &run_id, principal, "")
+        })?;
         self.submit_with(target, run, run_id, credential_lease)
             .await
     }
@@ -222,7 +224,9 @@ impl<D: NodeDirectory> Dispatcher<D> {
         principal: &str,
     ) -> Result<TunnelStream, SubmitError> {
         self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
-            self.credential(lease, target, tunnel_id, principal, api)
+            self.credential(lease, || {
+                self.lease_scope(lease, target, tunnel_id, principal, api)
+            })
         })
         .await
     }

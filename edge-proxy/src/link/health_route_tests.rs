@@ -6,35 +6,19 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use proto::v1::{
-    ExecutionFailure, FailureCode, LivenessClassification, NodeConfigPayload, ProviderHealth,
-    RegisterRequest,
+    ExecutionFailure, FailureCode, LivenessClassification, ProviderHealth, RegisterRequest,
 };
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::core::Core;
 use super::inbox::{CoreMsg, InboxRoute};
-use super::session::SessionConfig;
-use super::{LinkServerConfig, LinkShared};
+use super::test_support::{Dir, link_shared};
 use crate::config::EdgeConfig;
-use crate::events::EventBus;
 use crate::health::shard::OverlayShard;
 use crate::health::{EvidenceOutcome, EvidenceSource};
 use crate::pool::Pools;
-use crate::registry::{NodeDirectory, NodeRegistry};
+use crate::registry::NodeRegistry;
 use crate::runtime::{IoDriver, block_on};
-
-/// Tokens are the node ids.
-#[derive(Debug)]
-struct Dir;
-
-impl NodeDirectory for Dir {
-    fn authenticate(&self, token: &str) -> Option<String> {
-        Some(token.to_owned())
-    }
-    fn build_payload(&self, _: &str, _: u32) -> Result<NodeConfigPayload, String> {
-        Ok(NodeConfigPayload::default())
-    }
-}
 
 const YAML: &str = "
 listen: { ingress: 127.0.0.1:0, nodes: 127.0.0.1:0 }
@@ -110,20 +94,7 @@ fn evidence_received_off_core_is_applied_by_the_home_core_only() {
 
     // Core 1's real handler, its g1 connection gone before the message
     // arrived (no ready connection): dropped there, nothing changes.
-    let shared = Arc::new(LinkShared {
-        registry: Arc::clone(&registry),
-        bus: EventBus::new(),
-        config: LinkServerConfig {
-            session: SessionConfig {
-                register_timeout_ms: 1_000,
-                heartbeat: Default::default(),
-            },
-            max_frame_len: 1 << 20,
-            tick_ms: 10,
-        },
-        clock: Default::default(),
-        security: Default::default(),
-    });
+    let shared = link_shared(&registry);
     Core::new(1, shared).handle(msg);
     assert!(!provider.overlay().unavailable_at(g1));
     assert!(lowered(&pools, 0));

@@ -23,6 +23,8 @@ pub mod inbox;
 mod open_tests;
 pub mod session;
 pub mod streams;
+#[cfg(test)]
+mod test_support;
 pub mod tls;
 mod transport;
 

@@ -5,30 +5,15 @@
 
 use std::sync::Arc;
 
-use proto::v1::{FailureCode, NodeConfigPayload, RegisterRequest, RunEventKind, envelope::Msg};
+use proto::v1::{FailureCode, RegisterRequest, RunEventKind, envelope::Msg};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::core::Core;
 use super::inbox::CoreMsg;
-use super::session::SessionConfig;
-use super::{LinkServerConfig, LinkShared};
+use super::test_support::{Dir, link_shared};
 use crate::dispatch::{Dispatcher, SubmitRun};
-use crate::events::EventBus;
-use crate::registry::{NodeDirectory, NodeRegistry};
+use crate::registry::NodeRegistry;
 use crate::runtime::{IoDriver, block_on};
-
-/// Tokens are the node ids.
-#[derive(Debug)]
-struct Dir;
-
-impl NodeDirectory for Dir {
-    fn authenticate(&self, token: &str) -> Option<String> {
-        Some(token.to_owned())
-    }
-    fn build_payload(&self, _: &str, _: u32) -> Result<NodeConfigPayload, String> {
-        Ok(NodeConfigPayload::default())
-    }
-}
 
 fn run() -> SubmitRun {
     SubmitRun {
@@ -87,20 +72,7 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     // Core 1 no longer holds the generation (its connection closed in
     // between): the stream ends with exactly one terminal, and nothing was
     // sent.
-    let shared = Arc::new(LinkShared {
-        registry: Arc::clone(&registry),
-        bus: EventBus::new(),
-        config: LinkServerConfig {
-            session: SessionConfig {
-                register_timeout_ms: 1_000,
-                heartbeat: Default::default(),
-            },
-            max_frame_len: 1 << 20,
-            tick_ms: 10,
-        },
-        clock: Default::default(),
-        security: Default::default(),
-    });
+    let shared = link_shared(&registry);
     Core::new(1, shared).handle(open);
     let events = block_on(IoDriver::Epoll, async {
         let mut events = Vec::new();

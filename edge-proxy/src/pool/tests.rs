@@ -7,28 +7,14 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use proto::v1::{
-    ExecutionFailure, FailureCode, LivenessClassification, NodeConfigPayload, ProviderHealth,
-    RegisterRequest,
+    ExecutionFailure, FailureCode, LivenessClassification, ProviderHealth, RegisterRequest,
 };
 
 use super::{AcquireError, Lease, Pools, Preference, load_key};
 use crate::config::EdgeConfig;
 use crate::health::{EvidenceOutcome, EvidenceSource};
-use crate::registry::{NodeDirectory, NodeRegistry};
+use crate::registry::{NodeRegistry, TokenIsNodeId as Dir};
 use crate::runtime::{IoDriver, block_on};
-
-/// Tokens are the node ids.
-#[derive(Debug)]
-pub(super) struct Dir;
-
-impl NodeDirectory for Dir {
-    fn authenticate(&self, token: &str) -> Option<String> {
-        Some(token.to_owned())
-    }
-    fn build_payload(&self, _: &str, _: u32) -> Result<NodeConfigPayload, String> {
-        Ok(NodeConfigPayload::default())
-    }
-}
 
 /// Model `m` over `a` (node n1) and `b` (node n2), two slots each.
 pub(super) const YAML: &str = "
