@@ -98,6 +98,14 @@ impl Headers {
             .map(|&(n, v)| (n.get(&self.block), v.get(&self.block)))
     }
 
+    /// All `(name, value)` pairs in wire order, each value a refcounted
+    /// slice of the head (no copy).
+    pub fn iter_bytes(&self) -> impl Iterator<Item = (&[u8], Bytes)> + '_ {
+        self.entries
+            .iter()
+            .map(|&(n, v)| (n.get(&self.block), v.slice(&self.block)))
+    }
+
     /// The value of the first field named `name` (ASCII case-insensitive).
     pub fn get(&self, name: &str) -> Option<&[u8]> {
         self.iter()

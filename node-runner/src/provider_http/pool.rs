@@ -51,7 +51,7 @@ pub struct PoolKey {
     /// Plain TCP or TLS.
     pub scheme: Scheme,
     /// The host as written in the base URL (lower-cased).
-    pub host: String,
+    pub host: std::sync::Arc<str>,
     /// The TCP port.
     pub port: u16,
 }

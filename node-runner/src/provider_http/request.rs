@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use framing::http::write_request_head;
@@ -72,9 +73,14 @@ impl fmt::Display for Scheme {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BaseUrl {
     scheme: Scheme,
-    host: String,
+    // Shared, not owned: every request holds its base URL and every pooled
+    // connection its key, and a clone should not copy strings.
+    host: Arc<str>,
     port: u16,
-    prefix: String,
+    prefix: Arc<str>,
+    /// The `Host` field value: `host` for the scheme's default port,
+    /// `host:port` otherwise.
+    host_field: Arc<str>,
 }
 
 /// Why a base URL was refused.
@@ -132,11 +138,18 @@ impl BaseUrl {
             None => scheme.default_port(),
             Some(p) => p.parse::<u16>().map_err(|_| fail("invalid port"))?,
         };
+        let host = host.to_ascii_lowercase();
+        let host_field = if port == scheme.default_port() {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        };
         let base = Self {
             scheme,
-            host: host.to_ascii_lowercase(),
+            host: host.into(),
             port,
-            prefix: path.trim_end_matches('/').to_owned(),
+            prefix: path.trim_end_matches('/').into(),
+            host_field: host_field.into(),
         };
         if scheme == Scheme::Https && base.server_name().is_none() {
             return Err(fail("host is not a valid TLS server name"));
@@ -169,18 +182,8 @@ impl BaseUrl {
     pub fn pool_key(&self) -> PoolKey {
         PoolKey {
             scheme: self.scheme,
-            host: self.host.clone(),
+            host: Arc::clone(&self.host),
             port: self.port,
-        }
-    }
-
-    /// The `Host` field value: `host` for the scheme's default port,
-    /// `host:port` otherwise.
-    fn host_field(&self) -> Cow<'_, str> {
-        if self.port == self.scheme.default_port() {
-            Cow::Borrowed(&self.host)
-        } else {
-            Cow::Owned(format!("{}:{}", self.host, self.port))
         }
     }
 
@@ -269,13 +272,14 @@ impl ProviderRequest {
     /// write (then the returned body is empty).
     pub(crate) fn encode(&self) -> Result<(BytesMut, Bytes), ProviderError> {
         let path = format!("{}{}", self.base.prefix, self.path_and_query);
-        let host = self.base.host_field();
+        let host = &self.base.host_field;
         let sends_length = !self.body.is_empty()
             || !matches!(
                 self.method.as_ref(),
                 "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE"
             );
-        let length = sends_length.then(|| self.body.len().to_string());
+        let mut length_digits = itoa::Buffer::new();
+        let length = sends_length.then(|| length_digits.format(self.body.len()));
         let own = [
             (&b"Host"[..], host.as_bytes()),
             (b"Connection", b"keep-alive"),
@@ -286,9 +290,7 @@ impl ProviderRequest {
                 .any(|f| f.as_bytes().eq_ignore_ascii_case(name));
             (!own).then_some((&name[..], &value[..]))
         });
-        let length = length
-            .as_deref()
-            .map(|l| (&b"Content-Length"[..], l.as_bytes()));
+        let length = length.map(|l| (&b"Content-Length"[..], l.as_bytes()));
         let fields = own.into_iter().chain(length).chain(caller);
         let inline = self.body.len() <= INLINE_BODY_MAX;
         let mut head =

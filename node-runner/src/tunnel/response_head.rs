@@ -2,7 +2,6 @@
 //! observes its body (usage extraction, the SSE usage strip), and which of
 //! its header fields reach the Edge.
 
-use bytes::Bytes;
 use framing::http::Headers;
 use proto::v1::{Header, ProviderTunnelRequest};
 
@@ -72,14 +71,14 @@ pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
         })
     };
     headers
-        .iter()
+        .iter_bytes()
         .filter(|(name, _)| {
             !is_hop_by_hop(name) && !named_by_connection(name)
                 || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
         })
         .map(|(name, value)| Header {
             name: String::from_utf8_lossy(name).into_owned(),
-            value: Bytes::copy_from_slice(value),
+            value,
         })
         .collect()
 }
