@@ -45,6 +45,7 @@
 //! answer maps to `AVAILABLE` / `UNAVAILABLE` / `UNKNOWN` is documented
 //! there.
 
+mod lenient;
 mod ollama;
 mod openai;
 pub mod probe;

@@ -17,13 +17,16 @@
 //! `terminate_session` unloads the target: `POST /api/chat` with
 //! `{"model": target, "messages": [], "keep_alive": 0}`.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use framing::ndjson::NdjsonObserver;
 use proto::v1::{ExecutionFailure, FailureCode, FailureSide, ProviderHealth, Usage};
+use serde::de::{IgnoredAny, MapAccess};
 use serde_json::{Map, Value, json};
 
+use super::lenient::{Count, Flag, FromMap, JsonObject, Lenient, Text};
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
     TerminateError, failure, json_object, malformed, messages_json, probe, status_failure,
@@ -213,9 +216,9 @@ impl NdjsonParser {
 
 /// The events of one NDJSON line; true when it pushed a terminal.
 fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
-    let value: Value = match serde_json::from_slice(line) {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => {
+    let line = match serde_json::from_slice::<JsonObject<LineJson<'_>>>(line) {
+        Ok(JsonObject::Object(line)) => line,
+        Ok(JsonObject::NotObject) => {
             out.push_back(RuntimeEvent::Error(malformed("line is not a JSON object")));
             return true;
         }
@@ -226,7 +229,7 @@ fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
             return true;
         }
     };
-    if value.get("error").is_some() {
+    if line.error {
         out.push_back(RuntimeEvent::Error(failure(
             FailureCode::ProviderHttpStatus,
             FailureSide::Provider,
@@ -234,24 +237,17 @@ fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
         )));
         return true;
     }
-    let text = |key: &str| {
-        value
-            .get("message")
-            .and_then(|m| m.get(key))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    if let Some(thinking) = text("thinking") {
-        out.push_back(RuntimeEvent::ReasoningDelta(thinking.to_owned()));
+    let text = |s: Option<Cow<'_, str>>| s.filter(|s| !s.is_empty()).map(Cow::into_owned);
+    if let Some(thinking) = text(line.thinking) {
+        out.push_back(RuntimeEvent::ReasoningDelta(thinking));
     }
-    if let Some(content) = text("content") {
-        out.push_back(RuntimeEvent::Delta(content.to_owned()));
+    if let Some(content) = text(line.content) {
+        out.push_back(RuntimeEvent::Delta(content));
     }
-    if value.get("done").and_then(Value::as_bool) != Some(true) {
+    if line.done != Some(true) {
         return false;
     }
-    let count = |key: &str| value.get(key).and_then(Value::as_u64);
-    let usage = match (count("prompt_eval_count"), count("eval_count")) {
+    let usage = match (line.prompt_eval_count, line.eval_count) {
         (None, None) => None,
         (input, output) => Some(Usage {
             input_tokens: input.unwrap_or(0),
@@ -261,12 +257,79 @@ fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
         }),
     };
     out.push_back(RuntimeEvent::Complete {
-        finish_reason: value
-            .get("done_reason")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        finish_reason: line.done_reason.map(Cow::into_owned).unwrap_or_default(),
         usage,
     });
     true
 }
+
+/// The fields of one `/api/chat` line the adapter reads, read as a `Value`
+/// walk read them (see [`super::lenient`]): ~13 allocations a line fewer.
+#[derive(Debug, Default)]
+struct LineJson<'a> {
+    /// `error`: present, with any value.
+    error: bool,
+    /// `message.thinking`, when a string.
+    thinking: Option<Cow<'a, str>>,
+    /// `message.content`, when a string.
+    content: Option<Cow<'a, str>>,
+    /// `done`, when a boolean.
+    done: Option<bool>,
+    /// `done_reason`, when a string.
+    done_reason: Option<Cow<'a, str>>,
+    /// `prompt_eval_count`, when a count.
+    prompt_eval_count: Option<u64>,
+    /// `eval_count`, when a count.
+    eval_count: Option<u64>,
+}
+
+impl<'de> FromMap<'de> for LineJson<'de> {
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "error" => {
+                map.next_value::<IgnoredAny>()?;
+                self.error = true;
+            }
+            "message" => {
+                let message = map.next_value::<Lenient<MessageJson<'de>>>()?.0;
+                let message = message.unwrap_or_default();
+                self.thinking = message.thinking;
+                self.content = message.content;
+            }
+            "done" => self.done = map.next_value::<Flag>()?.0,
+            "done_reason" => self.done_reason = map.next_value::<Text<'de>>()?.0,
+            "prompt_eval_count" => self.prompt_eval_count = map.next_value::<Count>()?.0,
+            "eval_count" => self.eval_count = map.next_value::<Count>()?.0,
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A line's `message`.
+#[derive(Debug, Default)]
+struct MessageJson<'a> {
+    thinking: Option<Cow<'a, str>>,
+    content: Option<Cow<'a, str>>,
+}
+
+impl<'de> FromMap<'de> for MessageJson<'de> {
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let slot = match key {
+            "thinking" => &mut self.thinking,
+            "content" => &mut self.content,
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+                return Ok(());
+            }
+        };
+        *slot = map.next_value::<Text<'de>>()?.0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "ollama_line_tests.rs"]
+mod line_tests;

@@ -14,20 +14,14 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::marker::PhantomData;
 
 use proto::v1::Usage;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// A parsed event body: an object, or some other JSON value.
-#[derive(Debug, Default)]
-pub(super) enum ChunkJson<'a> {
-    /// A JSON object: the chunk.
-    Object(Chunk<'a>),
-    /// Valid JSON that is not an object.
-    #[default]
-    NotObject,
-}
+use crate::adapter::lenient::{Count, FromMap, JsonObject, Lenient, Text, ignore_others};
+
+/// A parsed event body: an object (the chunk), or some other JSON value.
+pub(super) type ChunkJson<'a> = JsonObject<Chunk<'a>>;
 
 /// The fields of a `chat.completion.chunk` the adapter reads.
 #[derive(Debug, Default)]
@@ -94,134 +88,6 @@ pub(super) fn usage_from<'de, D: Deserializer<'de>>(
     value: D,
 ) -> Result<Option<UsageJson>, D::Error> {
     Ok(Lenient::<UsageJson>::deserialize(value)?.0)
-}
-
-/// An object read field by field from a map.
-trait FromMap<'de>: Default {
-    /// Handles the value of `key` (the value must be consumed).
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
-}
-
-/// Reads a map into `T`: every key is offered to `T::field`.
-fn read_map<'de, T: FromMap<'de>, A: MapAccess<'de>>(mut map: A) -> Result<T, A::Error> {
-    let mut out = T::default();
-    while let Some(key) = map.next_key::<Key<'de>>()? {
-        out.field(&key.0, &mut map)?;
-    }
-    Ok(out)
-}
-
-/// A map key, borrowed when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Key(Text::deserialize(d)?.0.unwrap_or_default()))
-    }
-}
-
-/// Implements the `Visitor` methods of every JSON value that is not the
-/// expected kind: consumed and read as `Default`.
-macro_rules! ignore_others {
-    ($($skip:ident),*) => {
-        $(ignore_others!(@one $skip);)*
-    };
-    (@one bool) => { fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> { Ok(Default::default()) } };
-    (@one i64) => { fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> { Ok(Default::default()) } };
-    (@one u64) => { fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> { Ok(Default::default()) } };
-    (@one f64) => { fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> { Ok(Default::default()) } };
-    (@one str) => { fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> { Ok(Default::default()) } };
-    (@one unit) => {
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> { Ok(Default::default()) }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> { Ok(Default::default()) }
-    };
-    (@one seq) => {
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Default::default())
-        }
-    };
-    (@one map) => {
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok(Default::default())
-        }
-    };
-}
-
-/// A string, or `None` for any other value.
-#[derive(Default)]
-struct Text<'de>(Option<Cow<'de, str>>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Some(Cow::Borrowed(s))))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-                Ok(Text(Some(Cow::Owned(s.to_owned()))))
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
-                Ok(Text(Some(Cow::Owned(s))))
-            }
-            ignore_others!(bool, i64, u64, f64, unit, seq, map);
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A count: a non-negative integer, or `None` for any other value (what
-/// `Value::as_u64` accepts).
-#[derive(Default)]
-struct Count(Option<u64>);
-
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Count;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
-                Ok(Count(Some(n)))
-            }
-            ignore_others!(bool, i64, f64, str, unit, seq, map);
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An object read as `T`, or `None` for any other value.
-struct Lenient<T>(Option<T>);
-
-impl<T> Default for Lenient<T> {
-    fn default() -> Self {
-        Self(None)
-    }
-}
-
-impl<'de, T: FromMap<'de>> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: FromMap<'de>> Visitor<'de> for V<T> {
-            type Value = Lenient<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                Ok(Lenient(Some(read_map(map)?)))
-            }
-            ignore_others!(bool, i64, u64, f64, str, unit, seq);
-        }
-        d.deserialize_any(V(PhantomData))
-    }
 }
 
 /// `choices[0]` as an object, or `None` (not an array, empty, or a first
@@ -371,23 +237,6 @@ impl<'de> FromMap<'de> for Details {
             }
         }
         Ok(())
-    }
-}
-
-impl<'de> Deserialize<'de> for ChunkJson<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ChunkJson<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                Ok(ChunkJson::Object(read_map(map)?))
-            }
-            ignore_others!(bool, i64, u64, f64, str, unit, seq);
-        }
-        d.deserialize_any(V)
     }
 }
 

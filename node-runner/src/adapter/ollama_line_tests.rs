@@ -1,0 +1,164 @@
+//! The typed line reads what the `serde_json::Value` walk it replaced read,
+//! for any JSON (the old walk is kept here as the reference).
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+use proto::v1::{FailureCode, FailureSide, Usage};
+use serde_json::{Map, Value, json};
+
+use super::line_events;
+use crate::adapter::{RuntimeEvent, failure, malformed};
+
+fn typed(line: &str) -> (bool, VecDeque<RuntimeEvent>) {
+    let mut out = VecDeque::new();
+    let done = line_events(line.as_bytes(), &mut out);
+    (done, out)
+}
+
+/// The `Value` walk the adapter did before, over a parsed line.
+fn reference(value: &Value) -> (bool, VecDeque<RuntimeEvent>) {
+    let mut out = VecDeque::new();
+    if !value.is_object() {
+        out.push_back(RuntimeEvent::Error(malformed("line is not a JSON object")));
+        return (true, out);
+    }
+    if value.get("error").is_some() {
+        out.push_back(RuntimeEvent::Error(failure(
+            FailureCode::ProviderHttpStatus,
+            FailureSide::Provider,
+            "provider reported an error mid-stream",
+        )));
+        return (true, out);
+    }
+    let text = |key: &str| {
+        value
+            .get("message")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(thinking) = text("thinking") {
+        out.push_back(RuntimeEvent::ReasoningDelta(thinking.to_owned()));
+    }
+    if let Some(content) = text("content") {
+        out.push_back(RuntimeEvent::Delta(content.to_owned()));
+    }
+    if value.get("done").and_then(Value::as_bool) != Some(true) {
+        return (false, out);
+    }
+    let count = |key: &str| value.get(key).and_then(Value::as_u64);
+    let usage = match (count("prompt_eval_count"), count("eval_count")) {
+        (None, None) => None,
+        (input, output) => Some(Usage {
+            input_tokens: input.unwrap_or(0),
+            output_tokens: output.unwrap_or(0),
+            reasoning_tokens: None,
+            cached_input_tokens: None,
+        }),
+    };
+    out.push_back(RuntimeEvent::Complete {
+        finish_reason: value
+            .get("done_reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        usage,
+    });
+    (true, out)
+}
+
+fn same(line: &str) {
+    let value: Value = serde_json::from_str(line).expect("valid JSON");
+    assert_eq!(typed(line), reference(&value), "{line}");
+}
+
+#[test]
+fn real_lines_read_as_before() {
+    for line in [
+        r#"{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"tok "},"done":false}"#,
+        r#"{"message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}"#,
+        r#"{"message":{"content":"a \"q\" \u00e9\n"},"done":false}"#,
+        r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","total_duration":1,"prompt_eval_count":3,"eval_count":16}"#,
+        r#"{"done":true}"#,
+        r#"{"done":true,"eval_count":2}"#,
+        r#"{"error":"model not found"}"#,
+        r#"{"error":null,"message":{"content":"a"}}"#,
+        r#"{"message":"text","done":"yes"}"#,
+        r#"{"message":null,"done":null,"done_reason":null}"#,
+        r#"{"message":{"content":5,"thinking":""},"done":1}"#,
+        r#"{"done":true,"prompt_eval_count":-1,"eval_count":2.0,"done_reason":7}"#,
+        r#"{"done":true,"prompt_eval_count":18446744073709551615}"#,
+        r#"{"message":{"content":"a"},"message":{"content":"b"},"done":true,"done":false}"#,
+        r#"{"message":{"content":"a","content":"b"}}"#,
+        r#"{"m\u0065ssage":{"c\u006fntent":"escaped keys"}}"#,
+        r#"[1,2]"#,
+        r#""text""#,
+        r#"null"#,
+        r#"12"#,
+    ] {
+        same(line);
+    }
+}
+
+#[test]
+fn not_json_is_a_malformed_terminal() {
+    for line in [r#"{nope"#, r#"{"message":[}"#, r#"{"a":1} x"#, ""] {
+        let (done, out) = typed(line);
+        assert!(done, "{line}");
+        let error = serde_json::from_str::<Value>(line).unwrap_err();
+        assert_eq!(
+            out,
+            [RuntimeEvent::Error(malformed(format_args!(
+                "line is not JSON ({error})"
+            )))],
+            "{line}"
+        );
+    }
+}
+
+/// JSON values built from the keys the adapter looks at.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        (-1e6f64..1e6).prop_map(|f| json!(f)),
+        prop::sample::select(vec!["", "tok ", "hmm", "stop", "a\"b\\c\n\u{e9}"])
+            .prop_map(|s| Value::String(s.into())),
+    ];
+    let keys = prop::sample::select(vec![
+        "error",
+        "message",
+        "content",
+        "thinking",
+        "role",
+        "done",
+        "done_reason",
+        "prompt_eval_count",
+        "eval_count",
+        "model",
+    ]);
+    leaf.prop_recursive(4, 48, 5, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec((keys.clone(), inner), 0..6).prop_map(|entries| {
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect::<Map<String, Value>>(),
+                )
+            }),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn any_json_reads_as_before(value in json_value()) {
+        let line = value.to_string();
+        prop_assert_eq!(typed(&line), reference(&value), "{}", line);
+    }
+}
