@@ -29,7 +29,7 @@ use crate::dispatch::{RunStream, SubmitRun};
 use crate::pool::Lease;
 
 mod sse;
-use sse::{SseWriter, chat_json, responses_json};
+use sse::{SseWriter, chat_body, responses_json};
 
 /// What the run produced, for the non-stream body.
 #[derive(Debug, Default)]
@@ -96,12 +96,10 @@ pub(crate) fn serve<'a>(
                 super::record_usage(ctx.shared, &lease, usage);
             }
             let body = match api {
-                Api::Chat => chat_json(&ids, &out),
-                Api::Responses => responses_json(&ids, &out),
+                Api::Chat => chat_body(&ids, &out),
+                Api::Responses => responses_json(&ids, &out).to_string().into_bytes(),
             };
-            responder
-                .full(200, "application/json", body.to_string().into_bytes())
-                .await;
+            responder.full(200, "application/json", body).await;
             return Attempt::Answered(200);
         }
         responder

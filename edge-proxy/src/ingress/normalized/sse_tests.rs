@@ -49,3 +49,53 @@ fn typed_events_are_the_json_bytes() {
         assert_eq!(typed, sse(Some("response.output_text.delta"), &value));
     }
 }
+
+/// The `json!` form `chat_body` replaced.
+fn chat_json(ids: &Ids, out: &Output) -> Value {
+    let mut message = json!({"role": "assistant", "content": out.text});
+    if !out.reasoning.is_empty() {
+        message["reasoning_content"] = json!(out.reasoning);
+    }
+    let finish = if out.finish_reason.is_empty() {
+        "stop"
+    } else {
+        &out.finish_reason
+    };
+    json!({
+        "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": out.usage.as_ref().map(chat_usage),
+    })
+}
+
+#[test]
+fn chat_body_is_the_json_bytes() {
+    let ids = writer_ids();
+    let usage = proto::v1::Usage {
+        input_tokens: 3,
+        output_tokens: 2,
+        reasoning_tokens: Some(1),
+        cached_input_tokens: None,
+    };
+    for (text, reasoning, finish, usage) in [
+        ("", "", "", None),
+        (
+            "quote \" back \\ nl \n \u{1} \u{e9}",
+            "",
+            "length",
+            Some(usage),
+        ),
+        ("a", "thought \"x\"", "stop", None),
+    ] {
+        let out = Output {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            finish_reason: finish.into(),
+            usage,
+        };
+        assert_eq!(
+            chat_body(&ids, &out),
+            chat_json(&ids, &out).to_string().into_bytes()
+        );
+    }
+}
