@@ -192,3 +192,36 @@ impl<'de, T: FromMap<'de>> Deserialize<'de> for JsonObject<T> {
         d.deserialize_any(V(PhantomData))
     }
 }
+
+/// JSON values for tests: objects and arrays nested from leaves of every
+/// kind, with keys drawn from `keys` (those an adapter looks at).
+#[cfg(test)]
+pub(crate) fn json_value(
+    keys: Vec<&'static str>,
+) -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        (-1e6f64..1e6).prop_map(|f| json!(f)),
+        prop::sample::select(vec!["", "tok ", "hmm", "stop", "a\"b\\c\n\u{e9}"])
+            .prop_map(|s| Value::String(s.into())),
+    ];
+    let keys = prop::sample::select(keys);
+    leaf.prop_recursive(5, 64, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec((keys.clone(), inner), 0..5).prop_map(|entries| {
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect::<Map<String, Value>>(),
+                )
+            }),
+        ]
+    })
+}
