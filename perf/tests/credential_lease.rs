@@ -170,11 +170,8 @@ fn tunnel(
     let lease = block_on(edge.pools.acquire("remote", &edge.registry)).expect("a lease");
     let frames = block_on(async {
         let mut stream: TunnelStream =
-            within(
-                edge.dispatcher
-                    .open_tunnel_sealed_by(&lease, chat_request(), principal, seal),
-            )
-            .await?;
+            edge.dispatcher
+                .open_tunnel_sealed_by(&lease, chat_request(), principal, seal)?;
         let mut frames = Vec::new();
         while let Some(frame) = within(stream.next()).await {
             if let Frame::Body(_) = &frame {
@@ -478,8 +475,9 @@ fn stalled_tunnel_health(stack: &Stack, group: &str) -> (ProviderHealth, Livenes
     );
     request.response_stall_timeout_ms = lease.provider().response_stall_timeout_ms;
     let frames = block_on(async {
-        let mut stream = within(edge.dispatcher.open_tunnel_as(&lease, request, ""))
-            .await
+        let mut stream = edge
+            .dispatcher
+            .open_tunnel_as(&lease, request, "")
             .expect("tunnel opened");
         let mut frames = Vec::new();
         while let Some(frame) = within(stream.next()).await {

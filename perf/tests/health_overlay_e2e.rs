@@ -134,7 +134,10 @@ fn an_unavailable_stall_lowers_the_provider_until_a_probe_restores_it() {
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         ..SubmitRun::default()
     };
-    let stream = block_on(edge.dispatcher.submit_leased(&lease, run)).expect("submitted");
+    let stream = edge
+        .dispatcher
+        .submit_leased(&lease, run)
+        .expect("submitted");
     let (node, generation) = stream.node();
     let reception = (node.to_owned(), generation);
     let events = block_on(events(stream));

@@ -198,8 +198,9 @@ fn a_stalled_tunnel_ends_with_one_typed_stall_error_frame() {
         let lease = block_on(edge.pools.acquire("stalls", &edge.registry)).expect("a lease");
         let request = chat_tunnel(&lease, CHAT_STREAM, 0);
         let frames = block_on(async {
-            let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
-                .await
+            let mut tunnel = edge
+                .dispatcher
+                .open_tunnel(&lease, request)
                 .expect("tunnel opened");
             let mut frames = Vec::new();
             while let Some(frame) = within(tunnel.next()).await {
@@ -262,8 +263,9 @@ fn a_tunnel_waiting_on_its_client_does_not_stall() {
         let lease = block_on(edge.pools.acquire("steady", &edge.registry)).expect("a lease");
         let request = chat_tunnel(&lease, CHAT_STREAM, 16);
         let frames = block_on(async {
-            let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
-                .await
+            let mut tunnel = edge
+                .dispatcher
+                .open_tunnel(&lease, request)
                 .expect("tunnel opened");
             let mut frames = Vec::new();
             let mut held = false;
@@ -298,8 +300,9 @@ fn a_tunnel_stalled_before_its_head_is_one_error_frame_with_unknown_health() {
         let lease = block_on(edge.pools.acquire("stalls-head", &edge.registry)).expect("a lease");
         let request = chat_tunnel(&lease, "{}", 0);
         let frames = block_on(async {
-            let mut tunnel = within(edge.dispatcher.open_tunnel(&lease, request))
-                .await
+            let mut tunnel = edge
+                .dispatcher
+                .open_tunnel(&lease, request)
                 .expect("tunnel opened");
             let mut frames = Vec::new();
             while let Some(frame) = within(tunnel.next()).await {

@@ -18,11 +18,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
         lease: &Lease,
         scope: impl FnOnce() -> crate::lease::LeaseScope,
     ) -> Result<bytes::Bytes, SubmitError> {
-        match self.registry.leases() {
-            Some(leases) if leases.has_credential(&lease.provider().id) => {
-                Ok(leases.issue(&scope())?.unwrap_or_default())
-            }
-            _ => Ok(bytes::Bytes::new()),
+        let credentialed = (self.registry.leases())
+            .is_some_and(|leases| leases.has_credential(&lease.provider().id));
+        if credentialed {
+            self.issue(&scope())
+        } else {
+            Ok(bytes::Bytes::new())
         }
     }
 

@@ -181,23 +181,19 @@ impl<D: NodeDirectory> Dispatcher<D> {
             return Err(SubmitError::Invalid("target must not be empty"));
         }
         let target = self.select(run.node.as_deref())?;
-        self.submit_to(target, run).await
+        self.submit_to(target, run)
     }
 
     /// Submits a run to the provider `lease` holds (F17, F19): its node, at
     /// the generation leased. A node that reconnected since is
     /// [`SubmitError::ConnectionGone`]: the lease was for the old one.
-    pub async fn submit_leased(
-        &self,
-        lease: &Lease,
-        run: SubmitRun,
-    ) -> Result<RunStream, SubmitError> {
-        self.submit_leased_as(lease, run, "").await
+    pub fn submit_leased(&self, lease: &Lease, run: SubmitRun) -> Result<RunStream, SubmitError> {
+        self.submit_leased_as(lease, run, "")
     }
 
     /// [`submit_leased`](Self::submit_leased) for the client `principal`
     /// (its API key's name), bound into the credential lease (F29).
-    pub async fn submit_leased_as(
+    pub fn submit_leased_as(
         &self,
         lease: &Lease,
         mut run: SubmitRun,
@@ -211,13 +207,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
             self.lease_scope(lease, &target, &run_id, principal, "")
         })?;
         self.submit_with(target, run, run_id, credential_lease)
-            .await
     }
 
     /// Opens a raw provider tunnel like [`open_tunnel`](Self::open_tunnel)
     /// for the client `principal` (its API key's name, never the key),
     /// bound into the credential lease (F29) when the provider has one.
-    pub async fn open_tunnel_as(
+    pub fn open_tunnel_as(
         &self,
         lease: &Lease,
         request: ProviderTunnelRequest,
@@ -228,13 +223,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
                 self.lease_scope(lease, target, tunnel_id, principal, api)
             })
         })
-        .await
     }
 
     /// [`open_tunnel_as`](Self::open_tunnel_as) with the credential lease
     /// made by `seal` from the scope the Edge would bind (tests and tools
     /// that need a lease with chosen fields; the ingress never uses it).
-    pub async fn open_tunnel_sealed_by(
+    pub fn open_tunnel_sealed_by(
         &self,
         lease: &Lease,
         request: ProviderTunnelRequest,
@@ -244,12 +238,11 @@ impl<D: NodeDirectory> Dispatcher<D> {
         self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
             seal(&self.lease_scope(lease, target, tunnel_id, principal, api))
         })
-        .await
     }
 
     /// Opens a tunnel on `lease`'s provider with the credential lease
     /// `seal` makes for its target, tunnel id and API.
-    async fn open_tunnel_sealing(
+    fn open_tunnel_sealing(
         &self,
         lease: &Lease,
         mut request: ProviderTunnelRequest,
@@ -260,20 +253,19 @@ impl<D: NodeDirectory> Dispatcher<D> {
         let api = crate::lease::api_of_path(&request.path);
         request.credential_lease = seal(&target, &tunnel_id, api)?;
         self.open_tunnel_with(lease, target, tunnel_id, request)
-            .await
     }
 
     /// Opens a raw provider tunnel (F16) on the provider `lease` holds.
     /// `request.tunnel_id` is filled in.
-    pub async fn open_tunnel(
+    pub fn open_tunnel(
         &self,
         lease: &Lease,
         request: ProviderTunnelRequest,
     ) -> Result<TunnelStream, SubmitError> {
-        self.open_tunnel_as(lease, request, "").await
+        self.open_tunnel_as(lease, request, "")
     }
 
-    async fn open_tunnel_with(
+    fn open_tunnel_with(
         &self,
         lease: &Lease,
         target: Target,
@@ -310,13 +302,12 @@ impl<D: NodeDirectory> Dispatcher<D> {
         }
     }
 
-    async fn submit_to(&self, target: Target, run: SubmitRun) -> Result<RunStream, SubmitError> {
+    fn submit_to(&self, target: Target, run: SubmitRun) -> Result<RunStream, SubmitError> {
         let run_id = self.run_ids.next();
         self.submit_with(target, run, run_id, bytes::Bytes::new())
-            .await
     }
 
-    async fn submit_with(
+    fn submit_with(
         &self,
         target: Target,
         run: SubmitRun,

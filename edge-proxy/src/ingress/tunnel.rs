@@ -77,19 +77,16 @@ pub(crate) fn serve<'a>(
 ) -> impl Future<Output = Attempt> + 'a {
     async move {
         // The open is built in one expression: a request bound to a name
-        // would keep its slot in the layout beside the stream.
-        let opening = match tunnel_request(ctx.api, request, &lease) {
-            // Boxed: a short step (see `http::serve`).
-            Ok(tunnel) => Box::pin(ctx.shared.dispatcher.open_tunnel_as(
-                &lease,
-                tunnel,
-                &ctx.principal,
-            )),
-            Err(error) => return Attempt::refused(responder, &error).await,
-        };
-        let mut stream = match opening.await {
+        // would keep its slot in the layout beside the stream. (The open
+        // does not wait: the stream's id is taken here.)
+        let opened = tunnel_request(ctx.api, request, &lease).and_then(|tunnel| {
+            (ctx.shared.dispatcher)
+                .open_tunnel_as(&lease, tunnel, &ctx.principal)
+                .map_err(ApiError::from)
+        });
+        let mut stream = match opened {
             Ok(stream) => stream,
-            Err(error) => return Attempt::refused(responder, &ApiError::from(error)).await,
+            Err(error) => return Attempt::refused(responder, &error).await,
         };
         let mut commit = TunnelCommit::default();
         let ended = relay(ctx, &lease, &mut stream, responder, &mut commit, request).await;

@@ -183,7 +183,10 @@ fn the_edges_own_recovery_probe_restores_a_keyed_provider() {
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         ..edge_proxy::dispatch::SubmitRun::default()
     };
-    let stream = block_on(edge.dispatcher.submit_leased(&lease, run)).expect("submitted");
+    let stream = edge
+        .dispatcher
+        .submit_leased(&lease, run)
+        .expect("submitted");
     let (node, generation) = stream.node();
     let reception = (node.to_owned(), generation);
     let events = block_on(events(stream));

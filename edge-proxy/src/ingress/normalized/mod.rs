@@ -53,23 +53,21 @@ pub(crate) fn serve<'a>(
 ) -> impl Future<Output = Attempt> + 'a {
     async move {
         // The submit is built in one expression: a run bound to a name
-        // would keep its slot in the layout beside the stream.
-        let submitting = match api_input(ctx.api, request) {
-            // Boxed: a short step (see `http::serve`).
-            Ok(input) => Box::pin(ctx.shared.dispatcher.submit_leased_as(
-                &lease,
-                SubmitRun {
-                    input,
-                    response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
-                    ..SubmitRun::default()
-                },
-                &ctx.principal,
-            )),
-            Err(error) => return Attempt::refused(responder, &error).await,
-        };
-        let mut stream = match submitting.await {
+        // would keep its slot in the layout beside the stream. (The submit
+        // does not wait: the stream's id is taken here.)
+        let submitted = api_input(ctx.api, request).and_then(|input| {
+            let run = SubmitRun {
+                input,
+                response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+                ..SubmitRun::default()
+            };
+            (ctx.shared.dispatcher)
+                .submit_leased_as(&lease, run, &ctx.principal)
+                .map_err(ApiError::from)
+        });
+        let mut stream = match submitted {
             Ok(stream) => stream,
-            Err(error) => return Attempt::refused(responder, &ApiError::from(error)).await,
+            Err(error) => return Attempt::refused(responder, &error).await,
         };
         let api = ctx.api;
         let mut out = Output::default();
