@@ -198,6 +198,41 @@ fn ollama_streams_thinking_content_and_counts() {
     });
 }
 
+/// A caller of the whole answer: the deltas a read brings (the mock batches
+/// an unpaced answer into a write or two) come out as one event, the text
+/// unchanged; without merging, one event a token.
+#[test]
+fn held_deltas_merge_into_one_event_for_a_whole_answer() {
+    fn count(events: &[RuntimeEvent], reasoning: bool) -> usize {
+        events
+            .iter()
+            .filter(|e| match e {
+                RuntimeEvent::Delta(_) => !reasoning,
+                RuntimeEvent::ReasoningDelta(_) => reasoning,
+                _ => false,
+            })
+            .count()
+    }
+    async fn apart_and_merged(adapter: &impl Adapter) {
+        let apart = collect(adapter.execute(spec()).await).await;
+        let merged = collect(adapter.execute(spec()).await.merging_deltas(true)).await;
+        assert_eq!((count(&apart, false), count(&apart, true)), (12, 3));
+        // One event a mock write (it batches an unpaced answer), not a token.
+        assert!(count(&merged, false) < 12, "{merged:?}");
+        assert!(count(&merged, true) < 3, "{merged:?}");
+        assert_eq!(text(&merged, false), text(&apart, false));
+        assert_eq!(text(&merged, true), text(&apart, true));
+        assert_eq!(terminal(&merged), terminal(&apart));
+    }
+    each_driver(|| async {
+        let (mock, base) = start();
+        let knobs = [("tokens", "12"), ("reasoning-tokens", "3")];
+        apart_and_merged(&ollama(&base, &knobs)).await;
+        apart_and_merged(&openai(&base, OpenAiFlavor::Vllm, &knobs)).await;
+        mock.shutdown();
+    });
+}
+
 #[test]
 fn http_error_status_is_typed_by_side() {
     each_driver(|| async {

@@ -116,12 +116,11 @@ fn normalized_models_answer_chat_completions_and_responses() {
             let body: Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(body["object"], "chat.completion");
             assert_eq!(body["model"], "ollama");
-            assert!(
-                !body["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap()
-                    .is_empty()
-            );
+            let whole = body["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert!(!whole.is_empty());
             assert!(body["choices"][0]["message"]["reasoning_content"].is_string());
             assert!(body["usage"]["completion_tokens"].as_u64().unwrap() > 0);
 
@@ -144,6 +143,13 @@ fn normalized_models_answer_chat_completions_and_responses() {
                 .iter()
                 .find(|c| c["choices"][0]["finish_reason"].is_string());
             assert_eq!(finish.unwrap()["choices"][0]["finish_reason"], "stop");
+            // The node merged the whole answer's deltas (RunRequest
+            // .merge_deltas), the streamed one's it sent apart: one text.
+            let streamed: String = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            assert_eq!(streamed, whole);
             let usage = chunks.last().unwrap();
             assert_eq!(usage["choices"], json!([]));
             assert!(usage["usage"]["total_tokens"].as_u64().unwrap() > 0);

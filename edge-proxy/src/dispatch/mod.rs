@@ -65,6 +65,10 @@ pub struct SubmitRun {
     pub response_stall_timeout_ms: u64,
     /// Hard deadline of the whole run; 0 = the provider's configured one.
     pub hard_timeout_ms: u64,
+    /// The caller reads the whole answer (a non-streaming client): the node
+    /// may merge deltas it already holds into one event
+    /// (`RunRequest.merge_deltas`).
+    pub merge_deltas: bool,
 }
 
 /// Why work could not be sent to a node.
@@ -324,6 +328,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             input: Some(run.input),
             response_stall_timeout_ms: run.response_stall_timeout_ms,
             hard_timeout_ms: run.hard_timeout_ms,
+            merge_deltas: run.merge_deltas,
             ..RunRequest::default()
         };
         let handle = self.open(

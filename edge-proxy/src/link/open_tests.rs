@@ -44,7 +44,11 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     let mut first = block_on(IoDriver::Epoll, dispatcher.submit_run(run()))
         .unwrap()
         .expect("submitted without an answer from the core");
-    let second = block_on(IoDriver::Epoll, dispatcher.submit_run(run()))
+    let whole_answer = SubmitRun {
+        merge_deltas: true,
+        ..run()
+    };
+    let second = block_on(IoDriver::Epoll, dispatcher.submit_run(whole_answer))
         .unwrap()
         .expect("submitted");
     assert!(inbox0.try_recv().is_err(), "n1 lives on core 1");
@@ -60,8 +64,15 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     };
     assert_eq!((g, request.run_id.as_str()), (generation, first.run_id()));
     assert!(
-        matches!(inbox1.try_recv(), Ok(CoreMsg::Open { stream_id: 2, .. })),
-        "the second run's open, stream 2"
+        !request.merge_deltas,
+        "a streaming caller's deltas stay apart"
+    );
+    assert!(
+        matches!(
+            inbox1.try_recv(),
+            Ok(CoreMsg::Open { stream_id: 2, msg: Msg::RunRequest(ref r), .. }) if r.merge_deltas
+        ),
+        "the second run's open, stream 2, for a caller of the whole answer"
     );
     drop(second);
     assert!(

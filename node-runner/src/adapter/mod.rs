@@ -49,10 +49,10 @@ mod lenient;
 mod ollama;
 mod openai;
 pub mod probe;
+mod stream;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use proto::v1::{
@@ -61,12 +61,12 @@ use proto::v1::{
 };
 use serde_json::{Map, Value};
 
-use crate::provider_http::{
-    BaseUrl, BaseUrlError, ProviderClient, ProviderError, ProviderRequest, ProviderResponse,
-};
+use crate::provider_http::{BaseUrl, BaseUrlError, ProviderClient, ProviderError, ProviderRequest};
 
 pub use ollama::OllamaAdapter;
 pub use openai::{OpenAiAdapter, OpenAiFlavor};
+use stream::Parser;
+pub use stream::{DRAIN_AFTER_COMPLETE, EventStream};
 
 /// Default bound on one health probe when the config says 0, in ms.
 pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 2_000;
@@ -522,131 +522,4 @@ fn json_object(bytes: &[u8], what: &str) -> Result<Map<String, Value>, Execution
             format!("{what} is not a JSON object"),
         )),
     }
-}
-
-/// How a stream's body is parsed.
-#[derive(Debug)]
-enum Parser {
-    Sse(openai::SseParser),
-    Ndjson(ollama::NdjsonParser),
-}
-
-impl Parser {
-    /// Parses `chunk`, pushing events; true once a terminal was pushed.
-    fn feed(&mut self, chunk: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
-        match self {
-            Self::Sse(p) => p.feed(chunk, out),
-            Self::Ndjson(p) => p.feed(chunk, out),
-        }
-    }
-
-    /// End of body: pushes the terminal (a truncation error unless the
-    /// final unterminated line carries one).
-    fn finish(&mut self, out: &mut VecDeque<RuntimeEvent>) {
-        match self {
-            Self::Sse(p) => p.finish(out),
-            Self::Ndjson(p) => p.finish(out),
-        }
-    }
-}
-
-/// Longest [`EventStream::next`] waits, after a `Complete`, for the rest of
-/// the provider's body (the chunked terminator) so the connection can go
-/// back to the pool; past it the connection is closed instead.
-pub const DRAIN_AFTER_COMPLETE: Duration = Duration::from_millis(100);
-
-/// The events of one run; see the module docs for the contract.
-///
-/// Call [`EventStream::next`] until `None`: the call after a `Complete`
-/// reads what is left of the provider's body (at most
-/// [`DRAIN_AFTER_COMPLETE`]) so the keep-alive connection is reused.
-/// Stopping at the terminal is correct too; it only costs the connection.
-#[derive(Debug)]
-pub struct EventStream {
-    pending: VecDeque<RuntimeEvent>,
-    body: Option<(ProviderResponse, Parser)>,
-    /// The response of a completed run, to drain on the next call.
-    drain: Option<ProviderResponse>,
-}
-
-impl EventStream {
-    /// A stream that is just `Start` then `Error(failure)`.
-    pub fn failed(failure: ExecutionFailure) -> Self {
-        Self {
-            pending: VecDeque::from([RuntimeEvent::Start, RuntimeEvent::Error(failure)]),
-            body: None,
-            drain: None,
-        }
-    }
-
-    fn streaming(response: ProviderResponse, parser: Parser) -> Self {
-        Self {
-            pending: VecDeque::from([RuntimeEvent::Start]),
-            body: Some((response, parser)),
-            drain: None,
-        }
-    }
-
-    /// Sends `request` and streams its body through `parser`.
-    async fn open(client: &ProviderClient, request: ProviderRequest, parser: Parser) -> Self {
-        match client.request(request).await {
-            Err(error) => Self::failed(transport_failure(&error)),
-            Ok(response) if !(200..300).contains(&response.status()) => {
-                Self::failed(status_failure(response.status()))
-            }
-            Ok(response) => Self::streaming(response, parser),
-        }
-    }
-
-    /// The next event; `None` after the terminal.
-    pub async fn next(&mut self) -> Option<RuntimeEvent> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                if event.is_terminal() {
-                    self.pending.clear();
-                    // After an error the response is dropped: a body not
-                    // yet ended closes its connection.
-                    let body = self.body.take();
-                    if let (Some((response, _)), RuntimeEvent::Complete { .. }) = (body, &event) {
-                        self.drain = Some(response);
-                    }
-                }
-                return Some(event);
-            }
-            let Some((response, parser)) = self.body.as_mut() else {
-                if let Some(response) = self.drain.take() {
-                    // Boxed: its monoio timer (640 B, 128-byte aligned)
-                    // would size and align every `next` call, which a
-                    // quiet run holds while it waits.
-                    Box::pin(drain(response)).await;
-                }
-                return None;
-            };
-            match response.next_chunk().await {
-                Some(Ok(chunk)) => {
-                    parser.feed(&chunk, &mut self.pending);
-                }
-                Some(Err(error)) => {
-                    self.pending
-                        .push_back(RuntimeEvent::Error(transport_failure(&error)));
-                }
-                None => parser.finish(&mut self.pending),
-            }
-        }
-    }
-}
-
-/// Reads the rest of a completed body within [`DRAIN_AFTER_COMPLETE`];
-/// dropping `response` then pools its connection if the body ended.
-async fn drain(mut response: ProviderResponse) {
-    let rest = async {
-        let mut left = 64 * 1024usize;
-        while let Some(Ok(chunk)) = response.next_chunk().await {
-            left = match left.checked_sub(chunk.len()) {
-                Some(left) => left,
-                None => return,
-            };
-        }
-    };
-    let _ = monoio::time::timeout(DRAIN_AFTER_COMPLETE, rest).await;
 }

@@ -156,33 +156,11 @@ impl ProviderResponse {
     /// idle timeout is applied here: stalls are the run watchdog's.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ProviderError>> {
         loop {
+            if let Some(item) = self.next_chunk_now() {
+                return item;
+            }
+            // `next_chunk_now` answers itself whenever there is no connection.
             let conn = self.conn.as_mut()?;
-            if !conn.is_clean() {
-                self.conn = None;
-                return Some(Err(ProviderError::Cancelled));
-            }
-            let item = if self.eof {
-                self.decoder.decode_eof(&mut conn.buf)
-            } else {
-                self.decoder.decode(&mut conn.buf)
-            };
-            match item {
-                Ok(Some(BodyItem::Data(data))) => return Some(Ok(data)),
-                Ok(Some(BodyItem::End)) => {
-                    self.finish();
-                    return None;
-                }
-                // `decode_eof` only says "nothing more" after its `End`.
-                Ok(None) if self.eof => {
-                    self.conn = None;
-                    return None;
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    self.conn = None;
-                    return Some(Err(ProviderError::body(error)));
-                }
-            }
             match conn.read_more().await {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}
@@ -190,6 +168,42 @@ impl ProviderResponse {
                     self.conn = None;
                     return Some(Err(ProviderError::io(&error)));
                 }
+            }
+        }
+    }
+
+    /// What [`ProviderResponse::next_chunk`] would return if the answer
+    /// needs no socket read: the next piece when the receive buffer holds
+    /// it whole, or the body's end, or an error already known. `None` when
+    /// the next piece needs a read (nothing is read here).
+    pub fn next_chunk_now(&mut self) -> Option<Option<Result<Bytes, ProviderError>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Some(None);
+        };
+        if !conn.is_clean() {
+            self.conn = None;
+            return Some(Some(Err(ProviderError::Cancelled)));
+        }
+        let item = if self.eof {
+            self.decoder.decode_eof(&mut conn.buf)
+        } else {
+            self.decoder.decode(&mut conn.buf)
+        };
+        match item {
+            Ok(Some(BodyItem::Data(data))) => Some(Some(Ok(data))),
+            Ok(Some(BodyItem::End)) => {
+                self.finish();
+                Some(None)
+            }
+            // `decode_eof` only says "nothing more" after its `End`.
+            Ok(None) if self.eof => {
+                self.conn = None;
+                Some(None)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                self.conn = None;
+                Some(Some(Err(ProviderError::body(error))))
             }
         }
     }

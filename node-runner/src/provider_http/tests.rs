@@ -147,7 +147,7 @@ fn content_length_body_is_a_slice_of_the_receive_buffer() {
 }
 
 #[test]
-fn chunked_body_comes_out_chunk_by_chunk_as_it_arrives() {
+fn chunked_body_comes_out_chunk_by_chunk_and_held_chunks_need_no_read() {
     each_driver(|| async {
         let (got_first, first_seen) = mpsc::channel::<()>();
         let (base, server) = serve(move |l| {
@@ -160,17 +160,33 @@ fn chunked_body_comes_out_chunk_by_chunk_as_it_arrives() {
             first_seen
                 .recv_timeout(PATIENCE)
                 .expect("client saw chunk 1");
-            s.write_all(b"6\r\nsecond\r\n0\r\n\r\n").unwrap();
+            // Chunks 2 and 3 in one write; the end only when asked.
+            s.write_all(b"6\r\nsecond\r\n5\r\nthird\r\n").unwrap();
+            first_seen
+                .recv_timeout(PATIENCE)
+                .expect("client saw chunk 3");
+            s.write_all(b"0\r\n\r\n").unwrap();
             expect_client_close(&mut s);
         });
         let client = client();
         let mut response = client.request(post(&base, "{}")).await.unwrap();
         let first = response.next_chunk().await.unwrap().unwrap();
         assert_eq!(&first[..], b"first");
+        assert!(response.next_chunk_now().is_none(), "chunk 2 needs a read");
         got_first.send(()).unwrap();
         let second = response.next_chunk().await.unwrap().unwrap();
         assert_eq!(&second[..], b"second");
+        // Chunk 3 came with chunk 2: held whole, it needs no read; the end
+        // does.
+        let third = response.next_chunk_now().expect("held").unwrap().unwrap();
+        assert_eq!(&third[..], b"third");
+        assert!(response.next_chunk_now().is_none(), "the end needs a read");
+        got_first.send(()).unwrap();
         assert!(response.next_chunk().await.is_none());
+        assert!(
+            matches!(response.next_chunk_now(), Some(None)),
+            "after the end, no read is needed to say so"
+        );
         assert_eq!(client.idle_connections(&base), 1);
         drop(response); // holds the client's pool too
         drop(client);

@@ -104,7 +104,9 @@ impl RunManager {
                     .unwrap_or(Stop::HardTimeout(ms)),
             }
         };
-        let open = Box::pin(async move { adapter.execute(spec).await });
+        let merge_deltas = request.merge_deltas;
+        let open =
+            Box::pin(async move { adapter.execute(spec).await.merging_deltas(merge_deltas) });
         let emitter = Rc::clone(self);
         let relay = Box::pin(relay_watched(open, stop, Some(watchdog), move |event| {
             if !emitter.closed.get() {

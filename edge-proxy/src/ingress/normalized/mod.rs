@@ -59,6 +59,7 @@ pub(crate) fn serve<'a>(
             let run = SubmitRun {
                 input,
                 response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
+                merge_deltas: !request.stream,
                 ..SubmitRun::default()
             };
             (ctx.shared.dispatcher)
