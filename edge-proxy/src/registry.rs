@@ -333,6 +333,19 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         ready
     }
 
+    /// The one core every ready node's link lives on, if they share one
+    /// (`None` with no ready node, or links on several cores): where the
+    /// ingress prefers to serve client connections (`ingress::placement`).
+    pub fn sole_link_core(&self) -> Option<usize> {
+        let slots = self.slots();
+        let mut cores = slots
+            .values()
+            .filter_map(|s| s.live.as_ref().filter(|l| l.ready))
+            .map(|live| live.home_core);
+        let first = cores.next()?;
+        cores.all(|core| core == first).then_some(first)
+    }
+
     /// Status of every live connection, sorted by node id.
     pub fn status(&self) -> Vec<ConnectionStatus> {
         let mut all: Vec<_> = self
@@ -409,5 +422,40 @@ impl NodeDirectory for TokenIsNodeId {
     }
     fn build_payload(&self, _: &str, _: u32) -> Result<NodeConfigPayload, String> {
         Ok(NodeConfigPayload::default())
+    }
+}
+
+#[cfg(test)]
+mod sole_link_core_tests {
+    use super::*;
+
+    fn ready(registry: &NodeRegistry<TokenIsNodeId>, node: &str, core: usize) -> u64 {
+        let request = RegisterRequest {
+            token: node.into(),
+            ..RegisterRequest::default()
+        };
+        let generation = registry.register(&request, core, 0).unwrap().generation;
+        assert!(registry.mark_ready(node, generation));
+        generation
+    }
+
+    #[test]
+    fn the_link_core_is_the_one_all_ready_nodes_share() {
+        let registry = NodeRegistry::new(TokenIsNodeId);
+        assert_eq!(registry.sole_link_core(), None, "no node");
+        let request = RegisterRequest {
+            token: "waiting".into(),
+            ..RegisterRequest::default()
+        };
+        registry.register(&request, 0, 0).unwrap();
+        assert_eq!(registry.sole_link_core(), None, "registered is not ready");
+        ready(&registry, "n1", 1);
+        assert_eq!(registry.sole_link_core(), Some(1));
+        ready(&registry, "n2", 1);
+        assert_eq!(registry.sole_link_core(), Some(1), "both on core 1");
+        let third = ready(&registry, "n3", 0);
+        assert_eq!(registry.sole_link_core(), None, "links on two cores");
+        registry.release("n3", third);
+        assert_eq!(registry.sole_link_core(), Some(1));
     }
 }

@@ -17,6 +17,7 @@ use crate::events::{EventBus, LifecycleEvent};
 use crate::ingress::IngressShared;
 use crate::ingress::http::IngressLimits;
 use crate::ingress::metrics::Metrics;
+use crate::ingress::placement::Placement;
 use crate::link::session::SessionConfig;
 use crate::link::{LinkServerConfig, LinkShared, bind, serve_core};
 use crate::pool::Pools;
@@ -42,6 +43,9 @@ pub struct StartOptions {
     pub tick_ms: u64,
     /// Client request limits of the ingress.
     pub ingress_limits: IngressLimits,
+    /// Client connections a link core serves before connections accepted
+    /// elsewhere stay there (`ingress::placement`); 0 = off.
+    pub link_core_slack: usize,
 }
 
 impl StartOptions {
@@ -54,6 +58,7 @@ impl StartOptions {
             heartbeat: HeartbeatConfig::default(),
             tick_ms: DEFAULT_TICK_MS,
             ingress_limits: IngressLimits::default(),
+            link_core_slack: crate::ingress::placement::DEFAULT_LINK_CORE_SLACK,
         }
     }
 }
@@ -79,6 +84,8 @@ pub struct EdgeServer {
     pub metrics: Arc<Metrics>,
     /// Flipped by a drain ([`crate::ops::drain_server`]).
     pub drain: Arc<crate::ops::drain::DrainSwitch>,
+    /// Which core serves each client connection, and how many each serves.
+    pub placement: Arc<Placement>,
     /// Each core's link inbox (the drain and a reload close node links).
     pub(crate) core_inboxes: Vec<tokio::sync::mpsc::UnboundedSender<crate::link::inbox::CoreMsg>>,
     threads: Vec<JoinHandle<()>>,
@@ -131,7 +138,10 @@ impl EdgeServer {
             core_inboxes.clone(),
         )));
         let metrics = Arc::new(Metrics::new(&shared.registry.directory()));
+        let (placement, mut handoffs) = Placement::new(workers, options.link_core_slack);
+        let placement = Arc::new(placement);
         let ingress = Arc::new(IngressShared {
+            placement: Arc::clone(&placement),
             registry: Arc::clone(&shared.registry),
             dispatcher: dispatcher.clone(),
             pools: Arc::clone(&pools),
@@ -146,6 +156,7 @@ impl EdgeServer {
             let shared = Arc::clone(&shared);
             let inbox = inbox_rxs.remove(0);
             let ingress = Arc::clone(&ingress);
+            let handed = handoffs.remove(0);
             let driver = options.driver;
             // Core 0 schedules CAPABILITIES probes for lowered providers (F25).
             let recovery = (core == 0).then(|| {
@@ -174,7 +185,7 @@ impl EdgeServer {
                             .local_addr()
                             .and_then(|n| Ok((n, clients.local_addr()?)));
                         let _ = bound_tx.send(addrs);
-                        monoio::spawn(crate::ingress::serve_core(core, clients, ingress));
+                        monoio::spawn(crate::ingress::serve_core(core, clients, ingress, handed));
                         if let Some((pools, dispatcher, clock)) = recovery {
                             let clock = DriverClock::new(&clock);
                             monoio::spawn(crate::health::recovery::run(pools, dispatcher, clock));
@@ -209,6 +220,7 @@ impl EdgeServer {
             workers,
             metrics,
             drain,
+            placement,
             core_inboxes,
             threads,
         })

@@ -30,6 +30,11 @@ struct Args {
     /// or one per core).
     #[arg(long, default_value_t = 0)]
     workers: usize,
+    /// Client connections a node's link core serves before connections
+    /// accepted on other cores stay there (0 = every core serves what it
+    /// accepts); see docs/operations.md.
+    #[arg(long, default_value_t = edge_proxy::ingress::placement::DEFAULT_LINK_CORE_SLACK)]
+    link_core_slack: usize,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -63,6 +68,7 @@ fn main() -> anyhow::Result<()> {
     let driver = driver_from_env()?;
     let mut options = StartOptions::new(driver);
     options.workers = args.workers;
+    options.link_core_slack = args.link_core_slack;
     let server =
         EdgeServer::start(config, options).context("starting the node socket and the ingress")?;
     tracing::info!(

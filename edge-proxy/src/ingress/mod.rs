@@ -30,6 +30,7 @@ pub mod http;
 pub mod metrics;
 mod normalized;
 pub mod openai;
+pub mod placement;
 mod responder;
 mod tunnel;
 
@@ -65,6 +66,8 @@ pub struct IngressShared {
     /// Set when the Edge drains: the accept loop stops, new requests get
     /// 503 + `Connection: close`, `/readyz` answers 503.
     pub drain: Arc<crate::ops::drain::DrainSwitch>,
+    /// Which core serves an accepted connection ([`placement`]).
+    pub placement: Arc<placement::Placement>,
 }
 
 /// Upper bound on one client connection's task, in bytes (checked in debug
@@ -81,12 +84,20 @@ pub struct IngressShared {
 /// duplicates).
 const CONNECTION_TASK_BUDGET: usize = 3 * 1024;
 
-/// Serves client connections accepted on `listener` until a drain begins,
-/// then closes the listener (new connections are refused; open ones keep
-/// being served). Call inside a monoio runtime (one per core).
-pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<IngressShared>) {
+/// Serves client connections accepted on `listener`, or handed to this core
+/// by another ([`placement`]), until a drain begins, then closes the
+/// listener (new connections are refused; open ones keep being served).
+/// Call inside a monoio runtime (one per core).
+pub async fn serve_core(
+    core_id: usize,
+    listener: TcpListener,
+    shared: Arc<IngressShared>,
+    handoffs: placement::Handoffs,
+) {
     let router = Rc::new(Router { shared });
     let drain = Arc::clone(&router.shared.drain);
+    // Its own task: an accept is not dropped half-done for a hand-off.
+    monoio::spawn(take_handoffs(core_id, handoffs, Rc::clone(&router)));
     loop {
         let accepted = monoio::select! {
             accepted = listener.accept() => accepted,
@@ -94,15 +105,15 @@ pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<Ingre
         };
         match accepted {
             Ok((stream, _peer)) => {
-                // The task is the connection's future itself: a wrapping
-                // block would lay the stream out twice.
-                let connection = http::serve(stream, router.shared.limits, Rc::clone(&router));
-                debug_assert!(
-                    std::mem::size_of_val(&connection) <= CONNECTION_TASK_BUDGET,
-                    "a connection's task grew to {} B: box the new step (see http::serve)",
-                    std::mem::size_of_val(&connection)
-                );
-                monoio::spawn(connection);
+                let placement = &router.shared.placement;
+                let link_core = router.shared.registry.sole_link_core();
+                let kept = match placement.hand_to(core_id, link_core) {
+                    Some(core) => placement.hand_off(core, stream),
+                    None => Some(stream),
+                };
+                if let Some(stream) = kept {
+                    serve_connection(core_id, stream, &router);
+                }
             }
             Err(error) => {
                 tracing::warn!(core = core_id, %error, "ingress accept failed");
@@ -112,6 +123,46 @@ pub async fn serve_core(core_id: usize, listener: TcpListener, shared: Arc<Ingre
     }
     drop(listener);
     tracing::debug!(core = core_id, "ingress listener closed for the drain");
+}
+
+/// Serves the connections other cores hand to this one, until a drain
+/// begins (then they keep what they accept).
+async fn take_handoffs(core_id: usize, mut handoffs: placement::Handoffs, router: Rc<Router>) {
+    let drain = Arc::clone(&router.shared.drain);
+    let take = |socket| match monoio::net::TcpStream::from_std(socket) {
+        Ok(stream) => serve_connection(core_id, stream, &router),
+        Err(error) => {
+            tracing::warn!(core = core_id, %error, "a handed-off client connection failed");
+        }
+    };
+    loop {
+        let handed = monoio::select! {
+            handed = handoffs.recv() => handed,
+            () = drain.wait() => break,
+        };
+        let Some(socket) = handed else { return };
+        take(socket);
+    }
+    // Those already sent are served (their requests get the drain's 503).
+    handoffs.close();
+    while let Ok(socket) = handoffs.try_recv() {
+        take(socket);
+    }
+}
+
+/// Spawns the task serving one client connection on this core, counted
+/// there while it lives.
+fn serve_connection(core_id: usize, stream: monoio::net::TcpStream, router: &Rc<Router>) {
+    let connection = http::serve(stream, router.shared.limits, Rc::clone(router));
+    debug_assert!(
+        std::mem::size_of_val(&connection) <= CONNECTION_TASK_BUDGET,
+        "a connection's task grew to {} B: box the new step (see http::serve)",
+        std::mem::size_of_val(&connection)
+    );
+    monoio::spawn(placement::Counted::new(
+        connection,
+        router.shared.placement.serving(core_id),
+    ));
 }
 
 /// The routes.
