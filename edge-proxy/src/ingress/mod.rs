@@ -22,6 +22,7 @@
 //! runs as attempts, and a confirmed stall before anything reached the
 //! client re-admits on another provider under one shared budget.
 
+mod accept;
 mod admin;
 mod client_read;
 pub mod error;
@@ -34,13 +35,12 @@ pub mod placement;
 mod responder;
 mod tunnel;
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use framing::http::Method;
-use monoio::net::TcpListener;
 use serde_json::json;
 
+pub use self::accept::serve_core;
 use self::error::ApiError;
 use self::gate::{Avoid, Decision, GateEvent, Path, RecoveryResult, StreamGate};
 use self::http::{Handler, IngressLimits, Request, Responder};
@@ -68,101 +68,6 @@ pub struct IngressShared {
     pub drain: Arc<crate::ops::drain::DrainSwitch>,
     /// Which core serves an accepted connection ([`placement`]).
     pub placement: Arc<placement::Placement>,
-}
-
-/// Upper bound on one client connection's task, in bytes (checked in debug
-/// builds). It lives as long as the connection, so every open stream pays
-/// it: short steps (reading a request, admission, opening a run or tunnel,
-/// each write) are boxed apart, and no argument or moved-out request is
-/// laid out twice (see `http::serve`); no event or routing local is held
-/// across the answer (see `Router::route`, `normalized::stream_events`) and
-/// the rare stall tail and error answers are boxed; the task is
-/// `http::serve`'s future itself, and no task watches the client beside it
-/// (`client_read`). Measured: 2,112 B in release builds (2,336 B while
-/// captured and moved-out values kept their slots; 3,440 B before those;
-/// 4,736 B, 128-byte aligned, before the boxing; 3,912 B with the
-/// duplicates).
-const CONNECTION_TASK_BUDGET: usize = 3 * 1024;
-
-/// Serves client connections accepted on `listener`, or handed to this core
-/// by another ([`placement`]), until a drain begins, then closes the
-/// listener (new connections are refused; open ones keep being served).
-/// Call inside a monoio runtime (one per core).
-pub async fn serve_core(
-    core_id: usize,
-    listener: TcpListener,
-    shared: Arc<IngressShared>,
-    handoffs: placement::Handoffs,
-) {
-    let router = Rc::new(Router { shared });
-    let drain = Arc::clone(&router.shared.drain);
-    // Its own task: an accept is not dropped half-done for a hand-off.
-    monoio::spawn(take_handoffs(core_id, handoffs, Rc::clone(&router)));
-    loop {
-        let accepted = monoio::select! {
-            accepted = listener.accept() => accepted,
-            () = drain.wait() => break,
-        };
-        match accepted {
-            Ok((stream, _peer)) => {
-                let placement = &router.shared.placement;
-                let link_core = router.shared.registry.sole_link_core();
-                let kept = match placement.hand_to(core_id, link_core) {
-                    Some(core) => placement.hand_off(core, stream),
-                    None => Some(stream),
-                };
-                if let Some(stream) = kept {
-                    serve_connection(core_id, stream, &router);
-                }
-            }
-            Err(error) => {
-                tracing::warn!(core = core_id, %error, "ingress accept failed");
-                monoio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
-    drop(listener);
-    tracing::debug!(core = core_id, "ingress listener closed for the drain");
-}
-
-/// Serves the connections other cores hand to this one, until a drain
-/// begins (then they keep what they accept).
-async fn take_handoffs(core_id: usize, mut handoffs: placement::Handoffs, router: Rc<Router>) {
-    let drain = Arc::clone(&router.shared.drain);
-    let take = |socket| match monoio::net::TcpStream::from_std(socket) {
-        Ok(stream) => serve_connection(core_id, stream, &router),
-        Err(error) => {
-            tracing::warn!(core = core_id, %error, "a handed-off client connection failed");
-        }
-    };
-    loop {
-        let handed = monoio::select! {
-            handed = handoffs.recv() => handed,
-            () = drain.wait() => break,
-        };
-        let Some(socket) = handed else { return };
-        take(socket);
-    }
-    // Those already sent are served (their requests get the drain's 503).
-    handoffs.close();
-    while let Ok(socket) = handoffs.try_recv() {
-        take(socket);
-    }
-}
-
-/// Spawns the task serving one client connection on this core, counted
-/// there while it lives.
-fn serve_connection(core_id: usize, stream: monoio::net::TcpStream, router: &Rc<Router>) {
-    let connection = http::serve(stream, router.shared.limits, Rc::clone(router));
-    debug_assert!(
-        std::mem::size_of_val(&connection) <= CONNECTION_TASK_BUDGET,
-        "a connection's task grew to {} B: box the new step (see http::serve)",
-        std::mem::size_of_val(&connection)
-    );
-    monoio::spawn(placement::Counted::new(
-        connection,
-        router.shared.placement.serving(core_id),
-    ));
 }
 
 /// The routes.
