@@ -66,6 +66,7 @@ use crate::provider_http::{BaseUrl, BaseUrlError, ProviderClient, ProviderError,
 pub use ollama::OllamaAdapter;
 pub use openai::{OpenAiAdapter, OpenAiFlavor};
 use stream::Parser;
+pub(crate) use stream::drain;
 pub use stream::{DRAIN_AFTER_COMPLETE, EventStream};
 
 /// Default bound on one health probe when the config says 0, in ms.

@@ -190,9 +190,11 @@ impl EventStream {
     }
 }
 
-/// Reads the rest of a completed body within [`DRAIN_AFTER_COMPLETE`];
-/// dropping `response` then pools its connection if the body ended.
-async fn drain(mut response: ProviderResponse) {
+/// Reads the rest of a completed body (at most 64 KiB) within
+/// [`DRAIN_AFTER_COMPLETE`]; dropping `response` then pools its connection
+/// if the body ended. Dropping it undrained is correct too; it only costs
+/// the connection.
+pub(crate) async fn drain(mut response: ProviderResponse) {
     let rest = async {
         let mut left = 64 * 1024usize;
         while let Some(Ok(chunk)) = response.next_chunk().await {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{CommandContext, CommandLimits, Emitter, invalid, unknown_adapter};
 use crate::adapter::{
-    AnyAdapter, DRAIN_AFTER_COMPLETE, OllamaAdapter, failure, status_failure, transport_failure,
+    AnyAdapter, OllamaAdapter, drain, failure, status_failure, transport_failure,
 };
 use crate::provider_http::{ProviderRequest, ProviderResponse};
 
@@ -311,21 +311,6 @@ async fn read_body(response: &mut ProviderResponse, max: usize) -> Result<Bytes,
         1 => chunks.pop().unwrap_or_default(),
         _ => Bytes::from(chunks.concat()),
     })
-}
-
-/// Reads what is left of a finished pull briefly so the connection can be
-/// pooled; dropping it is fine too.
-async fn drain(mut response: ProviderResponse) {
-    let rest = async {
-        let mut left = 64 * 1024usize;
-        while let Some(Ok(chunk)) = response.next_chunk().await {
-            left = match left.checked_sub(chunk.len()) {
-                Some(left) => left,
-                None => return,
-            };
-        }
-    };
-    let _ = monoio::time::timeout(DRAIN_AFTER_COMPLETE, rest).await;
 }
 
 fn is_json_object(body: &[u8]) -> bool {
