@@ -156,9 +156,12 @@ impl Connection {
     pub(crate) async fn read_more(&mut self) -> io::Result<usize> {
         if self.drained && self.buf.is_empty() {
             // Bytes already waiting (a busy stream read short): read them
-            // into the buffer we hold, no churn.
+            // into the buffer we hold, no churn. Holding none (the wait for
+            // a response's head, or after a release), there is nothing to
+            // keep: no poll(2) first, the wait below sees bytes already
+            // there at once.
             if let Transport::Plain(stream) = &self.io
-                && !readable_now(stream)
+                && (self.buf.capacity() == 0 || !readable_now(stream))
             {
                 self.buf = BytesMut::new();
                 // Not `busy`: no buffer is in flight, so dropping this wait
