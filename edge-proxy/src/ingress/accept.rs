@@ -46,7 +46,7 @@ pub async fn serve_core(
         match accepted {
             Ok((stream, _peer)) => {
                 let placement = &router.shared.placement;
-                let link_core = router.shared.registry.sole_link_core();
+                let link_core = || router.shared.registry.sole_link_core();
                 let kept = match placement.hand_to(core_id, link_core) {
                     Some(core) => placement.hand_off(core, stream),
                     None => Some(stream),

@@ -57,10 +57,13 @@ impl Placement {
     }
 
     /// The core a connection accepted on `here` should go to, if not `here`:
-    /// `link_core` (the one core every ready node's link lives on) while it
-    /// serves fewer than the slack.
-    pub fn hand_to(&self, here: usize, link_core: Option<usize>) -> Option<usize> {
-        let there = link_core.filter(|&core| core != here)?;
+    /// `link_core()` (the one core every ready node's link lives on, asked
+    /// only when the hand-off is on) while it serves fewer than the slack.
+    pub fn hand_to(&self, here: usize, link_core: impl FnOnce() -> Option<usize>) -> Option<usize> {
+        if self.slack == 0 {
+            return None;
+        }
+        let there = link_core().filter(|&core| core != here)?;
         let open = self.open.get(there)?.load(Ordering::Relaxed);
         (open < self.slack).then_some(there)
     }
@@ -167,20 +170,20 @@ mod tests {
     fn connections_go_to_the_link_core_within_the_slack() {
         let (placement, _receivers) = Placement::new(2, 2);
         let placement = Arc::new(placement);
-        assert_eq!(placement.hand_to(0, Some(1)), Some(1));
-        assert_eq!(placement.hand_to(1, Some(1)), None, "already there");
-        assert_eq!(placement.hand_to(0, None), None, "no one link core");
-        assert_eq!(placement.hand_to(0, Some(7)), None, "no such core");
+        assert_eq!(placement.hand_to(0, || Some(1)), Some(1));
+        assert_eq!(placement.hand_to(1, || Some(1)), None, "already there");
+        assert_eq!(placement.hand_to(0, || None), None, "no one link core");
+        assert_eq!(placement.hand_to(0, || Some(7)), None, "no such core");
         let first = placement.serving(1);
         let second = placement.serving(1);
         assert_eq!(placement.open(1), 2);
-        assert_eq!(placement.hand_to(0, Some(1)), None, "the slack is used");
+        assert_eq!(placement.hand_to(0, || Some(1)), None, "the slack is used");
         drop(first);
-        assert_eq!(placement.hand_to(0, Some(1)), Some(1));
+        assert_eq!(placement.hand_to(0, || Some(1)), Some(1));
         drop(second);
         assert_eq!(placement.open(1), 0);
         let (off, _receivers) = Placement::new(2, 0);
-        assert_eq!(off.hand_to(0, Some(1)), None, "slack 0: off");
+        assert_eq!(off.hand_to(0, || Some(1)), None, "slack 0: off");
     }
 
     /// A socket accepted on one runtime is moved to another, which reads

@@ -60,6 +60,21 @@ pub(crate) fn read_map<'de, T: FromMap<'de>, A: MapAccess<'de>>(mut map: A) -> R
     Ok(out)
 }
 
+/// Reads the value of the current key into `slot` as [`Text`], or skips it
+/// when the key has no slot (an object of text fields, in one match).
+pub(crate) fn read_text<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    slot: Option<&mut Option<Cow<'de, str>>>,
+) -> Result<(), A::Error> {
+    match slot {
+        Some(slot) => *slot = map.next_value::<Text<'de>>()?.0,
+        None => {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(())
+}
+
 /// A map key, borrowed when it has no escapes.
 struct Key<'de>(Cow<'de, str>);
 

@@ -26,7 +26,7 @@ use proto::v1::{ExecutionFailure, FailureCode, FailureSide, ProviderHealth, Usag
 use serde::de::{IgnoredAny, MapAccess};
 use serde_json::{Map, Value, json};
 
-use super::lenient::{Count, Flag, FromMap, JsonObject, Lenient, Text};
+use super::lenient::{Count, Flag, FromMap, JsonObject, Lenient, Text, read_text};
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
     TerminateError, failure, json_object, malformed, messages_json, probe, status_failure,
@@ -318,15 +318,11 @@ struct MessageJson<'a> {
 impl<'de> FromMap<'de> for MessageJson<'de> {
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let slot = match key {
-            "thinking" => &mut self.thinking,
-            "content" => &mut self.content,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-                return Ok(());
-            }
+            "thinking" => Some(&mut self.thinking),
+            "content" => Some(&mut self.content),
+            _ => None,
         };
-        *slot = map.next_value::<Text<'de>>()?.0;
-        Ok(())
+        read_text(map, slot)
     }
 }
 

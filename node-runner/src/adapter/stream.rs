@@ -7,8 +7,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::{RuntimeEvent, ollama, openai, status_failure, transport_failure};
-use crate::provider_http::{ProviderClient, ProviderRequest, ProviderResponse};
+use crate::provider_http::{ProviderClient, ProviderError, ProviderRequest, ProviderResponse};
 use proto::v1::ExecutionFailure;
 
 /// How a stream's body is parsed.
@@ -34,6 +36,33 @@ impl Parser {
             Self::Sse(p) => p.finish(out),
             Self::Ndjson(p) => p.finish(out),
         }
+    }
+
+    /// Takes what [`ProviderResponse::next_chunk`] gave: a piece is
+    /// parsed, a failed read becomes the error terminal, the end `finish`.
+    fn take(
+        &mut self,
+        piece: Option<Result<Bytes, ProviderError>>,
+        out: &mut VecDeque<RuntimeEvent>,
+    ) {
+        match piece {
+            Some(Ok(chunk)) => {
+                self.feed(&chunk, out);
+            }
+            Some(Err(error)) => out.push_back(RuntimeEvent::Error(transport_failure(&error))),
+            None => self.finish(out),
+        }
+    }
+}
+
+/// The text of `event` if it is a delta of the asked kind (`reasoning` or
+/// not).
+fn delta_text(event: &RuntimeEvent, reasoning: bool) -> Option<&str> {
+    match (event, reasoning) {
+        (RuntimeEvent::Delta(text), false) | (RuntimeEvent::ReasoningDelta(text), true) => {
+            Some(text)
+        }
+        _ => None,
     }
 }
 
@@ -139,16 +168,8 @@ impl EventStream {
                 }
                 return None;
             };
-            match response.next_chunk().await {
-                Some(Ok(chunk)) => {
-                    parser.feed(&chunk, &mut self.pending);
-                }
-                Some(Err(error)) => {
-                    self.pending
-                        .push_back(RuntimeEvent::Error(transport_failure(&error)));
-                }
-                None => parser.finish(&mut self.pending),
-            }
+            let piece = response.next_chunk().await;
+            parser.take(piece, &mut self.pending);
         }
     }
 }
@@ -160,31 +181,19 @@ impl EventStream {
     /// any other event, which stays pending, or where a read would be needed.
     fn merge_held(&mut self, text: &mut String, reasoning: bool) {
         loop {
-            match (self.pending.front(), reasoning) {
-                (Some(RuntimeEvent::Delta(_)), false)
-                | (Some(RuntimeEvent::ReasoningDelta(_)), true) => {
-                    if let Some(RuntimeEvent::Delta(more) | RuntimeEvent::ReasoningDelta(more)) =
-                        self.pending.pop_front()
-                    {
-                        text.push_str(&more);
-                    }
-                }
-                (Some(_), _) => return,
-                (None, _) => {
-                    let Some((response, parser)) = self.body.as_mut() else {
-                        return;
-                    };
-                    match response.next_chunk_now() {
-                        None => return,
-                        Some(Some(Ok(chunk))) => {
-                            parser.feed(&chunk, &mut self.pending);
-                        }
-                        Some(Some(Err(error))) => self
-                            .pending
-                            .push_back(RuntimeEvent::Error(transport_failure(&error))),
-                        Some(None) => parser.finish(&mut self.pending),
-                    }
-                }
+            while let Some(more) = self.pending.front().and_then(|e| delta_text(e, reasoning)) {
+                text.push_str(more);
+                self.pending.pop_front();
+            }
+            if !self.pending.is_empty() {
+                return;
+            }
+            let Some((response, parser)) = self.body.as_mut() else {
+                return;
+            };
+            match response.next_chunk_now() {
+                Some(piece) => parser.take(piece, &mut self.pending),
+                None => return,
             }
         }
     }

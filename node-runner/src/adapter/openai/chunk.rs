@@ -18,7 +18,9 @@ use std::fmt;
 use proto::v1::Usage;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::adapter::lenient::{Count, FromMap, JsonObject, Lenient, Text, ignore_others};
+use crate::adapter::lenient::{
+    Count, FromMap, JsonObject, Lenient, Text, ignore_others, read_text,
+};
 
 /// A parsed event body: an object (the chunk), or some other JSON value.
 pub(super) type ChunkJson<'a> = JsonObject<Chunk<'a>>;
@@ -182,16 +184,12 @@ struct Delta<'de> {
 impl<'de> FromMap<'de> for Delta<'de> {
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let slot = match key {
-            "reasoning_content" => &mut self.reasoning_content,
-            "reasoning" => &mut self.reasoning,
-            "content" => &mut self.content,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-                return Ok(());
-            }
+            "reasoning_content" => Some(&mut self.reasoning_content),
+            "reasoning" => Some(&mut self.reasoning),
+            "content" => Some(&mut self.content),
+            _ => None,
         };
-        *slot = map.next_value::<Text<'de>>()?.0;
-        Ok(())
+        read_text(map, slot)
     }
 }
 
