@@ -27,9 +27,15 @@
 //!
 //! Reads reserve [`READ_MIN`] after a short read and double up to
 //! [`READ_RESERVE`] while they fill: a token that wakes a slow stream takes
-//! a 2 KiB buffer, not 16 KiB. Thousands of slow streams each taking and
-//! freeing 16 KiB per token left the Node's heap fragmented (issue 8: ~1 KB
-//! a stream of resident memory at 3,000 streams with a token a second).
+//! a 2 KiB buffer, not a full reservation. Thousands of slow streams each
+//! taking and freeing 16 KiB per token left the Node's heap fragmented
+//! (issue 8: ~1 KB a stream of resident memory at 3,000 streams with a
+//! token a second). A stream whose reads keep filling reaches 128 KiB, two
+//! of the tunnel's largest body frames: with a 16 KiB ceiling a large-chunk
+//! stream cost a read, a frame and a link write per 16 KiB, and the Node
+//! spent 2.2–2.7 ms of CPU a MiB relayed; at 128 KiB, 1.4–1.6 ms (the
+//! in-process `cpu` bench, issue 8). A busy stream holds at most that much
+//! more than before, within its 256 KiB flow-control window.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -48,8 +54,9 @@ use super::error::ProviderError;
 use super::request::{BaseUrl, Scheme};
 use super::tls;
 
-/// Bytes reserved in the receive buffer before each read.
-pub(crate) const READ_RESERVE: usize = 16 * 1024;
+/// The most bytes reserved in the receive buffer before a read (reads
+/// that keep filling grow to it; see the module docs).
+pub(crate) const READ_RESERVE: usize = 128 * 1024;
 
 /// The first read's reservation, and each one after a short read.
 pub(crate) const READ_MIN: usize = 2 * 1024;
