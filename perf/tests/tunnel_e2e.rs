@@ -98,6 +98,16 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
                 true,
             ),
             (chat("chat", false), true),
+            // A long prompt (its body goes to the Node as its own slice of
+            // the link write): the mock counts its bytes in prompt_tokens.
+            (
+                {
+                    let mut b = chat("chat", false);
+                    b["messages"][0]["content"] = json!("long prompt ".repeat(5_000));
+                    b
+                },
+                true,
+            ),
         ] {
             let through = read_all(open_stream(edge, "/v1/chat/completions", &body, ""));
             let mut direct_body = body.clone();
@@ -117,7 +127,7 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
             assert_eq!(through, direct, "byte-for-byte, {body}");
             assert_eq!(through.contains("\"usage\""), with_usage, "{through}");
         }
-        // Usage was accounted for all three, also when the client did not
+        // Usage was accounted for all four, also when the client did not
         // ask (the Edge asked, and the node cut that event out).
         let metrics = read_all({
             let mut s = TcpStream::connect(edge).unwrap();
@@ -131,7 +141,7 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
                 l.starts_with("iop_tokens_total{model=\"chat\",provider=\"oa\",kind=\"output\"}")
             })
             .expect("output tokens");
-        assert!(line.ends_with(" 15"), "5 tokens × 3 requests: {line}");
+        assert!(line.ends_with(" 20"), "5 tokens × 4 requests: {line}");
     }
 }
 

@@ -28,6 +28,10 @@ pub const ENVELOPE_STREAM_ID_FIELD: u32 = 1;
 pub const ENVELOPE_TUNNEL_FRAME_FIELD: u32 = 31;
 /// Field number of `ProviderTunnelFrame.body`.
 pub const TUNNEL_FRAME_BODY_FIELD: u32 = 15;
+/// Field number of `Envelope.provider_tunnel_request`.
+pub const ENVELOPE_TUNNEL_REQUEST_FIELD: u32 = 30;
+/// Field number of `ProviderTunnelRequest.body`.
+pub const TUNNEL_REQUEST_BODY_FIELD: u32 = 7;
 
 /// The default response-stall timeout (F20), used when the wire carries 0.
 pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;

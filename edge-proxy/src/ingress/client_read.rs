@@ -89,6 +89,19 @@ impl ClientRead {
         poll_fn(|cx| self.poll_landed(cx)).await
     }
 
+    /// Makes the buffer hold `len` bytes in one allocation, so that the
+    /// reads that follow land in it back to back (a body of known length).
+    /// The [`FULL_READ`] on top keeps [`fill`](Self::fill)'s own
+    /// reservation from moving the buffer before `len` bytes are in.
+    /// Nothing changes while a read is in flight: it lands in its own
+    /// buffer, appended as usual.
+    pub(super) fn reserve_total(&mut self, len: usize) {
+        if self.in_flight.is_none() && self.buf.len() < len {
+            let more = len - self.buf.len();
+            self.buf.reserve(more + FULL_READ);
+        }
+    }
+
     /// Runs `answer` while watching the client: when a read ends (end of
     /// stream or an error), `gone` is set before `answer` is polled again,
     /// so an answer that checks `gone` whenever it is polled sees it at

@@ -145,3 +145,32 @@ fn a_client_far_ahead_is_not_read_further_while_it_is_answered() {
         assert!(!gone.get(), "{driver:?}");
     });
 }
+
+#[test]
+fn a_reserved_body_lands_in_one_buffer_without_moving() {
+    const LEN: usize = 300 * 1024;
+    on_each_driver(|driver| async move {
+        let (mut reader, mut client) = read_pair();
+        let sender = std::thread::spawn(move || {
+            let body: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+            for piece in body.chunks(37 * 1024) {
+                client.write_all(piece).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            client
+        });
+        fill_to(&mut reader, 1).await;
+        reader.reserve_total(LEN);
+        let start = reader.buf().as_ptr();
+        let reads = fill_to(&mut reader, LEN).await;
+        assert_eq!(reader.buf().as_ptr(), start, "{driver:?}: the buffer moved");
+        let body = reader.buf().split_to(LEN);
+        assert!(
+            body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+            "{driver:?}: bytes out of order"
+        );
+        // Reads take what has arrived, not 4 KiB at a time.
+        assert!(reads.len() < LEN / FULL_READ, "{driver:?}: {reads:?}");
+        drop(sender.join().unwrap());
+    });
+}

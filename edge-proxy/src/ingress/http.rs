@@ -280,11 +280,11 @@ async fn read_body(
                 "a request body needs Content-Length or chunked encoding",
             ));
         }
+        BodyFraming::Length(len) => return read_sized_body(reader, len, limits).await,
         other => BodyDecoder::new(other),
     };
     let mut parts: Vec<Bytes> = Vec::new();
     let mut total = 0usize;
-    let gap = Duration::from_millis(limits.body_timeout_ms);
     loop {
         match decoder
             .decode(reader.buf())
@@ -298,30 +298,59 @@ async fn read_body(
                 parts.push(data);
             }
             Some(BodyItem::End) => break,
-            None => match monoio::time::timeout(gap, reader.fill()).await {
-                Ok(Ok(n)) if n > 0 => {}
-                Ok(_) => {
-                    return Err(ApiError::bad_request(
-                        "incomplete_body",
-                        "the connection closed before the request body ended",
-                    ));
-                }
-                Err(_) => return Err(timeout("body", limits.body_timeout_ms)),
-            },
+            None => fill_body(reader, limits).await?,
         }
     }
     Ok(match parts.len() {
         0 => Bytes::new(),
-        1 => {
-            let body = parts.pop().unwrap_or_default();
-            if body.len() <= OWNED_BODY_MAX {
-                Bytes::copy_from_slice(&body)
-            } else {
-                body
-            }
-        }
+        1 => owned_if_small(parts.pop().unwrap_or_default()),
         _ => parts.concat().into(),
     })
+}
+
+/// A `Content-Length` body: read into one buffer of its length, reserved
+/// up front (the length is within `max_body_bytes`), so each read takes
+/// all that has arrived and the body is the buffer itself, not a copy of
+/// pieces (a 1 MB prompt had cost the Edge ~250 reads of 4 KiB and a
+/// concatenation).
+async fn read_sized_body(
+    reader: &mut ClientRead,
+    len: u64,
+    limits: &IngressLimits,
+) -> Result<Bytes, ApiError> {
+    let len = match usize::try_from(len) {
+        Ok(len) if len <= limits.max_body_bytes => len,
+        _ => return Err(too_large(limits)),
+    };
+    reader.reserve_total(len);
+    while reader.buf().len() < len {
+        fill_body(reader, limits).await?;
+    }
+    Ok(owned_if_small(reader.buf().split_to(len).freeze()))
+}
+
+/// Reads more of a body, within the body timeout; the connection closing
+/// first is an incomplete body.
+async fn fill_body(reader: &mut ClientRead, limits: &IngressLimits) -> Result<(), ApiError> {
+    let gap = Duration::from_millis(limits.body_timeout_ms);
+    match monoio::time::timeout(gap, reader.fill()).await {
+        Ok(Ok(n)) if n > 0 => Ok(()),
+        Ok(_) => Err(ApiError::bad_request(
+            "incomplete_body",
+            "the connection closed before the request body ended",
+        )),
+        Err(_) => Err(timeout("body", limits.body_timeout_ms)),
+    }
+}
+
+/// A body up to [`OWNED_BODY_MAX`] as its own right-sized copy (see the
+/// module docs); a larger one as it is.
+fn owned_if_small(body: Bytes) -> Bytes {
+    if body.len() <= OWNED_BODY_MAX {
+        Bytes::copy_from_slice(&body)
+    } else {
+        body
+    }
 }
 
 #[cfg(test)]

@@ -15,13 +15,13 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use framing::frame::FrameDecoder;
+use framing::frame::{FrameDecoder, FrameError};
 use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
 use framing::timer::TimerKey;
-use framing::write_batch::WriteBatch;
+use framing::write_batch::{COPY_MAX, WriteBatch};
 use monoio::io::Canceller;
-use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
+use proto::{ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope, TUNNEL_REQUEST_BODY_FIELD};
 
 use super::core::Core;
 use super::session::{EdgeSession, Output};
@@ -132,10 +132,31 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         self.streams
             .borrow_mut()
             .open(stream_id, kind, sink, run_id)?;
-        self.send_envelope(&Envelope {
-            stream_id,
-            msg: Some(msg),
-        });
+        match msg {
+            Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
+                // A long prompt is not copied into the frame: its body goes
+                // last, as its own slice of the write (as the Node's
+                // response bodies do).
+                let body = std::mem::take(&mut request.body);
+                let frame = self.core.encoder.borrow_mut().encode_with_trailing_bytes(
+                    stream_id,
+                    ENVELOPE_TUNNEL_REQUEST_FIELD,
+                    &request,
+                    TUNNEL_REQUEST_BODY_FIELD,
+                    body,
+                );
+                match frame {
+                    Ok(frame) => {
+                        let _ = self.tx.send(Outgoing::Body(frame));
+                    }
+                    Err(error) => self.not_encoded(&error),
+                }
+            }
+            msg => self.send_envelope(&Envelope {
+                stream_id,
+                msg: Some(msg),
+            }),
+        }
         Ok(())
     }
 
@@ -192,10 +213,12 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             Ok(frame) => {
                 let _ = self.tx.send(Outgoing::Frame(frame));
             }
-            Err(error) => {
-                tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node")
-            }
+            Err(error) => self.not_encoded(&error),
         }
+    }
+
+    fn not_encoded(&self, error: &FrameError) {
+        tracing::error!(peer = %self.peer, %error, "could not encode a frame for a node");
     }
 
     /// Hands a work frame to its stream (and a run event to the bus).

@@ -3,6 +3,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut, buf::Chain};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use proto::v1::ProviderTunnelFrame;
 use proto::{
     ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, Envelope, TUNNEL_FRAME_BODY_FIELD,
 };
@@ -98,20 +99,45 @@ impl FrameEncoder {
         stream_id: u64,
         body: Bytes,
     ) -> Result<BodyFrame, FrameError> {
-        let body_key_len = key_len(TUNNEL_FRAME_BODY_FIELD);
-        let inner_len = body_key_len + encoded_len_varint(body.len() as u64) + body.len();
+        self.encode_with_trailing_bytes(
+            stream_id,
+            ENVELOPE_TUNNEL_FRAME_FIELD,
+            &ProviderTunnelFrame::default(),
+            TUNNEL_FRAME_BODY_FIELD,
+            body,
+        )
+    }
+
+    /// Encodes the envelope `{stream_id, <msg_field>: msg + {<bytes_field>:
+    /// bytes}}` without copying `bytes`: `msg` is encoded as usual (its own
+    /// `bytes_field` left empty by the caller), then the tag and length of
+    /// `bytes_field`, which end the head; `bytes` follow as their own slice.
+    ///
+    /// A protobuf decoder takes fields in any order, so prost decodes the
+    /// frame as the envelope whose message has `bytes` in that field. With
+    /// an empty `msg` the result is byte-identical to prost's encoding.
+    pub fn encode_with_trailing_bytes<M: Message>(
+        &mut self,
+        stream_id: u64,
+        msg_field: u32,
+        msg: &M,
+        bytes_field: u32,
+        bytes: Bytes,
+    ) -> Result<BodyFrame, FrameError> {
+        let inner_len = msg.encoded_len()
+            + key_len(bytes_field)
+            + encoded_len_varint(bytes.len() as u64)
+            + bytes.len();
         let stream_len = if stream_id == 0 {
             0
         } else {
             key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
         };
-        let envelope_len = stream_len
-            + key_len(ENVELOPE_TUNNEL_FRAME_FIELD)
-            + encoded_len_varint(inner_len as u64)
-            + inner_len;
+        let envelope_len =
+            stream_len + key_len(msg_field) + encoded_len_varint(inner_len as u64) + inner_len;
         self.check_len(envelope_len)?;
 
-        let head_len = LENGTH_PREFIX_LEN + envelope_len - body.len();
+        let head_len = LENGTH_PREFIX_LEN + envelope_len - bytes.len();
         self.reserve(head_len);
         self.put_prefix(envelope_len);
         // prost encodes `stream_id` only when it is not the default.
@@ -123,22 +149,16 @@ impl FrameEncoder {
             );
             encode_varint(stream_id, &mut self.scratch);
         }
-        encode_key(
-            ENVELOPE_TUNNEL_FRAME_FIELD,
-            WireType::LengthDelimited,
-            &mut self.scratch,
-        );
+        encode_key(msg_field, WireType::LengthDelimited, &mut self.scratch);
         encode_varint(inner_len as u64, &mut self.scratch);
-        encode_key(
-            TUNNEL_FRAME_BODY_FIELD,
-            WireType::LengthDelimited,
-            &mut self.scratch,
-        );
-        encode_varint(body.len() as u64, &mut self.scratch);
+        msg.encode(&mut self.scratch)
+            .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        encode_key(bytes_field, WireType::LengthDelimited, &mut self.scratch);
+        encode_varint(bytes.len() as u64, &mut self.scratch);
         debug_assert_eq!(self.scratch.len(), head_len);
         Ok(BodyFrame {
             head: self.scratch.split().freeze(),
-            body,
+            body: bytes,
         })
     }
 

@@ -3,8 +3,8 @@ use proptest::prelude::*;
 use prost::Message;
 use proto::Envelope;
 use proto::v1::{
-    HeartbeatPing, ProviderTunnelFrame, RunEvent, RunEventKind, TunnelStatus, Usage, envelope::Msg,
-    provider_tunnel_frame::Frame,
+    Header, HeartbeatPing, ProviderTunnelFrame, ProviderTunnelRequest, RunEvent, RunEventKind,
+    TunnelStatus, Usage, envelope::Msg, provider_tunnel_frame::Frame,
 };
 
 use super::*;
@@ -79,6 +79,54 @@ fn encoded_body_frame_keeps_the_callers_body() {
         "the body must be the caller's slice"
     );
     assert!(frame.head.len() < 16);
+}
+
+#[test]
+fn a_request_with_its_body_last_decodes_as_the_whole_request() {
+    let body = Bytes::from(vec![b'x'; 100_000]);
+    let request = ProviderTunnelRequest {
+        tunnel_id: "t-1".into(),
+        adapter: "openai".into(),
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        headers: vec![Header {
+            name: "content-type".into(),
+            value: Bytes::from_static(b"application/json"),
+        }],
+        body: body.clone(),
+        hard_timeout_ms: 9_000,
+        initial_window: 1 << 20,
+        extract_usage: true,
+        ..ProviderTunnelRequest::default()
+    };
+    let whole = Envelope {
+        stream_id: 300,
+        msg: Some(Msg::ProviderTunnelRequest(request.clone())),
+    };
+    let without_body = ProviderTunnelRequest {
+        body: Bytes::new(),
+        ..request
+    };
+    let frame = FrameEncoder::default()
+        .encode_with_trailing_bytes(
+            300,
+            proto::ENVELOPE_TUNNEL_REQUEST_FIELD,
+            &without_body,
+            proto::TUNNEL_REQUEST_BODY_FIELD,
+            body.clone(),
+        )
+        .unwrap();
+    assert_eq!(frame.body.as_ptr(), body.as_ptr(), "the body is not copied");
+    assert_eq!(frame.len(), LENGTH_PREFIX_LEN + whole.encoded_len());
+
+    let mut rx = BytesMut::new();
+    rx.put_slice(&frame.head);
+    rx.put_slice(&frame.body);
+    assert_eq!(
+        FrameDecoder::default().decode(&mut rx).unwrap(),
+        Some(whole)
+    );
+    assert!(rx.is_empty());
 }
 
 #[test]
