@@ -30,6 +30,8 @@
 # DURATION: k6/oha duration (default 10s; for ramp: the hold after the ramp, 30s).
 #
 # Env: DRIVERS (default "uring epoll"), MODELS (default below), RATE, VUS,
+# PROMPT_BYTES (the chat's user message length, default "hi"; e.g. 1000000
+# with qps for 1 MB request bodies),
 # STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
 # first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the
@@ -83,6 +85,7 @@ if [ "$scenario" = ramp ]; then
 elif [ "$scenario" != open ]; then
   k6_env+=(-e DURATION="${duration:-10s}")
 fi
+[ -z "${PROMPT_BYTES:-}" ] || k6_env+=(-e PROMPT_BYTES="$PROMPT_BYTES")
 
 bench_init
 if [ "$scenario" = open ]; then bench_oha; else bench_k6; fi
@@ -98,7 +101,7 @@ mkdir -p "$out_dir/k6"
 rows=()
 notes=()
 case "$scenario" in
-  qps) load="closed loop, ${CONCURRENCY:-16} users" ;;
+  qps) load="closed loop, ${CONCURRENCY:-16} users${PROMPT_BYTES:+, $PROMPT_BYTES B prompts}" ;;
   open) load="$rate/s" ;;
   *) load="${RATE:-1000}/s" ;;
 esac

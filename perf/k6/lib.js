@@ -8,6 +8,8 @@
 //   API_KEY    sent as `Authorization: Bearer`   (optional; LiteLLM needs one)
 //   CHAT_PATH  default /v1/chat/completions
 //   LABEL      free text copied into the summary (e.g. "iop uring mock-ollama")
+//   PROMPT_BYTES  the user message's length in bytes (default 0: "hi"); a
+//              long prompt, e.g. 1000000 for a 1 MB request body
 //   SUMMARY_JSON  where handleSummary writes the compact summary (JSON)
 //
 // The token text is the mock provider's: every content token is "tok "
@@ -47,11 +49,13 @@ export function headers() {
   return h;
 }
 
+const PROMPT_BYTES = envInt('PROMPT_BYTES', 0);
+
 export function chatBody(stream) {
   return JSON.stringify({
     model: MODEL,
     stream: stream,
-    messages: [{ role: 'user', content: 'hi' }],
+    messages: [{ role: 'user', content: PROMPT_BYTES > 0 ? 'p'.repeat(PROMPT_BYTES) : 'hi' }],
   });
 }
 
