@@ -49,6 +49,7 @@ mod lenient;
 mod ollama;
 mod openai;
 pub mod probe;
+mod request_body;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -493,21 +494,6 @@ fn malformed(what: impl std::fmt::Display) -> ExecutionFailure {
         FailureSide::Provider,
         format!("malformed provider stream: {what}"),
     )
-}
-
-/// The chat messages of `input` as JSON: `role`, `content`, plus the fields
-/// of each message's `extra_json` object.
-fn messages_json(input: &RunInput) -> Result<Vec<Value>, ExecutionFailure> {
-    input
-        .messages
-        .iter()
-        .map(|m| {
-            let mut msg = json_object(&m.extra_json, "message extra_json")?;
-            msg.insert("role".into(), Value::String(m.role.clone()));
-            msg.insert("content".into(), Value::String(m.content.clone()));
-            Ok(Value::Object(msg))
-        })
-        .collect()
 }
 
 /// `bytes` as a JSON object; empty is `{}`.

@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use super::lenient::{Count, Flag, FromMap, JsonObject, Lenient, Text, read_text};
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
-    TerminateError, failure, json_object, malformed, messages_json, probe, status_failure,
+    TerminateError, failure, json_object, malformed, probe, request_body, status_failure,
     transport_failure,
 };
 use crate::provider_http::ProviderClient;
@@ -92,12 +92,11 @@ impl OllamaAdapter {
             }
         }
         body.insert("model".into(), Value::String(spec.target.clone()));
-        body.insert("messages".into(), Value::Array(messages_json(&spec.input)?));
         body.insert("stream".into(), Value::Bool(true));
         if !options.is_empty() {
             body.insert("options".into(), Value::Object(options));
         }
-        Ok(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+        request_body::with_messages(body, &spec.input)
     }
 }
 

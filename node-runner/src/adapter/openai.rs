@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
-    TerminateError, failure, json_object, malformed, messages_json, probe,
+    TerminateError, failure, json_object, malformed, probe, request_body,
 };
 use crate::provider_http::ProviderClient;
 
@@ -77,7 +77,6 @@ impl OpenAiAdapter {
     pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, proto::v1::ExecutionFailure> {
         let mut body = json_object(&spec.input.parameters_json, "parameters_json")?;
         body.insert("model".into(), Value::String(spec.target.clone()));
-        body.insert("messages".into(), Value::Array(messages_json(&spec.input)?));
         body.insert("stream".into(), Value::Bool(true));
         let options = body
             .entry("stream_options")
@@ -86,7 +85,7 @@ impl OpenAiAdapter {
             *options = Value::Object(Default::default());
         }
         options["include_usage"] = Value::Bool(true);
-        Ok(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+        request_body::with_messages(body, &spec.input)
     }
 }
 
