@@ -120,7 +120,6 @@ mod tests {
             role: role.into(),
             content: content.into(),
             extra_json: extra.as_bytes().to_vec().into(),
-            ..ChatMessage::default()
         }
     }
 
