@@ -219,10 +219,10 @@ pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
 
 /// The text of a message `content`: a string, null, or an array of parts
 /// whose text parts are joined.
-fn content_text(content: Option<&Value>, text_types: &[&str]) -> Result<String, ApiError> {
+fn content_text(content: Option<Value>, text_types: &[&str]) -> Result<String, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::String(text)) => Ok(text),
         Some(Value::Array(parts)) => {
             let mut text = String::new();
             for part in parts {
@@ -248,9 +248,9 @@ fn content_text(content: Option<&Value>, text_types: &[&str]) -> Result<String, 
     }
 }
 
-fn message(role: &str, content: String, extra: Map<String, Value>) -> ChatMessage {
+fn message(role: String, content: String, extra: Map<String, Value>) -> ChatMessage {
     ChatMessage {
-        role: role.to_owned(),
+        role,
         content,
         extra_json: if extra.is_empty() {
             Default::default()
@@ -260,78 +260,71 @@ fn message(role: &str, content: String, extra: Map<String, Value>) -> ChatMessag
     }
 }
 
-/// The normalized input of a Chat Completions request.
+/// The normalized input of a Chat Completions request. The parsed body is
+/// taken apart, not copied: a message's text moves into the run as it is
+/// (a long prompt is not cloned on its way to the link).
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let object = request.object()?;
-    let Some(Value::Array(messages)) = object.get("messages") else {
-        return Err(ApiError::bad_request(
-            "missing_messages",
-            "`messages` must be a non-empty array",
-        ));
+    let mut object = request.object()?;
+    let messages = match object.remove("messages") {
+        Some(Value::Array(messages)) if !messages.is_empty() => messages,
+        _ => {
+            return Err(ApiError::bad_request(
+                "missing_messages",
+                "`messages` must be a non-empty array",
+            ));
+        }
     };
-    if messages.is_empty() {
-        return Err(ApiError::bad_request(
-            "missing_messages",
-            "`messages` must be a non-empty array",
-        ));
-    }
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
-        let Value::Object(fields) = m else {
+        let Value::Object(mut fields) = m else {
             return Err(ApiError::bad_request(
                 "invalid_message",
                 "each message must be an object",
             ));
         };
-        let Some(role) = fields.get("role").and_then(Value::as_str) else {
+        let Some(Value::String(role)) = fields.remove("role") else {
             return Err(ApiError::bad_request(
                 "invalid_message",
                 "each message needs a string `role`",
             ));
         };
-        let content = content_text(fields.get("content"), &["text"])?;
-        let extra = fields
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "role" | "content"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        out.push(message(role, content, extra));
+        let content = content_text(fields.remove("content"), &["text"])?;
+        // What is left of the message is its extra fields.
+        out.push(message(role, content, fields));
     }
-    let params: Map<String, Value> = object
-        .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "model" | "messages" | "stream" | "stream_options"
-            )
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    for routing in ["model", "stream", "stream_options"] {
+        object.remove(routing);
+    }
     Ok(RunInput {
         messages: out,
-        parameters_json: Value::Object(params).to_string().into(),
+        parameters_json: Value::Object(object).to_string().into(),
     })
 }
 
 /// The normalized input of a Responses request: `instructions` as a system
-/// message, then `input` (a string, or message items).
+/// message, then `input` (a string, or message items); taken apart as in
+/// [`chat_input`].
 pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let object = request.object()?;
+    let mut object = request.object()?;
     let mut messages = Vec::new();
-    if let Some(instructions) = object.get("instructions").and_then(Value::as_str) {
-        messages.push(message("system", instructions.to_owned(), Map::new()));
+    if let Some(Value::String(instructions)) = object.remove("instructions") {
+        messages.push(message("system".to_owned(), instructions, Map::new()));
     }
-    match object.get("input") {
-        Some(Value::String(text)) => messages.push(message("user", text.clone(), Map::new())),
+    match object.remove("input") {
+        Some(Value::String(text)) => messages.push(message("user".to_owned(), text, Map::new())),
         Some(Value::Array(items)) => {
             for item in items {
-                let role = item.get("role").and_then(Value::as_str).ok_or_else(|| {
-                    ApiError::bad_request(
+                let mut item = match item {
+                    Value::Object(item) => item,
+                    _ => Map::new(),
+                };
+                let Some(Value::String(role)) = item.remove("role") else {
+                    return Err(ApiError::bad_request(
                         "invalid_input",
                         "only message items with a `role` are supported in `input`",
-                    )
-                })?;
-                let content = content_text(item.get("content"), &["input_text", "output_text"])?;
+                    ));
+                };
+                let content = content_text(item.remove("content"), &["input_text", "output_text"])?;
                 messages.push(message(role, content, Map::new()));
             }
         }
@@ -348,8 +341,8 @@ pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
         ("top_p", "top_p"),
         ("max_output_tokens", "max_tokens"),
     ] {
-        if let Some(v) = object.get(from) {
-            params.insert(to.to_owned(), v.clone());
+        if let Some(v) = object.remove(from) {
+            params.insert(to.to_owned(), v);
         }
     }
     Ok(RunInput {
