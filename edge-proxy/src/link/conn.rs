@@ -274,9 +274,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
         while !self.closing.get() && !self.session.borrow().is_closed() {
-            if buf.capacity() - buf.len() < want {
-                buf.reserve(want);
-            }
+            decoder.reserve_read(&mut buf, want, want);
             let room = buf.capacity() - buf.len();
             let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).

@@ -82,6 +82,24 @@ impl FrameDecoder {
         Ok(Some(buf.split_to(len).freeze()))
     }
 
+    /// Makes room in `buf` for the next read: when fewer than `min_spare`
+    /// bytes are free, reserves `reserve` more. Except in the middle of a
+    /// frame whose rest [`decode_frame`](Self::decode_frame) has already
+    /// reserved: the read fills that, so the last piece of a long frame
+    /// does not move (copy) the whole frame into a larger buffer.
+    pub fn reserve_read(&self, buf: &mut BytesMut, min_spare: usize, reserve: usize) {
+        let spare = buf.capacity() - buf.len();
+        if let State::Body { len } = self.state {
+            let missing = len.saturating_sub(buf.len());
+            if spare > 0 && spare >= missing {
+                return;
+            }
+        }
+        if spare < min_spare {
+            buf.reserve(reserve);
+        }
+    }
+
     /// Splits and decodes the next complete [`Envelope`] off `buf`.
     ///
     /// `bytes` fields of the result (tunnel bodies, request bodies, leases) are

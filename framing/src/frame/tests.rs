@@ -130,6 +130,39 @@ fn a_request_with_its_body_last_decodes_as_the_whole_request() {
 }
 
 #[test]
+fn the_last_piece_of_a_long_frame_does_not_move_it() {
+    let mut enc = FrameEncoder::default();
+    let frame = enc
+        .encode_tunnel_body(9, Bytes::from(vec![3u8; 1 << 20]))
+        .unwrap();
+    let wire = [&frame.head[..], &frame.body[..]].concat();
+    let mut dec = FrameDecoder::default();
+    let mut rx = BytesMut::with_capacity(64 * 1024);
+    // The prefix and a first read arrive: the decoder reserves the rest of
+    // the frame, exactly.
+    rx.put_slice(&wire[..64 * 1024]);
+    assert_eq!(dec.decode(&mut rx).unwrap(), None);
+    let at = rx.as_ptr();
+    // All but the last 1,000 bytes: what is free is just what is missing.
+    rx.put_slice(&wire[64 * 1024..wire.len() - 1000]);
+    assert_eq!(dec.decode(&mut rx).unwrap(), None);
+    assert_eq!(rx.as_ptr(), at);
+    assert_eq!(rx.capacity() - rx.len(), 1000);
+    // A caller that wants 16 KiB free before each read leaves it be.
+    dec.reserve_read(&mut rx, 16 * 1024, 64 * 1024);
+    assert_eq!(rx.as_ptr(), at, "the frame was moved");
+    rx.put_slice(&wire[wire.len() - 1000..]);
+    assert_eq!(rx.as_ptr(), at);
+    assert_eq!(
+        body_of(&dec.decode(&mut rx).unwrap().unwrap()).len(),
+        1 << 20
+    );
+    // Between frames it reserves as asked.
+    dec.reserve_read(&mut rx, 16 * 1024, 64 * 1024);
+    assert!(rx.capacity() - rx.len() >= 64 * 1024);
+}
+
+#[test]
 fn oversize_prefix_is_refused_and_buffer_left_alone() {
     let mut dec = FrameDecoder::new(1024);
     let mut rx = BytesMut::new();

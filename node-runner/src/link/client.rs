@@ -241,9 +241,7 @@ impl Link {
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
         while !self.closing.get() && !self.session.borrow().is_closed() {
-            if buf.capacity() - buf.len() < READ_RESERVE / 4 {
-                buf.reserve(READ_RESERVE);
-            }
+            decoder.reserve_read(&mut buf, READ_RESERVE / 4, READ_RESERVE);
             let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).
             let (result, returned) = read_half.read(buf, handle).await;
