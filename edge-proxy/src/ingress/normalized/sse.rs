@@ -52,21 +52,23 @@ impl SseWriter<'_> {
         })
     }
 
-    /// One delta chunk, serialized from borrowed fields (the per-event
-    /// path: no `Value` tree, no intermediate string).
+    /// One delta chunk, written in place (the per-event path: no `Value`
+    /// tree, no intermediate string). The chunk's shape is fixed, so its
+    /// keys and constants are written as they are and only the strings
+    /// that vary go through serde_json's escaping: 4 escaped strings a
+    /// chunk instead of 13 (keys included). The bytes are those of the
+    /// `json!` form (`sse_tests`).
     fn chat_delta(&self, delta: DeltaText<'_>, bytes: &mut Vec<u8>) {
-        let chunk = ChatDeltaChunk {
-            choices: [ChatDeltaChoice {
-                delta,
-                finish_reason: None,
-                index: 0,
-            }],
-            created: self.ids.created,
-            id: &self.ids.id,
-            model: &self.ids.model,
-            object: "chat.completion.chunk",
-        };
-        typed_sse(None, &chunk, bytes);
+        bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":");
+        // Serializing borrowed strings into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *bytes, &delta);
+        bytes.extend_from_slice(b",\"finish_reason\":null,\"index\":0}],\"created\":");
+        let _ = serde_json::to_writer(&mut *bytes, &self.ids.created);
+        bytes.extend_from_slice(b",\"id\":");
+        let _ = serde_json::to_writer(&mut *bytes, &self.ids.id);
+        bytes.extend_from_slice(b",\"model\":");
+        let _ = serde_json::to_writer(&mut *bytes, &self.ids.model);
+        bytes.extend_from_slice(b",\"object\":\"chat.completion.chunk\"}\n\n");
     }
 
     fn opening(&self) -> Vec<u8> {
@@ -172,24 +174,6 @@ impl SseWriter<'_> {
 // The per-event shapes, typed. Fields are declared in the order
 // `serde_json::Value` writes its (sorted) keys, so a client receives the
 // same bytes as from the `json!` form (`typed_events_are_the_json_bytes`).
-
-/// A Chat Completions delta chunk.
-#[derive(Serialize)]
-struct ChatDeltaChunk<'a> {
-    choices: [ChatDeltaChoice<'a>; 1],
-    created: u64,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-}
-
-/// The one choice of a delta chunk.
-#[derive(Serialize)]
-struct ChatDeltaChoice<'a> {
-    delta: DeltaText<'a>,
-    finish_reason: Option<&'a str>,
-    index: u32,
-}
 
 /// A chunk's delta: answer text or reasoning text.
 #[derive(Serialize)]
