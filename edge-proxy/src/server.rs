@@ -145,7 +145,9 @@ impl EdgeServer {
             registry: Arc::clone(&shared.registry),
             dispatcher: dispatcher.clone(),
             pools: Arc::clone(&pools),
-            limits: options.ingress_limits,
+            limits: options
+                .ingress_limits
+                .fitting_frames(link.max_frame_len as usize),
             metrics: Arc::clone(&metrics),
             drain: Arc::clone(&drain),
         });

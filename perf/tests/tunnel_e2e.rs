@@ -252,3 +252,44 @@ fn a_mixed_pool_picks_the_wire_by_the_chosen_providers_kind() {
         stack.edge.pools.outstanding() == 0
     });
 }
+
+/// The default config with link frames of 128 KiB.
+fn small_frames(mock: SocketAddr, garbage: SocketAddr) -> String {
+    format!(
+        "{}\nlink:\n  max_frame_len: 131072\n",
+        config(mock, garbage)
+    )
+}
+
+#[test]
+fn a_body_that_cannot_fit_a_link_frame_is_refused_before_it_is_read() {
+    let driver = *drivers().last().unwrap();
+    let mut stack = Stack::start_edge_with(driver, "tunnel-frame-fit", small_frames, |options| {
+        options.ingress_limits.max_body_bytes = 4 * 1024 * 1024;
+    });
+    stack.start_node();
+    let edge = stack.edge.ingress_addr;
+    // 128 KiB frames, 16 KiB heads and 16 KiB beside them: 96 KiB of body.
+    let prompt = |len: usize| {
+        let mut body = chat("chat", false);
+        body["messages"][0]["content"] = json!("p".repeat(len));
+        body
+    };
+    let over = read_all(open_stream(
+        edge,
+        "/v1/chat/completions",
+        &prompt(100_000),
+        "",
+    ));
+    assert!(over.starts_with("HTTP/1.1 413"), "{over}");
+    assert!(over.contains("larger than 98304 bytes"), "{over}");
+    // Just under the limit: sent to the Node, answered by the provider.
+    let under = read_all(open_stream(
+        edge,
+        "/v1/chat/completions",
+        &prompt(90_000),
+        "",
+    ));
+    assert!(under.starts_with("HTTP/1.1 200"), "{under}");
+    assert!(under.contains("\"prompt_tokens\""), "{under}");
+}

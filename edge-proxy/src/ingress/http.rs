@@ -76,6 +76,23 @@ impl Default for IngressLimits {
     }
 }
 
+/// Room kept in a link frame beside a request's head and body: the
+/// tunnel or run fields the Edge adds (ids, target, a sealed credential
+/// lease, timeouts).
+const FRAME_ROOM_BESIDE_REQUEST: usize = 16 * 1024;
+
+impl IngressLimits {
+    /// These limits with the body limit lowered, if need be, so that a
+    /// request with the largest head and body still fits one link frame of
+    /// `max_frame_len` bytes: a larger one is refused with 413 before it is
+    /// read, instead of being accepted and then not sendable to a Node.
+    pub fn fitting_frames(mut self, max_frame_len: usize) -> Self {
+        let room = self.head.max_head_bytes + FRAME_ROOM_BESIDE_REQUEST;
+        self.max_body_bytes = self.max_body_bytes.min(max_frame_len.saturating_sub(room));
+        self
+    }
+}
+
 /// One request, head and whole body.
 #[derive(Debug)]
 pub struct Request {

@@ -117,7 +117,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     /// Opens stream `stream_id` with first frame `msg`. Refused, with the
     /// sink given back, unless the session is ready and not closing (or
-    /// when the id is in use).
+    /// when the id is in use, or `msg` does not fit a frame).
     pub(crate) fn open_stream(
         &self,
         stream_id: u64,
@@ -129,35 +129,48 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         if self.closing.get() || !self.session.borrow().is_ready() {
             return Err(sink);
         }
+        // Encoded before the stream opens: a request that does not fit a
+        // frame is not sent, and its sink hears so at once (never a stream
+        // that waits for an answer to nothing).
+        let frame = match self.encode_open(stream_id, msg) {
+            Ok(frame) => frame,
+            Err(error) => {
+                self.not_encoded(&error);
+                return Err(sink);
+            }
+        };
         self.streams
             .borrow_mut()
             .open(stream_id, kind, sink, run_id)?;
+        let _ = self.tx.send(frame);
+        Ok(())
+    }
+
+    /// The frame that opens stream `stream_id` with `msg`. A long prompt is
+    /// not copied into it: a tunnel request's body goes last, as its own
+    /// slice of the write (as the Node's response bodies do).
+    fn encode_open(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
+        let mut encoder = self.core.encoder.borrow_mut();
         match msg {
             Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
-                // A long prompt is not copied into the frame: its body goes
-                // last, as its own slice of the write (as the Node's
-                // response bodies do).
                 let body = std::mem::take(&mut request.body);
-                let frame = self.core.encoder.borrow_mut().encode_with_trailing_bytes(
-                    stream_id,
-                    ENVELOPE_TUNNEL_REQUEST_FIELD,
-                    &request,
-                    TUNNEL_REQUEST_BODY_FIELD,
-                    body,
-                );
-                match frame {
-                    Ok(frame) => {
-                        let _ = self.tx.send(Outgoing::Body(frame));
-                    }
-                    Err(error) => self.not_encoded(&error),
-                }
+                encoder
+                    .encode_with_trailing_bytes(
+                        stream_id,
+                        ENVELOPE_TUNNEL_REQUEST_FIELD,
+                        &request,
+                        TUNNEL_REQUEST_BODY_FIELD,
+                        body,
+                    )
+                    .map(Outgoing::Body)
             }
-            msg => self.send_envelope(&Envelope {
-                stream_id,
-                msg: Some(msg),
-            }),
+            msg => encoder
+                .encode(&Envelope {
+                    stream_id,
+                    msg: Some(msg),
+                })
+                .map(Outgoing::Frame),
         }
-        Ok(())
     }
 
     /// Sends `msg` on an open stream (a stream that ended is skipped).
