@@ -464,3 +464,38 @@ fn a_node_killed_mid_stream_ends_the_client_stream_and_frees_the_lease() {
     });
     wait_until("the lease released", || stack.edge.pools.outstanding() == 0);
 }
+
+#[test]
+fn a_client_that_writes_a_refused_body_whole_still_reads_the_413() {
+    for driver in drivers() {
+        let stack = Stack::start(driver, "ingress-linger");
+        let mut socket = TcpStream::connect(stack.edge.ingress_addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        socket
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        // Over the 64 KiB limit, and more than the socket buffers on both
+        // sides hold (this machine's tcp_rmem allows 32 MiB).
+        let body = vec![b'x'; 48 << 20];
+        write!(
+            socket,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        // Like most clients, it sends the whole body before it reads: the
+        // Edge answers 413 and drains the rest, so the write completes and
+        // the answer is there to read (no reset).
+        socket
+            .write_all(&body)
+            .unwrap_or_else(|e| panic!("{driver:?}: the body was not drained: {e}"));
+        let mut answer = String::new();
+        socket
+            .read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("{driver:?}: {e}"));
+        assert_eq!(status_of(&answer), 413, "{driver:?}: {answer}");
+        assert!(answer.contains("request_too_large"), "{answer}");
+    }
+}

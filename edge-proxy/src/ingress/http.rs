@@ -151,7 +151,9 @@ pub fn serve<H: Handler>(
                 Err(error) => {
                     responder.close = true;
                     responder.error(&error).await;
-                    break;
+                    let _ = responder.write.shutdown().await;
+                    linger(&mut reader).await;
+                    return;
                 }
             };
             responder.http10 = request.head.version() == Version::Http10;
@@ -170,6 +172,36 @@ pub fn serve<H: Handler>(
         }
         let _ = responder.write.shutdown().await;
     }
+}
+
+/// How long a refused request's connection is drained before it closes.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The most bytes drained from a refused request's connection.
+const LINGER_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// The buffer a refused request's bytes are read into and dropped from.
+const LINGER_READ: usize = 16 * 1024;
+
+/// After an error answer (413 for a body too long, a framing error, a
+/// timeout), reads and discards what the client is still sending, for at
+/// most [`LINGER`] and [`LINGER_MAX_BYTES`], before the connection closes.
+/// Closing with unread bytes makes the kernel reset the connection, and a
+/// client still writing its body (most do not wait for `100 Continue`)
+/// would then see a broken pipe instead of the answer.
+async fn linger(reader: &mut ClientRead) {
+    let drain = async {
+        let mut drained = 0;
+        while drained < LINGER_MAX_BYTES {
+            reader.buf().clear();
+            reader.reserve_total(LINGER_READ);
+            match reader.fill().await {
+                Ok(n) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    };
+    let _ = monoio::time::timeout(LINGER, drain).await;
 }
 
 fn framing_error(error: &HttpError) -> ApiError {
