@@ -270,26 +270,16 @@ fn a_body_that_cannot_fit_a_link_frame_is_refused_before_it_is_read() {
     stack.start_node();
     let edge = stack.edge.ingress_addr;
     // 128 KiB frames, 16 KiB heads and 16 KiB beside them: 96 KiB of body.
-    let prompt = |len: usize| {
+    let answer = |len: usize| {
         let mut body = chat("chat", false);
         body["messages"][0]["content"] = json!("p".repeat(len));
-        body
+        read_all(open_stream(edge, "/v1/chat/completions", &body, ""))
     };
-    let over = read_all(open_stream(
-        edge,
-        "/v1/chat/completions",
-        &prompt(100_000),
-        "",
-    ));
+    let over = answer(100_000);
     assert!(over.starts_with("HTTP/1.1 413"), "{over}");
     assert!(over.contains("larger than 98304 bytes"), "{over}");
     // Just under the limit: sent to the Node, answered by the provider.
-    let under = read_all(open_stream(
-        edge,
-        "/v1/chat/completions",
-        &prompt(90_000),
-        "",
-    ));
+    let under = answer(90_000);
     assert!(under.starts_with("HTTP/1.1 200"), "{under}");
     assert!(under.contains("\"prompt_tokens\""), "{under}");
 }
