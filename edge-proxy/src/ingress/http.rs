@@ -137,6 +137,8 @@ pub fn serve<H: Handler>(
     let mut responder = Responder::new(write);
     let gone = Rc::clone(&responder.gone);
     async move {
+        // An error answered: the client may still be sending (see `linger`).
+        let mut refused = false;
         loop {
             // Boxed, as are the other short steps of a request (admission,
             // the opening of a run or tunnel): their futures hold monoio
@@ -151,9 +153,8 @@ pub fn serve<H: Handler>(
                 Err(error) => {
                     responder.close = true;
                     responder.error(&error).await;
-                    let _ = responder.write.shutdown().await;
-                    linger(&mut reader).await;
-                    return;
+                    refused = true;
+                    break;
                 }
             };
             responder.http10 = request.head.version() == Version::Http10;
@@ -171,6 +172,9 @@ pub fn serve<H: Handler>(
             }
         }
         let _ = responder.write.shutdown().await;
+        if refused {
+            linger(&mut reader).await;
+        }
     }
 }
 

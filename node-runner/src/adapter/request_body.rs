@@ -7,7 +7,7 @@
 //! first: a 1 MB prompt had cost the Node a clone of its text into a
 //! `serde_json::Value`, fresh pages for it, and the serialization on top.
 
-use proto::v1::{ExecutionFailure, RunInput};
+use proto::v1::{ChatMessage, ExecutionFailure, RunInput};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
@@ -28,16 +28,17 @@ pub(super) fn with_messages(
         .collect::<Result<Vec<_>, _>>()?;
     let body = Body {
         fields: &fields,
-        input,
-        extras: &extras,
+        messages: Messages {
+            messages: &input.messages,
+            extras: &extras,
+        },
     };
     // Sized for the texts up front: a body grown by doubling had copied a
-    // long prompt over again at each step.
+    // long prompt over again at each step. Writing into a Vec cannot fail.
     let mut out = Vec::with_capacity(estimated_len(input));
-    match serde_json::to_writer(&mut out, &body) {
-        Ok(()) => Ok(out),
-        Err(_) => Ok(Vec::new()),
-    }
+    Ok(serde_json::to_writer(&mut out, &body)
+        .map(|()| out)
+        .unwrap_or_default())
 }
 
 /// About the body's length: every message's parts and the parameters,
@@ -53,9 +54,7 @@ fn estimated_len(input: &RunInput) -> usize {
 
 struct Body<'a> {
     fields: &'a Map<String, Value>,
-    input: &'a RunInput,
-    /// Each message's `extra_json` object, in order.
-    extras: &'a [Map<String, Value>],
+    messages: Messages<'a>,
 }
 
 impl Serialize for Body<'_> {
@@ -64,32 +63,30 @@ impl Serialize for Body<'_> {
         for (key, value) in self.fields {
             map.serialize_entry(key, value)?;
         }
-        map.serialize_entry("messages", &Messages(self))?;
+        map.serialize_entry("messages", &self.messages)?;
         map.end()
     }
 }
 
-struct Messages<'a, 'b>(&'b Body<'a>);
+/// The run's messages, each with its parsed `extra_json` object.
+struct Messages<'a> {
+    messages: &'a [ChatMessage],
+    extras: &'a [Map<String, Value>],
+}
 
-impl Serialize for Messages<'_, '_> {
+impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let body = self.0;
-        let mut seq = serializer.serialize_seq(Some(body.input.messages.len()))?;
-        for (message, extra) in body.input.messages.iter().zip(body.extras) {
-            seq.serialize_element(&Message {
-                extra,
-                role: &message.role,
-                content: &message.content,
-            })?;
+        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
+        for (message, extra) in self.messages.iter().zip(self.extras) {
+            seq.serialize_element(&Message { message, extra })?;
         }
         seq.end()
     }
 }
 
 struct Message<'a> {
+    message: &'a ChatMessage,
     extra: &'a Map<String, Value>,
-    role: &'a str,
-    content: &'a str,
 }
 
 impl Serialize for Message<'_> {
@@ -102,15 +99,14 @@ impl Serialize for Message<'_> {
         for (key, value) in extra {
             map.serialize_entry(key, value)?;
         }
-        map.serialize_entry("role", self.role)?;
-        map.serialize_entry("content", self.content)?;
+        map.serialize_entry("role", &self.message.role)?;
+        map.serialize_entry("content", &self.message.content)?;
         map.end()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use proto::v1::ChatMessage;
     use serde_json::json;
 
     use super::*;
