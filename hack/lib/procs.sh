@@ -23,7 +23,10 @@ procs_names=()
 procs_start() {
   local name=$1
   shift
-  "$@" >"$PROCS_LOGS/$name.log" 2>&1 &
+  # Emptied here, not by the background job's redirection: a waiter that
+  # reads NAME's log right after this must not find an earlier process's.
+  : >"$PROCS_LOGS/$name.log"
+  "$@" >>"$PROCS_LOGS/$name.log" 2>&1 &
   procs_pids+=($!)
   procs_names+=("$name")
 }
