@@ -29,6 +29,8 @@ pub struct ParsedRequest {
     pub stream: bool,
     /// `stream_options.include_usage` (Chat Completions only).
     pub include_usage: bool,
+    /// Whether the body has a `stream_options` member, of any value.
+    pub has_stream_options: bool,
     /// The request body as the client sent it (a JSON object).
     pub body: Bytes,
 }
@@ -40,11 +42,67 @@ impl ParsedRequest {
         serde_json::from_slice(&self.body).map_err(|e| not_an_object(&self.body, &e))
     }
 
+    /// The body with `stream_options.include_usage` set, for a tunnelled
+    /// stream whose client did not ask for usage.
+    ///
+    /// Without a `stream_options` member (what clients send unless they ask
+    /// for usage themselves) the member is added before the object's closing
+    /// brace, and the client's bytes are otherwise kept as they are: a long
+    /// prompt is copied once, not parsed into a tree and escaped again (a
+    /// megabyte of prompt cost ~2 ms that way). With one (say
+    /// `{"include_usage":false}`) the object is parsed and re-encoded with
+    /// the flag set.
+    pub fn body_asking_usage(&self) -> Result<Bytes, ApiError> {
+        if !self.has_stream_options
+            && let Some(body) = with_last_member(&self.body, USAGE_MEMBER)
+        {
+            return Ok(body);
+        }
+        let mut object = self.object()?;
+        let options = object.entry("stream_options").or_insert_with(|| json!({}));
+        if !options.is_object() {
+            // `null`, or a value the provider would refuse anyway.
+            *options = json!({});
+        }
+        if let Value::Object(options) = options {
+            options.insert("include_usage".into(), Value::Bool(true));
+        }
+        Ok(Bytes::from(Value::Object(object).to_string()))
+    }
+
     /// Lets go of the body once the answer is committed: no attempt
     /// follows, so a long stream keeps no copy of its prompt.
     pub fn release_body(&mut self) {
         self.body = Bytes::new();
     }
+}
+
+/// The member [`ParsedRequest::body_asking_usage`] adds.
+const USAGE_MEMBER: &[u8] = br#""stream_options":{"include_usage":true}"#;
+
+/// JSON's whitespace (RFC 8259): what may surround a value.
+fn is_json_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// `object` (the bytes of one JSON object, surrounding whitespace allowed)
+/// with `member` (`"name":value`) added as its last member, or `None` when
+/// `object` does not end with `}`.
+fn with_last_member(object: &[u8], member: &[u8]) -> Option<Bytes> {
+    let close = object.iter().rposition(|&b| !is_json_space(b))?;
+    if object[close] != b'}' {
+        return None;
+    }
+    // A value never ends with `{`: only an empty object has it before `}`.
+    let empty = object[..close].iter().rev().find(|&&b| !is_json_space(b)) == Some(&b'{');
+    let mut out = Vec::with_capacity(object.len() + member.len() + 1);
+    out.extend_from_slice(&object[..close]);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(member);
+    out.extend_from_slice(&object[close..]);
+    Some(Bytes::from(out))
 }
 
 /// The routing fields of a request body; every other member is skipped
@@ -213,6 +271,7 @@ pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
         model,
         stream,
         include_usage,
+        has_stream_options: fields.stream_options.is_some(),
         body,
     })
 }
@@ -393,127 +452,5 @@ pub fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chat_requests_become_normalized_input() {
-        let body = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},
-            "temperature":0.5,"messages":[{"role":"system","content":"be brief"},
-            {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}],"name":"bob"}]}"#;
-        let request = parse(Bytes::from_static(body)).unwrap();
-        assert_eq!(request.model, "m");
-        assert!(request.stream && request.include_usage);
-        let input = chat_input(&request).unwrap();
-        assert_eq!(input.messages.len(), 2);
-        assert_eq!(input.messages[1].content, "hi there");
-        assert_eq!(&input.messages[1].extra_json[..], br#"{"name":"bob"}"#);
-        assert_eq!(&input.parameters_json[..], br#"{"temperature":0.5}"#);
-    }
-
-    #[test]
-    fn bad_requests_are_typed_400s() {
-        for (body, code) in [
-            (&b"{nope"[..], "invalid_json"),
-            (b"[1]", "invalid_request"),
-            (b"{}", "missing_model"),
-            (br#"{"model":7}"#, "invalid_model"),
-            (br#"{"model":"m","stream":"yes"}"#, "invalid_stream"),
-        ] {
-            let error = parse(Bytes::from_static(body)).unwrap_err();
-            assert_eq!((error.status, error.code), (400, code), "{body:?}");
-        }
-        let no_messages = parse(Bytes::from_static(br#"{"model":"m","messages":[]}"#)).unwrap();
-        assert_eq!(
-            chat_input(&no_messages).unwrap_err().code,
-            "missing_messages"
-        );
-        let image = parse(Bytes::from_static(
-            br#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
-        ))
-        .unwrap();
-        assert_eq!(chat_input(&image).unwrap_err().code, "unsupported_content");
-    }
-
-    #[test]
-    fn routing_reads_its_fields_like_a_whole_object_and_keeps_none_of_the_rest() {
-        // Later duplicates win; other members of any shape are skipped.
-        let body = Bytes::from_static(
-            br#"{"model":"a","messages":[{"role":"user","content":"x\u00e9"}],"stream":false,
-                "tools":[{"deep":[[{"x":null}]]}],"model":"b","stream":true,
-                "stream_options":{"include_usage":true,"other":1}}"#,
-        );
-        let request = parse(body.clone()).unwrap();
-        assert_eq!(request.model, "b");
-        assert!(request.stream && request.include_usage);
-        assert_eq!(request.body, body, "the body is the client's bytes");
-        let object = request.object().unwrap();
-        assert_eq!(object["model"], "b");
-        assert_eq!(object["messages"][0]["content"], "xé");
-        // An escaped member name is still the member; null is not a model.
-        for (body, code) in [
-            (&br#"{"mod\u0065l":null}"#[..], "invalid_model"),
-            (br#"{"model":"m","stream":null,"stream_options":7}"#, ""),
-            (br#"{"model":"m"} trailing"#, "invalid_json"),
-            (br#""just a string""#, "invalid_request"),
-            (b"", "invalid_json"),
-        ] {
-            match parse(Bytes::from_static(body)) {
-                Ok(request) => {
-                    assert_eq!(code, "", "{body:?}");
-                    assert!(!request.stream && !request.include_usage);
-                }
-                Err(error) => assert_eq!((error.status, error.code), (400, code), "{body:?}"),
-            }
-        }
-        // Skipped members keep serde_json's nesting limit (128).
-        let deep = format!(
-            r#"{{"model":"m","x":{}1{}}}"#,
-            "[".repeat(200),
-            "]".repeat(200)
-        );
-        let error = parse(Bytes::from(deep)).unwrap_err();
-        assert_eq!((error.status, error.code), (400, "invalid_json"));
-    }
-
-    #[test]
-    fn a_committed_request_lets_go_of_its_body_and_keeps_its_routing() {
-        let body = Bytes::from(br#"{"model":"m","stream":true,"messages":[]}"#.to_vec());
-        let mut request = parse(body.clone()).unwrap();
-        assert!(!body.is_unique());
-        request.release_body();
-        assert!(body.is_unique(), "the parsed request still holds the body");
-        assert_eq!((request.model.as_str(), request.stream), ("m", true));
-    }
-
-    #[test]
-    fn responses_requests_become_normalized_input() {
-        let request = parse(Bytes::from_static(
-            br#"{"model":"m","instructions":"sys","input":"hello","max_output_tokens":9}"#,
-        ))
-        .unwrap();
-        let input = responses_input(&request).unwrap();
-        assert_eq!(input.messages.len(), 2);
-        assert_eq!(input.messages[0].role, "system");
-        assert_eq!(input.messages[1].content, "hello");
-        assert_eq!(&input.parameters_json[..], br#"{"max_tokens":9}"#);
-    }
-
-    #[test]
-    fn usage_breakdowns_appear_only_when_reported() {
-        let plain = chat_usage(&Usage {
-            input_tokens: 3,
-            output_tokens: 4,
-            ..Usage::default()
-        });
-        assert_eq!(plain["total_tokens"], 7);
-        assert!(plain.get("completion_tokens_details").is_none());
-        let detailed = chat_usage(&Usage {
-            reasoning_tokens: Some(2),
-            cached_input_tokens: Some(1),
-            ..Usage::default()
-        });
-        assert_eq!(detailed["completion_tokens_details"]["reasoning_tokens"], 2);
-        assert_eq!(detailed["prompt_tokens_details"]["cached_tokens"], 1);
-    }
-}
+#[path = "openai_tests.rs"]
+mod tests;

@@ -3,7 +3,8 @@
 //!
 //! - The request goes to the provider as the client sent it. When a
 //!   streaming client did not ask for usage, the Edge asks for it
-//!   (`stream_options.include_usage`) and has the Node strip that extra
+//!   (`stream_options.include_usage`, added to the client's bytes, not
+//!   re-encoded: [`ParsedRequest::body_asking_usage`]) and has the Node strip that extra
 //!   event from the relayed bytes and report it in a `usage` frame instead
 //!   (F18), so usage is always accounted and the client's stream is exactly
 //!   what it asked for.
@@ -31,7 +32,6 @@
 use bytes::Bytes;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{ExecutionFailure, FailureCode, Header, ProviderTunnelRequest};
-use serde_json::{Value, json};
 
 use super::error::{ApiError, from_failure};
 use super::gate::commit::{EndStep, FailureEnding, HeldHead, TunnelCommit};
@@ -115,12 +115,7 @@ fn tunnel_request(
 ) -> Result<ProviderTunnelRequest, ApiError> {
     let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
     let body = if strip_usage {
-        let mut object = request.object()?;
-        let options = object.entry("stream_options").or_insert_with(|| json!({}));
-        if let Value::Object(options) = options {
-            options.insert("include_usage".into(), Value::Bool(true));
-        }
-        Bytes::from(Value::Object(object).to_string())
+        request.body_asking_usage()?
     } else {
         request.body.clone()
     };
