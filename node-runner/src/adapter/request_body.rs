@@ -1,14 +1,19 @@
 //! A chat request body for a provider: the adapter's top-level fields and
-//! the run's messages under `"messages"`, serialized straight from the run.
+//! the run's messages under `"messages"`, written straight from the run.
 //!
 //! Each message is its `extra_json` object's fields, then `role` and
-//! `content` (which win over extra fields of the same name). The text of a
-//! message is escaped into the body once and never copied into a JSON tree
-//! first: a 1 MB prompt had cost the Node a clone of its text into a
-//! `serde_json::Value`, fresh pages for it, and the serialization on top.
+//! `content` (which win over extra fields of the same name). The body's
+//! shape is fixed, so it is written as it is: the top-level fields and the
+//! extras (small) through serde_json, each message's role and text through
+//! `json_escape_simd`, the same bytes as serde_json's escaping (tested
+//! below) at ~18 GB/s on plain text where serde_json's byte loop runs at
+//! ~0.7 GB/s. A message's text is escaped into the body once, never copied
+//! into a JSON tree first: a 1 MB prompt had cost the Node a clone of its
+//! text into a `serde_json::Value`, fresh pages for it, and ~1.5 ms of
+//! escaping on top.
 
-use proto::v1::{ChatMessage, ExecutionFailure, RunInput};
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use json_escape_simd::escape_into;
+use proto::v1::{ExecutionFailure, RunInput};
 use serde_json::{Map, Value};
 
 use super::json_object;
@@ -21,24 +26,42 @@ pub(super) fn with_messages(
     input: &RunInput,
 ) -> Result<Vec<u8>, ExecutionFailure> {
     fields.remove("messages");
-    let extras = input
-        .messages
-        .iter()
-        .map(|m| json_object(&m.extra_json, "message extra_json"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let body = Body {
-        fields: &fields,
-        messages: Messages {
-            messages: &input.messages,
-            extras: &extras,
-        },
-    };
     // Sized for the texts up front: a body grown by doubling had copied a
-    // long prompt over again at each step. Writing into a Vec cannot fail.
+    // long prompt over again at each step.
     let mut out = Vec::with_capacity(estimated_len(input));
-    Ok(serde_json::to_writer(&mut out, &body)
-        .map(|()| out)
-        .unwrap_or_default())
+    out.push(b'{');
+    for (key, value) in &fields {
+        member(&mut out, key, value);
+    }
+    out.extend_from_slice(b"\"messages\":[");
+    for (i, message) in input.messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        let extra = json_object(&message.extra_json, "message extra_json")?;
+        for (key, value) in &extra {
+            if !matches!(key.as_str(), "role" | "content") {
+                member(&mut out, key, value);
+            }
+        }
+        out.extend_from_slice(b"\"role\":");
+        escape_into(&message.role, &mut out);
+        out.extend_from_slice(b",\"content\":");
+        escape_into(&message.content, &mut out);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// Writes `"key":value,`.
+fn member(out: &mut Vec<u8>, key: &str, value: &Value) {
+    escape_into(key, out);
+    out.push(b':');
+    // A `Value` (string keys only) into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.push(b',');
 }
 
 /// About the body's length: every message's parts and the parameters,
@@ -52,61 +75,10 @@ fn estimated_len(input: &RunInput) -> usize {
     messages + input.parameters_json.len() + 256
 }
 
-struct Body<'a> {
-    fields: &'a Map<String, Value>,
-    messages: Messages<'a>,
-}
-
-impl Serialize for Body<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.fields.len() + 1))?;
-        for (key, value) in self.fields {
-            map.serialize_entry(key, value)?;
-        }
-        map.serialize_entry("messages", &self.messages)?;
-        map.end()
-    }
-}
-
-/// The run's messages, each with its parsed `extra_json` object.
-struct Messages<'a> {
-    messages: &'a [ChatMessage],
-    extras: &'a [Map<String, Value>],
-}
-
-impl Serialize for Messages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
-        for (message, extra) in self.messages.iter().zip(self.extras) {
-            seq.serialize_element(&Message { message, extra })?;
-        }
-        seq.end()
-    }
-}
-
-struct Message<'a> {
-    message: &'a ChatMessage,
-    extra: &'a Map<String, Value>,
-}
-
-impl Serialize for Message<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let extra = self
-            .extra
-            .iter()
-            .filter(|(key, _)| !matches!(key.as_str(), "role" | "content"));
-        let mut map = serializer.serialize_map(None)?;
-        for (key, value) in extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.serialize_entry("role", &self.message.role)?;
-        map.serialize_entry("content", &self.message.content)?;
-        map.end()
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use proto::v1::ChatMessage;
     use serde_json::json;
 
     use super::*;
@@ -158,5 +130,43 @@ mod tests {
         };
         let error = with_messages(Map::new(), &input).unwrap_err();
         assert!(error.message.contains("message extra_json"), "{error:?}");
+    }
+
+    #[test]
+    fn the_body_is_compact_json_in_field_order() {
+        let input = RunInput {
+            messages: vec![
+                message("system", "a\"b\\c\n\u{1}é😀", r#"{"z":1,"a":[true,null]}"#),
+                message("user", "", ""),
+            ],
+            ..RunInput::default()
+        };
+        let mut fields = Map::new();
+        fields.insert("stream".into(), json!(false));
+        fields.insert("model".into(), json!("m\"1"));
+        let body = with_messages(fields, &input).unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            concat!(
+                r#"{"model":"m\"1","stream":false,"messages":["#,
+                r#"{"a":[true,null],"z":1,"role":"system","content":"a\"b\\c\n\u0001é😀"},"#,
+                r#"{"role":"user","content":""}]}"#,
+            )
+        );
+        let empty = with_messages(Map::new(), &RunInput::default()).unwrap();
+        assert_eq!(&empty[..], br#"{"messages":[]}"#);
+    }
+
+    proptest! {
+        /// The SIMD escaper writes what serde_json writes, for any text
+        /// (control characters, quotes, backslashes, any plane).
+        #[test]
+        fn text_is_escaped_as_serde_json_escapes_it(text in any::<String>(), ascii in "[\\x00-\\x7f]{0,200}") {
+            for text in [&text, &ascii] {
+                let mut ours = Vec::new();
+                escape_into(text, &mut ours);
+                prop_assert_eq!(ours, serde_json::to_vec(text).unwrap());
+            }
+        }
     }
 }
