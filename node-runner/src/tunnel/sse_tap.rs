@@ -35,8 +35,11 @@
 //! event's data. A provider that breaks either stops the observation (no more
 //! usage, no more stripping); the relay goes on unchanged.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use framing::sse::{SseConfig, SseItemRef, SseObserver};
+use memchr::memmem::Finder;
 use proto::v1::Usage;
 
 use super::usage::{Observed, observe};
@@ -254,10 +257,11 @@ impl SseTap {
 /// not be held. Raw `"choices"` cannot occur inside a JSON string (its quotes
 /// would be escaped), only as a key.
 fn has_choices(bytes: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"choices\"";
+    // Built once, as `usage::mentions_usage`'s.
+    static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"choices\""));
     let mut rest = bytes;
-    while let Some(at) = memchr::memmem::find(rest, KEY) {
-        rest = &rest[at + KEY.len()..];
+    while let Some(at) = KEY.find(rest) {
+        rest = &rest[at + KEY.needle().len()..];
         let Some(value) = rest.trim_ascii_start().strip_prefix(b":") else {
             continue;
         };
