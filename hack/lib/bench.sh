@@ -211,15 +211,20 @@ bench_iop() {
 }
 
 # bench_model_ok BASE_URL MODEL: 0 when one streaming chat request for MODEL
-# answers 200 with an SSE data event within 5 s (the scenario's streams may
-# last longer); otherwise prints why and returns 1.
+# answers 200 with an SSE data event within BENCH_PROBE_SECONDS (default 5;
+# the scenario's streams may last longer: the probe stops at the first
+# event); otherwise prints why and returns 1.
 bench_model_ok() {
-  local out code
-  out=$(curl -sS -m 5 -w '\n%{http_code}' "$1/v1/chat/completions" -H 'content-type: application/json' \
-    -d "{\"model\":\"$2\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 2>/dev/null) || true
-  code=${out##*$'\n'}
-  if [ "$code" = 200 ] && grep -q '^data: {' <<<"$out"; then return 0; fi
-  BENCH_MODEL_WHY="HTTP $code: $(head -c 300 <<<"${out%$'\n'*}" | tr '\n' ' ')"
+  local out
+  # The status line (and an error's JSON body), then the first data
+  # event; sed quits there, which ends curl (a broken pipe, hence
+  # `|| true`).
+  out=$(curl -sS -N -D - -m "${BENCH_PROBE_SECONDS:-5}" "$1/v1/chat/completions" \
+    -H 'content-type: application/json' \
+    -d "{\"model\":\"$2\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 2>/dev/null |
+    sed -n -e '1p' -e '/^{/p' -e '/^data: {/{p;q;}') || true
+  if grep -q '^HTTP/[0-9.]* 200' <<<"$out" && grep -q '^data: {' <<<"$out"; then return 0; fi
+  BENCH_MODEL_WHY="$(head -c 300 <<<"${out:-no answer in ${BENCH_PROBE_SECONDS:-5} s}" | tr -d '\r' | tr '\n' ' ')"
   say "$2 at $1 does not stream: $BENCH_MODEL_WHY"
   return 1
 }
@@ -350,11 +355,14 @@ bench_scenario() {
       ;;
     ramp)
       script=long-streams.js
-      mock_flags=(--tokens 10 --delay-ms 3000)
+      local tokens=${RAMP_TOKENS:-10} token_ms=${RAMP_TOKEN_MS:-3000}
+      mock_flags=(--tokens "$tokens" --delay-ms "$token_ms")
+      # A normalized stream's first event is its first token.
+      BENCH_PROBE_SECONDS=$((token_ms / 1000 + 5))
       streams=${STREAMS:-10000}
       batch=${BATCH:-100}
       vus=$(((streams + batch - 1) / batch))
-      k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS=10)
+      k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS="$tokens")
       ;;
     *) return 1 ;;
   esac
