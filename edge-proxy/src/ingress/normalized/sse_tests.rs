@@ -36,14 +36,7 @@ fn typed_events_are_the_json_bytes() {
         let value = writer.chat_chunk(json!({"reasoning_content": text}), None);
         assert_eq!(typed, sse(None, &value));
         let mut typed = Vec::new();
-        let delta = ResponsesTextDelta {
-            content_index: 0,
-            delta: text,
-            item_id: &ids.item_id,
-            output_index: 0,
-            kind: "response.output_text.delta",
-        };
-        typed_sse(Some("response.output_text.delta"), &delta, &mut typed);
+        writer.responses_delta(text, &mut typed);
         let value = json!({"type": "response.output_text.delta", "item_id": ids.item_id,
             "output_index": 0, "content_index": 0, "delta": text});
         assert_eq!(typed, sse(Some("response.output_text.delta"), &value));
