@@ -59,13 +59,12 @@ impl ParsedRequest {
             return Ok(body);
         }
         let mut object = self.object()?;
-        let options = object.entry("stream_options").or_insert_with(|| json!({}));
-        if !options.is_object() {
+        match object.entry("stream_options").or_insert(Value::Null) {
+            Value::Object(options) => {
+                options.insert("include_usage".into(), Value::Bool(true));
+            }
             // `null`, or a value the provider would refuse anyway.
-            *options = json!({});
-        }
-        if let Value::Object(options) = options {
-            options.insert("include_usage".into(), Value::Bool(true));
+            other => *other = json!({"include_usage": true}),
         }
         Ok(Bytes::from(Value::Object(object).to_string()))
     }
