@@ -42,7 +42,7 @@ use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use memchr::memmem::Finder;
 use proto::v1::Usage;
 
-use super::usage::{Observed, observe};
+use super::usage::{Observed, observe, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
 pub const MAX_HELD_EVENT: usize = 64 * 1024;
@@ -254,29 +254,45 @@ impl SseTap {
 
 /// Whether `bytes` show a non-empty `choices` array (`"choices": [` then
 /// anything but `]`): such an event is not the usage-only one, so it need
-/// not be held. Raw `"choices"` cannot occur inside a JSON string (its quotes
-/// would be escaped), only as a key.
+/// not be held.
 fn has_choices(bytes: &[u8]) -> bool {
-    // Built once, as `usage::mentions_usage`'s.
     static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"choices\""));
-    let mut rest = bytes;
-    while let Some(at) = KEY.find(rest) {
-        rest = &rest[at + KEY.needle().len()..];
-        let Some(value) = rest.trim_ascii_start().strip_prefix(b":") else {
-            continue;
-        };
-        let Some(items) = value.trim_ascii_start().strip_prefix(b"[") else {
-            continue;
-        };
-        if items.trim_ascii_start().first().is_some_and(|&b| b != b']') {
-            return true;
-        }
-    }
-    false
+    values_of(bytes, &KEY).any(|value| {
+        value
+            .strip_prefix(b"[")
+            .and_then(|items| items.trim_ascii_start().first())
+            .is_some_and(|&b| b != b']')
+    })
 }
 
 fn push(out: &mut Vec<Bytes>, bytes: Bytes) {
     if !bytes.is_empty() {
         out.push(bytes);
+    }
+}
+
+#[cfg(test)]
+mod choices_tests {
+    use super::has_choices;
+
+    #[test]
+    fn only_a_non_empty_choices_array_counts() {
+        for (bytes, expected) in [
+            (&br#"{"id":"x","choices":[{"index":0"#[..], true),
+            (br#"{"choices" : [ {"#, true),
+            (br#"{"choices":[],"usage":{"#, false),
+            (br#"{"choices": [ ] ,"#, false),
+            (br#"{"choices":null,"choices":[{"#, true),
+            (br#"{"delta":{"content":"\"choices\":[1]"}"#, false),
+            (br#"{"choices""#, false),
+            (br#"{"choices":"#, false),
+        ] {
+            assert_eq!(
+                has_choices(bytes),
+                expected,
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
     }
 }

@@ -189,22 +189,33 @@ impl<'de> Visitor<'de> for CountVisitor {
 /// Whether `json` contains `"usage"` followed (after optional whitespace) by
 /// `:` and something other than `null`.
 fn mentions_usage(json: &[u8]) -> bool {
-    // memmem, not a byte-by-byte window compare: this runs over every
-    // relayed event (64 KiB ones too). The searcher is built once: building
-    // it per call (`memmem::find`) had cost more than the search itself on
-    // a token-sized event (~13 % of the Node's samples in `s2/tunnel`).
     static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+    values_of(json, &KEY).any(|value| !value.starts_with(b"null"))
+}
+
+/// The bytes after each `key` (a finder of a quoted member name) that is
+/// followed, after optional whitespace, by `:`: the rest of `json` from
+/// the value on, leading whitespace skipped. A raw quoted name cannot occur
+/// inside a JSON string (its quotes would be escaped), only as a key.
+///
+/// memmem, not a byte-by-byte window compare: this runs over every relayed
+/// event (64 KiB ones too). Callers keep their finder in a static: building
+/// one per call (`memmem::find`) had cost more than the search itself on a
+/// token-sized event (~13 % of the Node's samples in `s2/tunnel`).
+pub(super) fn values_of<'a>(
+    json: &'a [u8],
+    key: &'a Finder<'static>,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
     let mut rest = json;
-    while let Some(at) = KEY.find(rest) {
-        rest = &rest[at + KEY.needle().len()..];
-        let after = rest.trim_ascii_start();
-        if let Some(value) = after.strip_prefix(b":") {
-            if !value.trim_ascii_start().starts_with(b"null") {
-                return true;
+    std::iter::from_fn(move || {
+        while let Some(at) = key.find(rest) {
+            rest = &rest[at + key.needle().len()..];
+            if let Some(value) = rest.trim_ascii_start().strip_prefix(b":") {
+                return Some(value.trim_ascii_start());
             }
         }
-    }
-    false
+        None
+    })
 }
 
 /// The body of a non-streaming response, kept aside (refcounted slices of
