@@ -24,7 +24,8 @@ use crate::pool::Pools;
 use crate::registry::{NodeDirectory, NodeRegistry};
 use crate::runtime::{IoDriver, block_on};
 
-/// Default longest sleep of a core's ticker between timer-wheel polls, in ms.
+/// Default longest sleep of a core's ticker between timer-wheel polls with a
+/// manual clock, in ms.
 pub const DEFAULT_TICK_MS: u64 = 50;
 
 /// How to start the Edge beyond what `edge.yaml` says.
@@ -39,7 +40,8 @@ pub struct StartOptions {
     pub clock: ClockSource,
     /// Heartbeat timings; production keeps the 30 s / 45 s default.
     pub heartbeat: HeartbeatConfig,
-    /// Longest ticker sleep, in ms.
+    /// Longest ticker sleep with a manual clock, in ms (see
+    /// [`LinkServerConfig::tick_ms`]).
     pub tick_ms: u64,
     /// Client request limits of the ingress.
     pub ingress_limits: IngressLimits,

@@ -15,7 +15,7 @@ use edge_proxy::events::LifecycleEvent;
 use edge_proxy::runtime::IoDriver;
 use edge_proxy::server::{EdgeServer, StartOptions};
 use framing::frame::{FrameDecoder, FrameEncoder};
-use framing::link::CloseReason;
+use framing::link::{CloseReason, HeartbeatConfig};
 use framing::timer::{ClockSource, SharedManualClock};
 use proto::Envelope;
 use proto::v1::{
@@ -69,12 +69,16 @@ struct Edge {
 }
 
 fn start(driver: IoDriver) -> Edge {
-    let config = EdgeConfig::from_yaml_str(CONFIG, "test.yaml").expect("test config is valid");
     let clock = SharedManualClock::new(0);
     let mut options = StartOptions::new(driver);
-    options.workers = 2;
     options.clock = ClockSource::Manual(clock.clone());
     options.tick_ms = 5;
+    start_with(options, clock)
+}
+
+fn start_with(mut options: StartOptions, clock: SharedManualClock) -> Edge {
+    let config = EdgeConfig::from_yaml_str(CONFIG, "test.yaml").expect("test config is valid");
+    options.workers = 2;
     let server = EdgeServer::start(config, options).expect("edge starts");
     let events = server.bus.subscribe();
     Edge {
@@ -353,6 +357,55 @@ fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
         );
         assert!(node.recv_until_closed().is_empty());
         assert_eq!(edge.server.registry.live_count(), 0, "{driver:?}");
+    }
+}
+
+/// On the production clock a core's ticker sleeps until its wheel's next
+/// expiry (`framing::timer::TickerPace`): the heartbeat armed at registration
+/// must still wake it, to ping and then to close. Real time, short timings;
+/// only that it happens is asserted, not when.
+#[test]
+fn a_silent_node_is_pinged_and_closed_on_the_production_clock() {
+    for driver in drivers() {
+        let mut options = StartOptions::new(driver);
+        options.heartbeat = HeartbeatConfig {
+            interval_ms: 100,
+            wait_ms: 200,
+        };
+        let mut edge = start_with(options, SharedManualClock::new(0));
+        let mut node = FakeNode::connect(&edge);
+        node.send(
+            0,
+            Msg::RegisterRequest(RegisterRequest {
+                token: "tok-a".into(),
+                max_frame_len: 1 << 20,
+                ..Default::default()
+            }),
+        );
+        node.send(
+            0,
+            Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }),
+        );
+        // Everything up to the close, in whatever order a slow box gives it.
+        let seen = node.recv_until_closed();
+        let pinged = seen
+            .iter()
+            .any(|e| matches!(e.msg, Some(Msg::HeartbeatPing(_))));
+        assert!(pinged, "{driver:?}: {seen:?}");
+        assert!(matches!(
+            edge.next_event(),
+            LifecycleEvent::Registered { .. }
+        ));
+        assert!(matches!(edge.next_event(), LifecycleEvent::Ready { .. }));
+        assert_eq!(
+            edge.next_event(),
+            LifecycleEvent::Disconnected {
+                node_id: "node-a".into(),
+                generation: 1,
+                reason: CloseReason::HeartbeatTimeout
+            },
+            "{driver:?}"
+        );
     }
 }
 

@@ -6,10 +6,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 use framing::frame::FrameEncoder;
-use framing::timer::{DriverClock, TimerKey, TimerWheel};
+use framing::timer::{DriverClock, TickerPace, TimerKey, TimerWheel};
 
 use super::LinkShared;
 use super::conn::Conn;
@@ -27,6 +26,9 @@ pub(crate) struct Core<D> {
     /// core, not per connection.
     pub(crate) encoder: RefCell<FrameEncoder>,
     wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
+    /// The ticker's sleep: until the next expiry (nothing here stamps the
+    /// coarse clock), at most a tick with a manual clock.
+    pace: TickerPace,
     /// The ready connection of each node homed here, by node id.
     ready: RefCell<HashMap<String, Rc<Conn<D>>>>,
     /// The runtime health overlay of the providers homed here: this core
@@ -38,12 +40,14 @@ impl<D: NodeDirectory + 'static> Core<D> {
     pub(crate) fn new(id: usize, shared: Arc<LinkShared<D>>) -> Rc<Self> {
         let clock = DriverClock::new(&shared.clock);
         let encoder = RefCell::new(FrameEncoder::new(shared.config.max_frame_len));
+        let pace = TickerPace::new(shared.config.tick_ms, clock.is_manual());
         Rc::new(Self {
             id,
             shared,
             clock,
             encoder,
             wheel: RefCell::new(TimerWheel::new()),
+            pace,
             ready: RefCell::new(HashMap::new()),
             overlays: RefCell::new(OverlayShard::new()),
         })
@@ -147,28 +151,20 @@ impl<D: NodeDirectory + 'static> Core<D> {
         key: Option<TimerKey>,
         deadline: Option<u64>,
     ) -> Option<TimerKey> {
-        let mut wheel = self.wheel.borrow_mut();
-        match (key, deadline) {
-            (Some(key), Some(at)) if wheel.reset(key, at) => Some(key),
-            (key, Some(at)) => {
-                if let Some(key) = key {
-                    wheel.cancel(key);
-                }
-                Some(wheel.insert(at, Rc::clone(conn)))
-            }
-            (Some(key), None) => {
-                wheel.cancel(key);
-                None
-            }
-            (None, None) => None,
+        let key = self
+            .wheel
+            .borrow_mut()
+            .arm(key, deadline, || Rc::clone(conn));
+        if let Some(at) = deadline {
+            self.pace.armed(at);
         }
+        key
     }
 
     /// Fires due connection timers forever, sleeping until the next expiry
-    /// but at most one tick, so a manual clock's jumps are seen promptly and
-    /// newly armed earlier deadlines are never missed by more than a tick.
+    /// (a newly armed earlier deadline rings the ticker), or at most a tick
+    /// with a manual clock, whose jumps nothing else would see.
     pub(crate) async fn run_ticker(self: Rc<Self>) {
-        let tick = Duration::from_millis(self.shared.config.tick_ms.max(1));
         loop {
             let now = self.clock.refresh();
             let mut due = Vec::new();
@@ -179,11 +175,8 @@ impl<D: NodeDirectory + 'static> Core<D> {
                 conn.on_timer(now);
             }
             let next = self.wheel.borrow().next_expiry();
-            let sleep = match next {
-                Some(at) => Duration::from_millis(at.saturating_sub(now)).min(tick),
-                None => tick,
-            };
-            monoio::time::sleep(sleep.max(Duration::from_millis(1))).await;
+            let plan = self.pace.plan(now, next);
+            self.pace.wait(plan, monoio::time::sleep).await;
         }
     }
 }

@@ -48,7 +48,9 @@ pub struct LinkServerConfig {
     pub session: SessionConfig,
     /// Largest frame accepted from (and sent to) a node, in bytes.
     pub max_frame_len: usize,
-    /// Longest the per-core ticker sleeps between wheel polls, in ms.
+    /// Longest the per-core ticker sleeps between wheel polls with a manual
+    /// clock (tests), in ms; with the production clock it sleeps until the
+    /// next expiry.
     pub tick_ms: u64,
 }
 

@@ -68,6 +68,12 @@ impl DriverClock {
         }
     }
 
+    /// Whether this is a test's manual clock, which moves from outside the
+    /// core (its ticker must keep ticking to see it: [`super::TickerPace`]).
+    pub fn is_manual(&self) -> bool {
+        matches!(self, Self::Manual(_))
+    }
+
     /// Reads the underlying clock now (once per driver turn) and returns it;
     /// [`Clock::now_ms`] then returns the same reading until the next refresh.
     pub fn refresh(&self) -> u64 {

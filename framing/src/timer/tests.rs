@@ -143,6 +143,27 @@ fn cancel_prevents_firing() {
 }
 
 #[test]
+fn arm_keeps_one_entry_per_owner() {
+    let mut wheel = TimerWheel::new();
+    let made = std::cell::Cell::new(0);
+    let value = || {
+        made.set(made.get() + 1);
+        "conn"
+    };
+    let key = wheel.arm(None, Some(100), value);
+    assert_eq!(wheel.arm(key, Some(200), value), key, "moved, same entry");
+    assert_eq!((wheel.len(), made.get()), (1, 1));
+    assert_eq!(drain(&mut wheel, 200), [(200, "conn")]);
+    // Its key is stale once fired: arming again makes a new entry.
+    let key = wheel.arm(key, Some(300), value);
+    assert_eq!((wheel.len(), made.get()), (1, 2));
+    assert_eq!(wheel.arm(key, None, value), None, "disarmed");
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.arm(None, None, value), None);
+    assert_eq!(made.get(), 2);
+}
+
+#[test]
 fn a_stale_key_is_rejected_even_after_its_entry_is_reused() {
     let mut wheel = TimerWheel::new();
     let fired = wheel.insert(10, "first");

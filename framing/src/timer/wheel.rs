@@ -295,6 +295,27 @@ impl<T> TimerWheel<T> {
         Some(self.release(i as u32).2)
     }
 
+    /// Arms, moves or disarms one owner's single entry: `key` is the entry's
+    /// current key (if armed), `deadline_ms` where it should be (`None`:
+    /// disarmed). Returns the key to keep. `value` is asked for only when a
+    /// new entry is made: none was armed, or `key` went stale when it fired.
+    pub fn arm(
+        &mut self,
+        key: Option<TimerKey>,
+        deadline_ms: Option<u64>,
+        value: impl FnOnce() -> T,
+    ) -> Option<TimerKey> {
+        match (key, deadline_ms) {
+            (Some(key), Some(at)) if self.reset(key, at) => Some(key),
+            (_, Some(at)) => Some(self.insert(at, value())),
+            (Some(key), None) => {
+                self.cancel(key);
+                None
+            }
+            (None, None) => None,
+        }
+    }
+
     /// The next time the driver should poll: `None` when no timer is live.
     ///
     /// Never later than the earliest deadline; it can be earlier (a slot

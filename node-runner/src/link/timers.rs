@@ -5,13 +5,18 @@
 //! (`edge-proxy/src/link/core.rs`). A connection keeps a single entry,
 //! armed at the session's `poll_timeout()` and moved with
 //! [`CoreTimers::arm`] (a later deadline is one store; see
-//! [`framing::timer`]). The ticker sleeps until the next expiry, but at most
-//! one tick, so a manual clock's jumps (tests) are seen within a tick and a
-//! newly armed earlier deadline is never missed by more than one.
+//! [`framing::timer`]).
+//!
+//! The ticker sleeps as its [`TickerPace`] plans: until the next expiry, or
+//! at most one tick while tokens are being stamped with the coarse clock
+//! ([`CoreTimers::coarse_now`]), so a stamp is at most a tick stale. A
+//! deadline armed earlier than the planned wake-up rings it at once; the
+//! first stamp after an idle spell refreshes the clock itself. An idle core
+//! thus wakes only for its timers, not every tick.
 //!
 //! The wheel reads time from the core's [`DriverClock`] (coarse in
-//! production, a [`framing::timer::SharedManualClock`] in tests): no test
-//! sleeps for a heartbeat to fire.
+//! production, a [`framing::timer::SharedManualClock`] in tests, whose
+//! ticker always ticks): no test sleeps for a heartbeat to fire.
 //!
 //! Every run core has one too (built in [`crate::runs::serve_core`]): the
 //! stall watchdogs of its runs and tunnels ([`crate::stall`]) and their
@@ -19,17 +24,13 @@
 //! [`CoreTimers::timeout`] are the wheel's futures for such bounds: woken by
 //! the ticker (or a test's [`CoreTimers::poll`]), never by a monoio sleep.
 
+use framing::timer::{Clock, ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
-
-use framing::timer::Clock;
-
-use framing::timer::{ClockSource, DriverClock, TimerKey, TimerWheel};
 
 /// Something with a timer on the wheel: called by the ticker when its entry
 /// comes due (the entry is gone by then: re-arm to fire again).
@@ -42,7 +43,7 @@ pub trait OnTimer {
 pub struct CoreTimers {
     clock: DriverClock,
     wheel: RefCell<TimerWheel<Rc<dyn OnTimer>>>,
-    tick: Duration,
+    pace: TickerPace,
     stopped: Cell<bool>,
 }
 
@@ -50,19 +51,23 @@ impl fmt::Debug for CoreTimers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CoreTimers")
             .field("timers", &self.wheel.borrow().len())
-            .field("tick", &self.tick)
+            .field("pace", &self.pace)
             .finish_non_exhaustive()
     }
 }
 
 impl CoreTimers {
     /// A wheel on a clock built from `clock`, whose ticker sleeps at most
-    /// `tick_ms` between clock reads.
+    /// `tick_ms` between clock reads while tokens are stamped.
     pub fn new(clock: &ClockSource, tick_ms: u64) -> Rc<Self> {
+        Self::on_clock(DriverClock::new(clock), tick_ms)
+    }
+
+    fn on_clock(clock: DriverClock, tick_ms: u64) -> Rc<Self> {
         Rc::new(Self {
-            clock: DriverClock::new(clock),
+            pace: TickerPace::new(tick_ms, clock.is_manual()),
+            clock,
             wheel: RefCell::new(TimerWheel::new()),
-            tick: Duration::from_millis(tick_ms.max(1)),
             stopped: Cell::new(false),
         })
     }
@@ -72,10 +77,16 @@ impl CoreTimers {
         self.clock.refresh()
     }
 
-    /// The clock's reading as of its last refresh (the last poll): one
-    /// load, no clock read. What a token stores as its activity time.
+    /// The clock's reading as of its last refresh: at most a tick old, one
+    /// load and no clock read while tokens flow (the first stamp after an
+    /// idle spell reads the clock). What a token stores as its activity time.
+    #[inline]
     pub fn coarse_now(&self) -> u64 {
-        self.clock.now_ms()
+        if self.pace.stamp() {
+            self.clock.refresh()
+        } else {
+            self.clock.now_ms()
+        }
     }
 
     /// Timers armed now.
@@ -97,21 +108,11 @@ impl CoreTimers {
         deadline: Option<u64>,
         target: impl FnOnce() -> Rc<dyn OnTimer>,
     ) -> Option<TimerKey> {
-        let mut wheel = self.wheel.borrow_mut();
-        match (key, deadline) {
-            (Some(key), Some(at)) if wheel.reset(key, at) => Some(key),
-            (key, Some(at)) => {
-                if let Some(key) = key {
-                    wheel.cancel(key);
-                }
-                Some(wheel.insert(at, target()))
-            }
-            (Some(key), None) => {
-                wheel.cancel(key);
-                None
-            }
-            (None, None) => None,
+        let key = self.wheel.borrow_mut().arm(key, deadline, target);
+        if let Some(at) = deadline {
+            self.pace.armed(at);
         }
+        key
     }
 
     /// Fires what is due now; returns the time it read.
@@ -165,22 +166,20 @@ impl CoreTimers {
         .await
     }
 
-    /// Ends [`run`](Self::run) at its next wake-up (within a tick).
+    /// Ends [`run`](Self::run) now (its ticker is rung).
     pub fn stop(&self) {
         self.stopped.set(true);
+        self.pace.ring();
     }
 
-    /// The ticker: fires due timers until [`stop`](Self::stop), sleeping
-    /// until the next expiry but at most one tick.
+    /// The ticker: fires due timers until [`stop`](Self::stop), sleeping as
+    /// its [`TickerPace`] plans (see the module docs).
     pub async fn run(self: Rc<Self>) {
         while !self.stopped.get() {
             let now = self.poll();
             let next = self.wheel.borrow().next_expiry();
-            let sleep = match next {
-                Some(at) => Duration::from_millis(at.saturating_sub(now)).min(self.tick),
-                None => self.tick,
-            };
-            monoio::time::sleep(sleep.max(Duration::from_millis(1))).await;
+            let plan = self.pace.plan(now, next);
+            self.pace.wait(plan, monoio::time::sleep).await;
         }
     }
 }
@@ -247,9 +246,12 @@ impl Drop for Sleep {
 mod tests {
     use std::cell::RefCell;
 
-    use framing::timer::SharedManualClock;
+    use std::time::Duration;
+
+    use framing::timer::{CoarseClock, SharedManualClock};
 
     use super::*;
+    use crate::stall::testkit::block_on;
 
     struct Probe(RefCell<Vec<u64>>);
 
@@ -320,5 +322,52 @@ mod tests {
         let mut ready = Box::pin(timers.timeout(0, std::future::ready(7)));
         assert_eq!(ready.as_mut().poll(&mut cx), Poll::Ready(Some(7)));
         assert!(timers.is_empty());
+    }
+
+    #[test]
+    fn an_idle_ticker_sleeps_until_an_earlier_deadline_or_stop_rings_it() {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let timers = CoreTimers::new(&ClockSource::Coarse, 10);
+        let mut ticker = Box::pin(Rc::clone(&timers).run());
+        // Nothing armed and nothing stamped: no sleep at all, only the bell.
+        assert!(ticker.as_mut().poll(&mut cx).is_pending());
+        let probe = Rc::new(Probe(RefCell::new(Vec::new())));
+        let due = timers.now();
+        timers.arm(None, Some(due), || Rc::clone(&probe) as Rc<dyn OnTimer>);
+        assert!(ticker.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(probe.0.borrow().len(), 1, "the deadline rang the ticker");
+        assert!(probe.0.borrow()[0] >= due);
+        timers.stop();
+        assert!(
+            ticker.as_mut().poll(&mut cx).is_ready(),
+            "stop rings it too"
+        );
+    }
+
+    #[test]
+    fn the_first_stamp_after_an_idle_spell_reads_the_clock() {
+        block_on(async {
+            let waker = std::task::Waker::noop();
+            let mut cx = Context::from_waker(waker);
+            let (source, tsc) = quanta::Clock::mock();
+            let timers =
+                CoreTimers::on_clock(DriverClock::Coarse(CoarseClock::with_source(source)), 10);
+            let mut ticker = Box::pin(Rc::clone(&timers).run());
+            assert!(ticker.as_mut().poll(&mut cx).is_pending(), "idle");
+            tsc.increment(Duration::from_secs(60));
+            assert_eq!(
+                timers.coarse_now(),
+                60_000,
+                "not the reading of a minute ago"
+            );
+            tsc.increment(Duration::from_millis(5));
+            assert_eq!(timers.coarse_now(), 60_000, "then one load, until the tick");
+            // The stamp rang the ticker: it refreshes and ticks while stamps come.
+            assert!(ticker.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(timers.coarse_now(), 60_005);
+            timers.stop();
+            assert!(ticker.as_mut().poll(&mut cx).is_ready());
+        });
     }
 }

@@ -1,0 +1,243 @@
+//! How long a core's ticker sleeps: [`TickerPace`].
+//!
+//! A ticker polls its core's wheel and refreshes its [`CoarseClock`]. Most
+//! of the time it has nothing to do, and on a VM every wake-up of an idle
+//! core costs tens of microseconds. So it sleeps until the wheel's next
+//! expiry, with two exceptions:
+//!
+//! - **Stamps.** While tokens are being stamped with the coarse clock
+//!   ([`TickerPace::stamp`]), the ticker wakes at least once a tick. Each
+//!   wake refreshes the clock, so a stamp is never more than a tick stale.
+//!   After a whole tick with no stamp the ticker goes idle. The next stamp
+//!   finds it idle: it tells its caller to refresh the clock first, and
+//!   wakes the ticker to tick again.
+//! - **Earlier deadlines.** A deadline armed before the ticker's planned
+//!   wake-up ([`TickerPace::armed`]) wakes it at once to plan again.
+//!
+//! A manual clock (tests) always ticks: its jumps happen outside the core,
+//! and nothing else would wake the ticker to see them.
+//!
+//! Runtime-free: the driver passes its runtime's sleep to
+//! [`TickerPace::wait`].
+//!
+//! [`CoarseClock`]: super::CoarseClock
+
+use std::cell::Cell;
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+/// Where a ticker stands; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Sleeping until the next expiry; the coarse clock may be stale.
+    Idle,
+    /// Ticking, with no stamp since the last wake-up.
+    Ticking,
+    /// Ticking, and stamped since the last wake-up.
+    Stamped,
+}
+
+/// A core ticker's sleep plan and the bell that cuts it short.
+///
+/// Not `Sync`: one per core, like the wheel and the clock.
+pub struct TickerPace {
+    tick_ms: u64,
+    always_tick: bool,
+    state: Cell<State>,
+    /// The clock reading the ticker will next wake at (`u64::MAX`: only
+    /// when rung).
+    planned: Cell<u64>,
+    rung: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl fmt::Debug for TickerPace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TickerPace")
+            .field("tick_ms", &self.tick_ms)
+            .field("always_tick", &self.always_tick)
+            .field("state", &self.state.get())
+            .field("planned", &self.planned.get())
+            .field("rung", &self.rung.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TickerPace {
+    /// A pace whose ticks are `tick_ms` apart (at least 1 ms). With
+    /// `always_tick` (a manual clock) the ticker never sleeps longer than a
+    /// tick.
+    pub fn new(tick_ms: u64, always_tick: bool) -> Self {
+        Self {
+            tick_ms: tick_ms.max(1),
+            always_tick,
+            state: Cell::new(State::Ticking),
+            planned: Cell::new(0),
+            rung: Cell::new(false),
+            waker: Cell::new(None),
+        }
+    }
+
+    /// A coarse reading is about to be stored as an activity time. Returns
+    /// `true` when the ticker was idle: the caller refreshes the clock
+    /// before reading it (the ticker is woken to tick again). One load and
+    /// a compare while tokens flow.
+    #[inline]
+    pub fn stamp(&self) -> bool {
+        match self.state.get() {
+            State::Stamped => false,
+            State::Ticking => {
+                self.state.set(State::Stamped);
+                false
+            }
+            State::Idle => {
+                self.state.set(State::Stamped);
+                self.ring();
+                true
+            }
+        }
+    }
+
+    /// A deadline was armed at `at` (ms): wakes the ticker if it planned to
+    /// sleep past it.
+    #[inline]
+    pub fn armed(&self, at: u64) {
+        if at < self.planned.get() {
+            self.ring();
+        }
+    }
+
+    /// Wakes the ticker now, to poll and plan again.
+    pub fn ring(&self) {
+        self.planned.set(u64::MAX);
+        self.rung.set(true);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// After a poll at `now` with the wheel's next expiry `next`: how long
+    /// the ticker sleeps, in ms (at least 1), or `None` for until rung.
+    pub fn plan(&self, now: u64, next: Option<u64>) -> Option<u64> {
+        let ticking = match self.state.get() {
+            State::Stamped => {
+                self.state.set(State::Ticking);
+                true
+            }
+            State::Ticking if !self.always_tick => {
+                self.state.set(State::Idle);
+                false
+            }
+            _ => self.always_tick,
+        };
+        let until_next = next.map(|at| at.saturating_sub(now));
+        let sleep = if ticking {
+            Some(until_next.map_or(self.tick_ms, |ms| ms.min(self.tick_ms)))
+        } else {
+            until_next
+        }
+        .map(|ms| ms.max(1));
+        self.planned
+            .set(sleep.map_or(u64::MAX, |ms| now.saturating_add(ms)));
+        self.rung.set(false);
+        sleep
+    }
+
+    /// Sleeps as [`plan`](Self::plan) said, with the runtime's `sleep`, or
+    /// until rung, whichever comes first.
+    pub async fn wait<S: Future<Output = ()>>(
+        &self,
+        plan: Option<u64>,
+        sleep: impl FnOnce(Duration) -> S,
+    ) {
+        let mut timer = pin!(plan.map(|ms| sleep(Duration::from_millis(ms))));
+        poll_fn(|cx| {
+            if self.rung.replace(false) {
+                return Poll::Ready(());
+            }
+            if let Some(timer) = timer.as_mut().as_pin_mut()
+                && timer.poll(cx).is_ready()
+            {
+                return Poll::Ready(());
+            }
+            self.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+        self.waker.set(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Context;
+
+    use super::*;
+
+    #[test]
+    fn an_unstamped_ticker_sleeps_until_the_next_expiry() {
+        let pace = TickerPace::new(10, false);
+        assert_eq!(pace.plan(0, Some(5_000)), Some(5_000));
+        assert_eq!(pace.plan(10, Some(5_000)), Some(4_990));
+        assert_eq!(pace.plan(5_000, None), None, "nothing armed: until rung");
+        assert_eq!(pace.plan(5_000, Some(5_000)), Some(1), "due now: 1 ms");
+    }
+
+    #[test]
+    fn stamps_keep_it_ticking_and_the_first_stamp_after_idle_refreshes() {
+        let pace = TickerPace::new(10, false);
+        assert_eq!(pace.plan(0, None), None);
+        assert!(pace.stamp(), "idle: the caller must refresh the clock");
+        assert!(pace.rung.get(), "and the ticker is woken");
+        assert!(!pace.stamp(), "then stamps are one load");
+        assert_eq!(pace.plan(12, Some(60_000)), Some(10));
+        assert!(!pace.stamp());
+        assert_eq!(pace.plan(22, Some(60_000)), Some(10));
+        // A tick without a stamp: idle until the next expiry.
+        assert_eq!(pace.plan(32, Some(60_000)), Some(59_968));
+        assert!(pace.stamp(), "idle again");
+    }
+
+    #[test]
+    fn an_earlier_deadline_rings_a_sleeping_ticker() {
+        let pace = TickerPace::new(10, false);
+        assert_eq!(pace.plan(10, Some(1_000)), Some(990));
+        pace.armed(2_000);
+        assert!(!pace.rung.get(), "later than planned: no wake-up");
+        pace.armed(999);
+        assert!(pace.rung.get(), "earlier: rung");
+        assert_eq!(pace.plan(11, Some(999)), Some(988));
+        assert!(!pace.rung.get(), "a plan clears the bell");
+    }
+
+    #[test]
+    fn a_manual_clock_always_ticks() {
+        let pace = TickerPace::new(5, true);
+        for now in [0, 5, 10, 15] {
+            assert_eq!(pace.plan(now, None), Some(5));
+            assert_eq!(pace.plan(now, Some(now + 2)), Some(2));
+        }
+        assert!(!pace.stamp(), "a manual clock is never stale");
+    }
+
+    #[test]
+    fn wait_ends_on_the_bell_or_the_sleep() {
+        let waker = Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let pace = TickerPace::new(10, false);
+        let never = |_| std::future::pending::<()>();
+        let mut wait = Box::pin(pace.wait(None, never));
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        pace.ring();
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+        drop(wait);
+        let mut wait = Box::pin(pace.wait(Some(3), |d| {
+            assert_eq!(d, Duration::from_millis(3));
+            std::future::ready(())
+        }));
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+    }
+}
