@@ -183,7 +183,7 @@ impl FakeNode {
         std::iter::from_fn(|| self.recv()).collect()
     }
 
-    fn register(&mut self, token: &str) -> RegisterResponse {
+    fn send_register(&mut self, token: &str) {
         self.send(
             0,
             Msg::RegisterRequest(RegisterRequest {
@@ -192,6 +192,17 @@ impl FakeNode {
                 ..Default::default()
             }),
         );
+    }
+
+    fn send_ready(&mut self) {
+        self.send(
+            0,
+            Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }),
+        );
+    }
+
+    fn register(&mut self, token: &str) -> RegisterResponse {
+        self.send_register(token);
         match self.recv().and_then(|e| e.msg) {
             Some(Msg::RegisterResponse(r)) => r,
             other => panic!("expected RegisterResponse, got {other:?}"),
@@ -199,10 +210,7 @@ impl FakeNode {
     }
 
     fn ready(&mut self) {
-        self.send(
-            0,
-            Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }),
-        );
+        self.send_ready();
         match self.recv().and_then(|e| e.msg) {
             Some(Msg::NodeReadyResponse(r)) => assert!(r.accepted),
             other => panic!("expected NodeReadyResponse, got {other:?}"),
@@ -332,6 +340,15 @@ fn config_that_does_not_fit_the_nodes_frame_limit_is_rejected() {
     }
 }
 
+/// What a node-a link of generation 1 closed by its heartbeat wait reports.
+fn heartbeat_timeout_of_node_a() -> LifecycleEvent {
+    LifecycleEvent::Disconnected {
+        node_id: "node-a".into(),
+        generation: 1,
+        reason: CloseReason::HeartbeatTimeout,
+    }
+}
+
 #[test]
 fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
     for driver in drivers() {
@@ -347,14 +364,7 @@ fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
         assert!(edge.server.registry.dispatchable("node-a").is_some());
         // …and at 45 s it is closed.
         edge.clock.advance(1);
-        assert_eq!(
-            edge.next_event(),
-            LifecycleEvent::Disconnected {
-                node_id: "node-a".into(),
-                generation: 1,
-                reason: CloseReason::HeartbeatTimeout
-            }
-        );
+        assert_eq!(edge.next_event(), heartbeat_timeout_of_node_a());
         assert!(node.recv_until_closed().is_empty());
         assert_eq!(edge.server.registry.live_count(), 0, "{driver:?}");
     }
@@ -374,18 +384,8 @@ fn a_silent_node_is_pinged_and_closed_on_the_production_clock() {
         };
         let mut edge = start_with(options, SharedManualClock::new(0));
         let mut node = FakeNode::connect(&edge);
-        node.send(
-            0,
-            Msg::RegisterRequest(RegisterRequest {
-                token: "tok-a".into(),
-                max_frame_len: 1 << 20,
-                ..Default::default()
-            }),
-        );
-        node.send(
-            0,
-            Msg::NodeReadyRequest(NodeReadyRequest { config_revision: 1 }),
-        );
+        node.send_register("tok-a");
+        node.send_ready();
         // Everything up to the close, in whatever order a slow box gives it.
         let seen = node.recv_until_closed();
         let pinged = seen
@@ -399,11 +399,7 @@ fn a_silent_node_is_pinged_and_closed_on_the_production_clock() {
         assert!(matches!(edge.next_event(), LifecycleEvent::Ready { .. }));
         assert_eq!(
             edge.next_event(),
-            LifecycleEvent::Disconnected {
-                node_id: "node-a".into(),
-                generation: 1,
-                reason: CloseReason::HeartbeatTimeout
-            },
+            heartbeat_timeout_of_node_a(),
             "{driver:?}"
         );
     }
