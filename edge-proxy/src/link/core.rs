@@ -151,14 +151,10 @@ impl<D: NodeDirectory + 'static> Core<D> {
         key: Option<TimerKey>,
         deadline: Option<u64>,
     ) -> Option<TimerKey> {
-        let key = self
-            .wheel
-            .borrow_mut()
-            .arm(key, deadline, || Rc::clone(conn));
-        if let Some(at) = deadline {
-            self.pace.armed(at);
-        }
-        key
+        self.pace
+            .arm(&mut self.wheel.borrow_mut(), key, deadline, || {
+                Rc::clone(conn)
+            })
     }
 
     /// Fires due connection timers forever, sleeping until the next expiry

@@ -12,7 +12,7 @@
 //!   finds it idle: it tells its caller to refresh the clock first, and
 //!   wakes the ticker to tick again.
 //! - **Earlier deadlines.** A deadline armed before the ticker's planned
-//!   wake-up ([`TickerPace::armed`]) wakes it at once to plan again.
+//!   wake-up ([`TickerPace::arm`]) wakes it at once to plan again.
 //!
 //! A manual clock (tests) always ticks: its jumps happen outside the core,
 //! and nothing else would wake the ticker to see them.
@@ -28,6 +28,8 @@ use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::task::{Poll, Waker};
 use std::time::Duration;
+
+use super::{TimerKey, TimerWheel};
 
 /// Where a ticker stands; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,10 +103,27 @@ impl TickerPace {
         }
     }
 
+    /// Arms, moves or disarms one entry on this ticker's `wheel`
+    /// ([`TimerWheel::arm`]), and rings the ticker if the new deadline comes
+    /// before its planned wake-up.
+    pub fn arm<T>(
+        &self,
+        wheel: &mut TimerWheel<T>,
+        key: Option<TimerKey>,
+        deadline_ms: Option<u64>,
+        value: impl FnOnce() -> T,
+    ) -> Option<TimerKey> {
+        let key = wheel.arm(key, deadline_ms, value);
+        if let Some(at) = deadline_ms {
+            self.armed(at);
+        }
+        key
+    }
+
     /// A deadline was armed at `at` (ms): wakes the ticker if it planned to
     /// sleep past it.
     #[inline]
-    pub fn armed(&self, at: u64) {
+    fn armed(&self, at: u64) {
         if at < self.planned.get() {
             self.ring();
         }
@@ -204,12 +223,19 @@ mod tests {
     #[test]
     fn an_earlier_deadline_rings_a_sleeping_ticker() {
         let pace = TickerPace::new(10, false);
-        assert_eq!(pace.plan(10, Some(1_000)), Some(990));
-        pace.armed(2_000);
+        let mut wheel = TimerWheel::new();
+        let first = pace.arm(&mut wheel, None, Some(1_000), || "first");
+        // The wheel's next expiry may be a slot before the deadline.
+        let next = wheel.next_expiry();
+        assert!(next.is_some_and(|at| at <= 1_000));
+        assert_eq!(pace.plan(10, next), next.map(|at| at - 10));
+        pace.arm(&mut wheel, None, Some(2_000), || "later");
         assert!(!pace.rung.get(), "later than planned: no wake-up");
-        pace.armed(999);
+        pace.arm(&mut wheel, first, None, || "first");
+        assert!(!pace.rung.get(), "disarming never rings");
+        pace.arm(&mut wheel, None, Some(500), || "earlier");
         assert!(pace.rung.get(), "earlier: rung");
-        assert_eq!(pace.plan(11, Some(999)), Some(988));
+        assert_eq!(pace.plan(11, Some(500)), Some(489));
         assert!(!pace.rung.get(), "a plan clears the bell");
     }
 

@@ -24,13 +24,14 @@
 //! [`CoreTimers::timeout`] are the wheel's futures for such bounds: woken by
 //! the ticker (or a test's [`CoreTimers::poll`]), never by a monoio sleep.
 
-use framing::timer::{Clock, ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+
+use framing::timer::{Clock, ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
 
 /// Something with a timer on the wheel: called by the ticker when its entry
 /// comes due (the entry is gone by then: re-arm to fire again).
@@ -108,11 +109,8 @@ impl CoreTimers {
         deadline: Option<u64>,
         target: impl FnOnce() -> Rc<dyn OnTimer>,
     ) -> Option<TimerKey> {
-        let key = self.wheel.borrow_mut().arm(key, deadline, target);
-        if let Some(at) = deadline {
-            self.pace.armed(at);
-        }
-        key
+        self.pace
+            .arm(&mut self.wheel.borrow_mut(), key, deadline, target)
     }
 
     /// Fires what is due now; returns the time it read.
