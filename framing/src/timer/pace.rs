@@ -141,17 +141,11 @@ impl TickerPace {
     /// After a poll at `now` with the wheel's next expiry `next`: how long
     /// the ticker sleeps, in ms (at least 1), or `None` for until rung.
     pub fn plan(&self, now: u64, next: Option<u64>) -> Option<u64> {
-        let ticking = match self.state.get() {
-            State::Stamped => {
-                self.state.set(State::Ticking);
-                true
-            }
-            State::Ticking if !self.always_tick => {
-                self.state.set(State::Idle);
-                false
-            }
-            _ => self.always_tick,
-        };
+        // A stamp since the last wake-up (or a manual clock) keeps it
+        // ticking; a whole tick without one sends it idle.
+        let ticking = self.always_tick || self.state.get() == State::Stamped;
+        self.state
+            .set(if ticking { State::Ticking } else { State::Idle });
         let until_next = next.map(|at| at.saturating_sub(now));
         let sleep = if ticking {
             Some(until_next.map_or(self.tick_ms, |ms| ms.min(self.tick_ms)))
