@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
-use heed::{Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
+use heed::{Database, Env, EnvOpenOptions, MdbError, PutFlags, RoTxn, RwTxn, WithoutTls};
 
 use super::StoreError;
 use super::record::RunRecord;
@@ -179,7 +179,11 @@ impl RunStore {
         f: impl FnOnce(&mut Batch<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         let txn = self.env.write_txn().map_err(self.err("begin write"))?;
-        let mut batch = Batch { store: self, txn };
+        let mut batch = Batch {
+            store: self,
+            txn,
+            next_seq: None,
+        };
         let out = f(&mut batch)?;
         batch.prune_to(self.max_records)?;
         batch.txn.commit().map_err(self.err("commit"))?;
@@ -287,6 +291,8 @@ fn get_in(
 pub struct Batch<'s> {
     store: &'s RunStore,
     txn: RwTxn<'s>,
+    /// [`Batch::next_seq`]'s count, once a new record needed it.
+    next_seq: Option<u64>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -305,6 +311,11 @@ impl Batch<'_> {
 
     /// Inserts `record`, or replaces the record with its run id (keeping that
     /// record's place in the order).
+    ///
+    /// A new run id is claimed in `run_ids` with `NO_OVERWRITE` and its
+    /// record appended to `runs` (sequences only grow): two B-tree writes and
+    /// no lookup, the common case of a short run whose steps all arrive in
+    /// one batch. Only a run id already stored costs a lookup of its place.
     pub fn upsert(&mut self, record: &RunRecord) -> Result<(), StoreError> {
         let s = self.store;
         let value = record.encode().map_err(|e| StoreError::InvalidRecord {
@@ -312,39 +323,73 @@ impl Batch<'_> {
             reason: e,
         })?;
         let key = record.run_id.as_bytes();
-        let seq = match s.run_ids.get(&self.txn, key).map_err(s.err("get"))? {
-            Some(seq) => seq,
-            None => {
-                let last = s.runs.last(&self.txn).map_err(s.err("last"))?;
-                let seq = last.map_or(0, |(seq, _)| seq + 1);
-                s.run_ids
-                    .put(&mut self.txn, key, &seq)
-                    .map_err(s.err("put"))?;
-                seq
+        let next = self.next_seq()?;
+        match s
+            .run_ids
+            .put_with_flags(&mut self.txn, PutFlags::NO_OVERWRITE, key, &next)
+        {
+            Ok(()) => {
+                self.next_seq = Some(next + 1);
+                s.runs
+                    .put_with_flags(&mut self.txn, PutFlags::APPEND, &next, &value)
+                    .map_err(s.err("put"))
             }
-        };
-        s.runs
-            .put(&mut self.txn, &seq, &value)
-            .map_err(s.err("put"))
+            Err(heed::Error::Mdb(MdbError::KeyExist)) => {
+                let seq = s
+                    .run_ids
+                    .get(&self.txn, key)
+                    .map_err(s.err("get"))?
+                    .ok_or_else(|| s.corrupt(next, format!("run_ids lost {:?}", record.run_id)))?;
+                s.runs
+                    .put(&mut self.txn, &seq, &value)
+                    .map_err(s.err("put"))
+            }
+            Err(source) => Err(s.err("put")(source)),
+        }
+    }
+
+    /// The sequence a new record takes now: one past the largest in use,
+    /// read once a batch and then counted.
+    fn next_seq(&mut self) -> Result<u64, StoreError> {
+        if let Some(next) = self.next_seq {
+            return Ok(next);
+        }
+        let s = self.store;
+        let last = s.runs.last(&self.txn).map_err(s.err("last"))?;
+        let next = last.map_or(0, |(seq, _)| seq + 1);
+        self.next_seq = Some(next);
+        Ok(next)
     }
 
     /// Deletes the oldest records until at most `keep` remain.
+    ///
+    /// One walk from the front collects the run ids to unindex, then one
+    /// range delete drops their records: a full store (every write of a
+    /// long-running Node prunes) pays no search of `runs` a record.
     pub fn prune_to(&mut self, keep: u64) -> Result<u64, StoreError> {
         let s = self.store;
         let count = s.runs.len(&self.txn).map_err(s.err("count"))?;
-        let excess = count.saturating_sub(keep);
-        for _ in 0..excess {
-            let Some((seq, value)) = s.runs.first(&self.txn).map_err(s.err("first"))? else {
-                break;
-            };
-            let run_id = s.decode(seq, value)?.run_id;
-            s.runs
-                .delete(&mut self.txn, &seq)
-                .map_err(s.err("delete"))?;
+        let excess = usize::try_from(count.saturating_sub(keep)).unwrap_or(usize::MAX);
+        if excess == 0 {
+            return Ok(0);
+        }
+        let mut oldest = Vec::with_capacity(excess.min(1024));
+        let mut last = None;
+        let iter = s.runs.iter(&self.txn).map_err(s.err("iterate"))?;
+        for entry in iter.take(excess) {
+            let (seq, value) = entry.map_err(s.err("iterate"))?;
+            oldest.push(s.decode(seq, value)?.run_id);
+            last = Some(seq);
+        }
+        let Some(last) = last else { return Ok(0) };
+        s.runs
+            .delete_range(&mut self.txn, &(..=last))
+            .map_err(s.err("delete"))?;
+        for run_id in &oldest {
             s.run_ids
                 .delete(&mut self.txn, run_id.as_bytes())
                 .map_err(s.err("delete"))?;
         }
-        Ok(excess)
+        Ok(oldest.len() as u64)
     }
 }
