@@ -15,11 +15,15 @@
 //! - `fire/{one_jump,every_ms}/{10k,100k}`: N timers due over one minute,
 //!   drained by one poll at the end, or by a driver polling every ms.
 //! - `idle_poll/{10k,100k}`: `pop_expired` when nothing is due.
+//! - `stamp/{ticking,idle}`: one token's activity time, as a run core takes
+//!   it: `TickerPace::stamp` then the coarse clock's cached reading (the
+//!   ticker ticks) or a fresh clock read (the ticker is idle). What
+//!   `DENSE_STAMPS` weighs against a wake-up a tick.
 
 use std::hint::black_box;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use framing::timer::{Timer, TimerKey, TimerWheel};
+use framing::timer::{Clock, CoarseClock, DENSE_STAMPS, TickerPace, Timer, TimerKey, TimerWheel};
 
 const STREAMS: usize = 10_000;
 const RESETS: u64 = 1_000_000;
@@ -194,5 +198,43 @@ fn idle_poll(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, reset, insert_cancel, fire, idle_poll);
+/// Puts `pace` in the state the `stamp` rows measure: two plans with no
+/// stamp between them send it idle; `DENSE_STAMPS` then a plan start it
+/// ticking.
+fn settle(pace: &TickerPace, ticking: bool) {
+    pace.plan(0, None);
+    pace.plan(0, None);
+    if ticking {
+        for _ in 0..DENSE_STAMPS {
+            pace.stamp();
+        }
+        pace.plan(0, None);
+    }
+}
+
+fn stamp(c: &mut Criterion) {
+    const STAMPS: u64 = 10_000;
+    let mut group = c.benchmark_group("timer_stamp");
+    group.throughput(Throughput::Elements(STAMPS));
+    for (name, ticking) in [("ticking", true), ("idle", false)] {
+        group.bench_function(name, |b| {
+            let clock = CoarseClock::new();
+            let pace = TickerPace::new(10, false);
+            b.iter(|| {
+                settle(&pace, ticking);
+                for _ in 0..STAMPS {
+                    let at = if pace.stamp() {
+                        clock.refresh()
+                    } else {
+                        clock.now_ms()
+                    };
+                    black_box(at);
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, reset, insert_cancel, fire, idle_poll, stamp);
 criterion_main!(benches);

@@ -90,11 +90,11 @@ impl Clock for ManualClock {
 /// The production clock: a per-core cached reading of [`quanta`]'s clock.
 ///
 /// The core's ticker calls [`refresh`](Self::refresh) each time it wakes,
-/// at least once a tick while tokens are being stamped, and the first stamp
-/// after an idle spell refreshes it too ([`super::TickerPace`]). Everything
-/// else reads the cached value with [`Clock::now_ms`], one load from a
-/// core-local cell. That is the "coarse" part: a stamp is at most a tick
-/// stale, and a token costs no clock read at all.
+/// at least once a tick while tokens are stamped densely, and while the
+/// ticker is idle each stamp refreshes it ([`super::TickerPace`]).
+/// Everything else reads the cached value with [`Clock::now_ms`], one load
+/// from a core-local cell. That is the "coarse" part: a dense stamp is at
+/// most a tick stale, and costs no clock read at all.
 ///
 /// `refresh` reads `quanta::Clock::now` (the TSC where the CPU has an
 /// invariant one, `CLOCK_MONOTONIC` otherwise), tens of nanoseconds.

@@ -119,7 +119,7 @@ mod tests;
 use std::time::Duration;
 
 pub use clock::{Clock, CoarseClock, ManualClock};
-pub use pace::TickerPace;
+pub use pace::{DENSE_STAMPS, TickerPace};
 pub use source::{ClockSource, DriverClock, SharedManualClock};
 pub use wheel::{
     Expired, LEVELS, MAX_TIME_MS, MAX_TIMERS, SLOTS_PER_LEVEL, TimerKey, TimerStats, TimerWheel,

@@ -5,12 +5,15 @@
 //! core costs tens of microseconds. So it sleeps until the wheel's next
 //! expiry, with two exceptions:
 //!
-//! - **Stamps.** While tokens are being stamped with the coarse clock
-//!   ([`TickerPace::stamp`]), the ticker wakes at least once a tick. Each
-//!   wake refreshes the clock, so a stamp is never more than a tick stale.
-//!   After a whole tick with no stamp the ticker goes idle. The next stamp
-//!   finds it idle: it tells its caller to refresh the clock first, and
-//!   wakes the ticker to tick again.
+//! - **Dense stamps.** While tokens are stamped with the coarse clock
+//!   ([`TickerPace::stamp`]) at [`DENSE_STAMPS`] or more a tick, the ticker
+//!   wakes once a tick, and each wake refreshes the clock: a stamp is one
+//!   load, at most a tick stale. After a tick with fewer stamps it goes
+//!   idle. Idle, each stamp tells its caller to read the clock itself (tens
+//!   of nanoseconds, against tens of microseconds for a wake-up here), and
+//!   the [`DENSE_STAMPS`]th stamp since the last plan wakes the ticker to
+//!   tick again. So a core that stamps a few tokens a request at a low rate
+//!   pays no wake-up a tick after each request.
 //! - **Earlier deadlines.** A deadline armed before the ticker's planned
 //!   wake-up ([`TickerPace::arm`]) wakes it at once to plan again.
 //!
@@ -31,16 +34,10 @@ use std::time::Duration;
 
 use super::{TimerKey, TimerWheel};
 
-/// Where a ticker stands; see the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Sleeping until the next expiry; the coarse clock may be stale.
-    Idle,
-    /// Ticking, with no stamp since the last wake-up.
-    Ticking,
-    /// Ticking, and stamped since the last wake-up.
-    Stamped,
-}
+/// Stamps in one tick from which the ticker ticks (see the module docs):
+/// below it, reading the clock at each stamp costs less than waking once a
+/// tick.
+pub const DENSE_STAMPS: u32 = 32;
 
 /// A core ticker's sleep plan and the bell that cuts it short.
 ///
@@ -48,7 +45,11 @@ enum State {
 pub struct TickerPace {
     tick_ms: u64,
     always_tick: bool,
-    state: Cell<State>,
+    /// Waking once a tick (the coarse clock is at most a tick stale), or
+    /// idle until the next expiry (stamps read the clock).
+    ticking: Cell<bool>,
+    /// Stamps since the last plan (saturating).
+    stamps: Cell<u32>,
     /// The clock reading the ticker will next wake at (`u64::MAX`: only
     /// when rung).
     planned: Cell<u64>,
@@ -61,7 +62,8 @@ impl fmt::Debug for TickerPace {
         f.debug_struct("TickerPace")
             .field("tick_ms", &self.tick_ms)
             .field("always_tick", &self.always_tick)
-            .field("state", &self.state.get())
+            .field("ticking", &self.ticking.get())
+            .field("stamps", &self.stamps.get())
             .field("planned", &self.planned.get())
             .field("rung", &self.rung.get())
             .finish_non_exhaustive()
@@ -76,7 +78,8 @@ impl TickerPace {
         Self {
             tick_ms: tick_ms.max(1),
             always_tick,
-            state: Cell::new(State::Ticking),
+            ticking: Cell::new(true),
+            stamps: Cell::new(0),
             planned: Cell::new(0),
             rung: Cell::new(false),
             waker: Cell::new(None),
@@ -84,23 +87,19 @@ impl TickerPace {
     }
 
     /// A coarse reading is about to be stored as an activity time. Returns
-    /// `true` when the ticker was idle: the caller refreshes the clock
-    /// before reading it (the ticker is woken to tick again). One load and
-    /// a compare while tokens flow.
+    /// `true` when the ticker is idle: the caller reads the clock (refreshes
+    /// it) instead. A count and a compare while the ticker ticks.
     #[inline]
     pub fn stamp(&self) -> bool {
-        match self.state.get() {
-            State::Stamped => false,
-            State::Ticking => {
-                self.state.set(State::Stamped);
-                false
-            }
-            State::Idle => {
-                self.state.set(State::Stamped);
-                self.ring();
-                true
-            }
+        let stamps = self.stamps.get().saturating_add(1);
+        self.stamps.set(stamps);
+        if self.ticking.get() {
+            return false;
         }
+        if stamps == DENSE_STAMPS {
+            self.ring();
+        }
+        true
     }
 
     /// Arms, moves or disarms one entry on this ticker's `wheel`
@@ -141,11 +140,10 @@ impl TickerPace {
     /// After a poll at `now` with the wheel's next expiry `next`: how long
     /// the ticker sleeps, in ms (at least 1), or `None` for until rung.
     pub fn plan(&self, now: u64, next: Option<u64>) -> Option<u64> {
-        // A stamp since the last wake-up (or a manual clock) keeps it
-        // ticking; a whole tick without one sends it idle.
-        let ticking = self.always_tick || self.state.get() == State::Stamped;
-        self.state
-            .set(if ticking { State::Ticking } else { State::Idle });
+        // Dense stamps since the last plan (or a manual clock) keep it
+        // ticking, or start it; fewer send it idle.
+        let ticking = self.always_tick || self.stamps.replace(0) >= DENSE_STAMPS;
+        self.ticking.set(ticking);
         let until_next = next.map(|at| at.saturating_sub(now));
         let sleep = if ticking {
             Some(until_next.map_or(self.tick_ms, |ms| ms.min(self.tick_ms)))
@@ -199,19 +197,38 @@ mod tests {
         assert_eq!(pace.plan(5_000, Some(5_000)), Some(1), "due now: 1 ms");
     }
 
+    /// `n` stamps; how many of them told the caller to read the clock.
+    fn stamp_n(pace: &TickerPace, n: u32) -> u32 {
+        (0..n).map(|_| u32::from(pace.stamp())).sum()
+    }
+
     #[test]
-    fn stamps_keep_it_ticking_and_the_first_stamp_after_idle_refreshes() {
+    fn sparse_stamps_read_the_clock_and_never_wake_the_ticker() {
+        let pace = TickerPace::new(10, false);
+        assert_eq!(pace.plan(0, None), None, "idle");
+        assert_eq!(stamp_n(&pace, DENSE_STAMPS - 1), DENSE_STAMPS - 1);
+        assert!(!pace.rung.get(), "a few stamps a tick: no wake-up");
+        // A wake-up for a deadline: still too few stamps to tick.
+        assert_eq!(pace.plan(500, Some(60_000)), Some(59_500));
+        assert_eq!(stamp_n(&pace, 3), 3, "idle: each stamp reads the clock");
+        assert!(!pace.rung.get());
+    }
+
+    #[test]
+    fn dense_stamps_wake_the_ticker_and_keep_it_ticking_until_they_thin() {
         let pace = TickerPace::new(10, false);
         assert_eq!(pace.plan(0, None), None);
-        assert!(pace.stamp(), "idle: the caller must refresh the clock");
-        assert!(pace.rung.get(), "and the ticker is woken");
-        assert!(!pace.stamp(), "then stamps are one load");
-        assert_eq!(pace.plan(12, Some(60_000)), Some(10));
-        assert!(!pace.stamp());
-        assert_eq!(pace.plan(22, Some(60_000)), Some(10));
-        // A tick without a stamp: idle until the next expiry.
-        assert_eq!(pace.plan(32, Some(60_000)), Some(59_968));
-        assert!(pace.stamp(), "idle again");
+        assert_eq!(stamp_n(&pace, DENSE_STAMPS), DENSE_STAMPS);
+        assert!(pace.rung.get(), "the dense-th stamp rings the ticker");
+        assert_eq!(pace.plan(3, Some(60_000)), Some(10), "ticking");
+        assert_eq!(stamp_n(&pace, 100), 0, "ticking: stamps are one load");
+        assert_eq!(pace.plan(13, Some(60_000)), Some(10));
+        assert_eq!(stamp_n(&pace, DENSE_STAMPS), 0);
+        assert_eq!(pace.plan(23, Some(60_000)), Some(10), "still dense");
+        // A tick with fewer stamps: idle until the next expiry.
+        assert_eq!(stamp_n(&pace, DENSE_STAMPS - 1), 0);
+        assert_eq!(pace.plan(33, Some(60_000)), Some(59_967));
+        assert!(pace.stamp(), "idle again: the caller reads the clock");
     }
 
     #[test]

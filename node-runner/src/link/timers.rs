@@ -8,11 +8,12 @@
 //! [`framing::timer`]).
 //!
 //! The ticker sleeps as its [`TickerPace`] plans: until the next expiry, or
-//! at most one tick while tokens are being stamped with the coarse clock
-//! ([`CoreTimers::coarse_now`]), so a stamp is at most a tick stale. A
-//! deadline armed earlier than the planned wake-up rings it at once; the
-//! first stamp after an idle spell refreshes the clock itself. An idle core
-//! thus wakes only for its timers, not every tick.
+//! at most one tick while tokens are stamped densely with the coarse clock
+//! ([`CoreTimers::coarse_now`]), so such a stamp is at most a tick stale.
+//! While the ticker is idle each stamp reads the clock itself. A deadline
+//! armed earlier than the planned wake-up rings it at once. An idle core, or
+//! one stamping a few tokens now and then, thus wakes only for its timers
+//! and its I/O, not every tick.
 //!
 //! The wheel reads time from the core's [`DriverClock`] (coarse in
 //! production, a [`framing::timer::SharedManualClock`] in tests, whose
@@ -79,8 +80,8 @@ impl CoreTimers {
     }
 
     /// The clock's reading as of its last refresh: at most a tick old, one
-    /// load and no clock read while tokens flow (the first stamp after an
-    /// idle spell reads the clock). What a token stores as its activity time.
+    /// load and no clock read while tokens flow densely; a fresh read while
+    /// the ticker is idle. What a token stores as its activity time.
     #[inline]
     pub fn coarse_now(&self) -> u64 {
         if self.pace.stamp() {
@@ -344,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_stamp_after_an_idle_spell_reads_the_clock() {
+    fn idle_stamps_read_the_clock_and_dense_ones_start_the_ticker() {
         block_on(async {
             let waker = std::task::Waker::noop();
             let mut cx = Context::from_waker(waker);
@@ -360,10 +361,17 @@ mod tests {
                 "not the reading of a minute ago"
             );
             tsc.increment(Duration::from_millis(5));
-            assert_eq!(timers.coarse_now(), 60_000, "then one load, until the tick");
-            // The stamp rang the ticker: it refreshes and ticks while stamps come.
+            assert_eq!(timers.coarse_now(), 60_005, "idle: every stamp reads");
+            // Dense stamps ring the ticker, which then ticks: stamps are one
+            // load of the reading its last wake-up took.
+            for _ in 2..framing::timer::DENSE_STAMPS {
+                timers.coarse_now();
+            }
+            tsc.increment(Duration::from_millis(1));
             assert!(ticker.as_mut().poll(&mut cx).is_pending());
-            assert_eq!(timers.coarse_now(), 60_005);
+            assert_eq!(timers.coarse_now(), 60_006, "the wake-up refreshed it");
+            tsc.increment(Duration::from_millis(3));
+            assert_eq!(timers.coarse_now(), 60_006, "then one load, until the tick");
             timers.stop();
             assert!(ticker.as_mut().poll(&mut cx).is_ready());
         });
