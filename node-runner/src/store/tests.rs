@@ -347,10 +347,12 @@ fn updates_arriving_inside_the_commit_interval_share_one_transaction() {
         ..WriterConfig::default()
     };
     let writer = StoreWriter::spawn(store, config).unwrap();
-    // The first update after an idle spell commits at once.
-    writer.record(update("first", Transition::Queued));
+    // A run's start and end after an idle spell: the first update is held
+    // for the interval (or until a flush), so both share one transaction.
+    writer.record(update("first", Transition::Started { at_ms: 1 }));
+    writer.record(update("first", Transition::Completed { at_ms: 2 }));
     writer.flush().unwrap();
-    assert_eq!(writer.stats().batches, 1);
+    assert_eq!((writer.stats().batches, writer.stats().written), (1, 2));
     // The next ones arrive well inside the interval: the thread holds them
     // until the interval is over (or a flush comes), then writes them all in
     // one transaction instead of one sync each.
@@ -359,9 +361,28 @@ fn updates_arriving_inside_the_commit_interval_share_one_transaction() {
     }
     writer.flush().unwrap();
     let stats = writer.stats();
-    assert_eq!(stats.written, 101);
+    assert_eq!(stats.written, 102);
     assert!(
         stats.batches <= 3,
         "100 updates inside one interval are at most a couple of commits: {stats:?}"
     );
+}
+
+#[test]
+fn a_backlog_past_a_full_batch_is_written_without_waiting_an_interval() {
+    let (_dir, store) = temp_store(1000);
+    let config = WriterConfig {
+        max_batch: 10,
+        // Were a backlog held for the interval, the flush below would hang.
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..WriterConfig::default()
+    };
+    let writer = StoreWriter::spawn(store, config).unwrap();
+    for i in 0..25 {
+        assert!(writer.record(update(&format!("r{i}"), Transition::Queued)));
+    }
+    writer.flush().unwrap();
+    let stats = writer.stats();
+    assert_eq!(stats.written, 25);
+    assert!(stats.batches >= 3, "at most 10 a batch: {stats:?}");
 }

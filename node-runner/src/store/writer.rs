@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::StoreError;
 use super::lmdb::RunStore;
@@ -37,7 +37,7 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
 /// Default most updates written in one transaction.
 pub const DEFAULT_MAX_BATCH: usize = 1024;
 
-/// Default least time between two commits (see the module docs).
+/// Default time a batch gathers after its first update (see [`WriterConfig`]).
 pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How a [`StoreWriter`] queues and batches.
@@ -47,8 +47,12 @@ pub struct WriterConfig {
     pub queue_capacity: usize,
     /// Most updates written in one transaction (at least 1).
     pub max_batch: usize,
-    /// Least time between two commits; zero commits as soon as anything is
-    /// queued.
+    /// How long a batch gathers after its first update before it is
+    /// committed, so also the least time between two commits (but for a
+    /// backlog past a full batch, written at once); zero commits as soon as
+    /// anything is queued. A short run's start and end, which arrive within
+    /// it, share one transaction and one sync, so at a low request rate a
+    /// request costs one sync, not two.
     pub commit_interval: Duration,
 }
 
@@ -247,23 +251,20 @@ impl Drop for StoreWriter {
     }
 }
 
-/// The store thread: wait for one message; if it is an update that came
-/// sooner than the commit interval after the last commit, park for the rest
-/// of the interval (a flush or shutdown unparks it early); then take whatever else is queued (up to `max_batch`
-/// updates, stopping at a flush or shutdown), write it in one transaction,
-/// acknowledge flushes.
+/// The store thread: wait for one message; if it is an update, park for
+/// the commit interval to gather what follows (a flush or shutdown unparks
+/// it early; a backlog left by a full batch is written at once); then take
+/// whatever is queued (up to `max_batch` updates, stopping at a flush or
+/// shutdown), write it in one transaction, acknowledge flushes.
 fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: WriterConfig) {
     let max_batch = config.max_batch.max(1);
     let mut pending = Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH));
-    let mut last_commit: Option<Instant> = None;
+    let mut backlog = false;
     loop {
         let Ok(first) = rx.recv() else { return };
-        if matches!(first, Msg::Update(_)) {
-            let hold = commit_hold(last_commit, Instant::now(), config.commit_interval);
-            if !hold.is_zero() {
-                // A spurious or early wake only commits sooner.
-                std::thread::park_timeout(hold);
-            }
+        if matches!(first, Msg::Update(_)) && !backlog && !config.commit_interval.is_zero() {
+            // A spurious or early wake only commits sooner.
+            std::thread::park_timeout(config.commit_interval);
         }
         let mut next = Some(first);
         let mut ack = None;
@@ -279,10 +280,10 @@ fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: Writer
             }
             next = rx.try_recv().ok();
         }
+        backlog = pending.len() >= max_batch;
         if !pending.is_empty() {
             write_batch(store, &pending, counters);
             pending.clear();
-            last_commit = Some(Instant::now());
         }
         if let Some(ack) = ack {
             let _ = ack.send(());
@@ -291,15 +292,6 @@ fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: Writer
             return;
         }
     }
-}
-
-/// How long an update arriving at `now` waits before its commit: the rest of
-/// `interval` since the last commit, or nothing if there was none or it is
-/// older than that.
-fn commit_hold(last_commit: Option<Instant>, now: Instant, interval: Duration) -> Duration {
-    last_commit.map_or(Duration::ZERO, |last| {
-        interval.saturating_sub(now.saturating_duration_since(last))
-    })
 }
 
 /// Writes `updates` in one transaction. A run's updates in the batch (a
