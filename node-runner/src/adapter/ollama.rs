@@ -174,6 +174,9 @@ impl NdjsonParser {
         if self.done {
             return true;
         }
+        // About an event a line: room for them at once, not a doubling of
+        // the queue (and a copy of it) every few lines of a long read.
+        out.reserve(memchr::memchr_iter(b'\n', chunk).count());
         let mut done = false;
         let result = self.lines.feed(chunk, |line| {
             if !done {

@@ -181,6 +181,13 @@ impl EventStream {
     /// any other event, which stays pending, or where a read would be needed.
     fn merge_held(&mut self, text: &mut String, reasoning: bool) {
         loop {
+            let held: usize = self
+                .pending
+                .iter()
+                .map_while(|e| delta_text(e, reasoning))
+                .map(str::len)
+                .sum();
+            text.reserve(held);
             while let Some(more) = self.pending.front().and_then(|e| delta_text(e, reasoning)) {
                 text.push_str(more);
                 self.pending.pop_front();
