@@ -344,7 +344,7 @@ md=$out_dir/loadtest-$scenario.md
     echo "Latency = oha's with --latency-correction: from when oha's rate timer issues the request (tokio's timer, 1 ms granularity: about 5 requests per ms at 5,000/s), so time spent waiting for a free connection counts. Added p99 = the row's p99 − the direct row's p99 from this run (issue 8 target: ≤ 0.5 ms at 5k QPS). QPS = answered requests / (DURATION + the wait for the last ones). Not sent = offered − sent: requests still waiting for a free connection at the deadline, which oha drops unmeasured (like k6's dropped iterations) — when it is not 0 the percentiles are optimistic. The direct row is the mock's OpenAI shape."
   fi
   if [ "$script" = long-streams.js ]; then
-    echo "For the direct row, \"Edge\" and \"Node\" are both the mock provider. CPU is the mean over the seconds with ≥ 95% of the peak streams open (each stream carries one token every ${RAMP_TOKEN_MS:-3000} ms: the streams are mostly idle)."
+    echo "For the direct row, \"Edge\" and \"Node\" are both the mock provider. CPU is the mean over the seconds with ≥ 95% of the peak streams open (each stream carries one token every $RAMP_TOKEN_MS ms: the streams are mostly idle)."
     echo
     echo "Series (every ~5 s):"
     echo

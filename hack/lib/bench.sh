@@ -8,6 +8,12 @@
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bench_target=${CARGO_TARGET_DIR:-$bench_root/target}
 
+# The ramp's streams: RAMP_TOKENS tokens each, one every RAMP_TOKEN_MS ms
+# (by default 10 and 3000: 30 s streams). Set once here, read by the ramp's
+# mock and report.
+RAMP_TOKENS=${RAMP_TOKENS:-10}
+RAMP_TOKEN_MS=${RAMP_TOKEN_MS:-3000}
+
 say() { printf '%s: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; }
 fail() { printf '%s: FAIL: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; exit 1; }
 
@@ -355,14 +361,13 @@ bench_scenario() {
       ;;
     ramp)
       script=long-streams.js
-      local tokens=${RAMP_TOKENS:-10} token_ms=${RAMP_TOKEN_MS:-3000}
-      mock_flags=(--tokens "$tokens" --delay-ms "$token_ms")
+      mock_flags=(--tokens "$RAMP_TOKENS" --delay-ms "$RAMP_TOKEN_MS")
       # A normalized stream's first event is its first token.
-      BENCH_PROBE_SECONDS=$((token_ms / 1000 + 5))
+      BENCH_PROBE_SECONDS=$((RAMP_TOKEN_MS / 1000 + 5))
       streams=${STREAMS:-10000}
       batch=${BATCH:-100}
       vus=$(((streams + batch - 1) / batch))
-      k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS="$tokens")
+      k6_env=(-e VUS="$vus" -e BATCH="$batch" -e RAMP="${RAMP:-30s}" -e EXPECT_TOKENS="$RAMP_TOKENS")
       ;;
     *) return 1 ;;
   esac
