@@ -43,14 +43,14 @@ use node_runner::store::{
     RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
 };
 
-/// The IOP Node: runs next to model servers and serves them to the Edge.
-///
-/// With no subcommand it runs the node.
 /// jemalloc, not glibc's malloc: ~11 % less CPU a small request at the same
 /// memory for 10k open streams (`bench-results/profiles.md`, round 9).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The IOP Node: runs next to model servers and serves them to the Edge.
+///
+/// With no subcommand it runs the node.
 #[derive(Debug, Parser)]
 #[command(version, subcommand_negates_reqs = true)]
 struct Args {
@@ -400,5 +400,21 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Args;
+
+    #[test]
+    fn help_says_what_the_binary_is() {
+        let about = Args::command().get_about().map(ToString::to_string);
+        assert_eq!(
+            about.as_deref(),
+            Some("The IOP Node: runs next to model servers and serves them to the Edge")
+        );
     }
 }
