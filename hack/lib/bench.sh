@@ -185,7 +185,9 @@ bench_mock() {
 # IOP_IO_DRIVER=DRIVER (auto = unset), the Edge on a temp edge.yaml made from
 # the embedded default: listeners on port 0, providers at MOCK_ADDR, every
 # provider's max_concurrency and the queue raised so the Edge does not limit
-# the load; IOP_WORKERS=N (unset: one per core) gives both `--workers N`.
+# the load; IOP_WORKERS=N (unset: one per core) gives both `--workers N`;
+# IOP_EDGE_ARGS / IOP_NODE_ARGS (split on spaces) are added to each one's
+# command line (e.g. IOP_EDGE_ARGS="--link-core-slack 16" for an A/B).
 # Sets IOP_INGRESS, IOP_NODE_SOCKET and IOP_DRIVER_SEEN (the driver the
 # Edge's log names).
 bench_iop() {
@@ -203,7 +205,10 @@ bench_iop() {
   local envs=() workers=()
   [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
   [ -z "${IOP_WORKERS:-}" ] || workers=(--workers "$IOP_WORKERS")
-  procs_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json "${workers[@]}"
+  local edge_args node_args
+  read -r -a edge_args <<<"${IOP_EDGE_ARGS:-}"
+  read -r -a node_args <<<"${IOP_NODE_ARGS:-}"
+  procs_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json "${workers[@]}" "${edge_args[@]}"
   procs_wait_for "the Edge's edge_started line" grep -q '"edge_started"' "$BENCH_WORK/edge.log"
   local started
   started=$(grep -m 1 '"edge_started"' "$BENCH_WORK/edge.log")
@@ -212,7 +217,7 @@ bench_iop() {
   [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
   IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
   procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "$BIN_DIR/iop-node" \
-    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}"
+    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${node_args[@]}"
   procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
 }
 
@@ -335,7 +340,7 @@ bench_md_header() {
 - **Commit:** \`$commit\`$dirty
 - **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
 - **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
-- **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}
+- **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}
 MD
 }
 

@@ -28,8 +28,12 @@ use monoio::net::TcpStream;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// Default most client connections a link core serves before connections
-/// accepted on other cores stay there.
-pub const DEFAULT_LINK_CORE_SLACK: usize = 16;
+/// accepted on other cores stay there. 64, not 16: a client's keep-alive
+/// pool is often that wide while only a few of its connections are busy at
+/// once, and each one served elsewhere costs two cross-core wakeups a
+/// request (an open loop at 5,000/s over 64 connections: the Edge's CPU a
+/// request −15 %, `bench-results/profiles.md`, round 11).
+pub const DEFAULT_LINK_CORE_SLACK: usize = 64;
 
 /// Sockets handed to one core.
 pub type Handoffs = UnboundedReceiver<StdTcpStream>;
