@@ -4,7 +4,11 @@
 #
 #   hack/peers.sh [SCENARIO...]      default: stream qps nonstream
 #
-# Scenarios as in hack/loadtest.sh (stream, nonstream, qps). Paths:
+# Scenarios as in hack/loadtest.sh (stream, nonstream, qps, and open: oha,
+# not k6, open loop at $RATE/s (default 5000) over $CONNECTIONS (default 64)
+# keep-alive connections after a $WARMUP (default 3s) warm-up, latency from
+# each request's scheduled start; its table adds each path's p99 minus the
+# direct path's — k6 itself cannot offer 5,000/s on this box). Paths:
 #   direct    k6 → mock provider (the physical limit here)
 #   nginx     one-hop reverse proxy (Debian package; 1 worker, proxy_buffering
 #             off, HTTP/1.1 upstream keepalive)
@@ -22,14 +26,15 @@
 # the result file), never a failure. Everything listens on 127.0.0.1 and is
 # stopped on exit.
 #
-# Env: DURATION (k6 duration per path, default 10s), PEERS (default
+# Env: DURATION (k6/oha duration per path, default 10s), PEERS (default
 # "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
-# CONCURRENCY, IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS (as
+# CONCURRENCY, WARMUP and CONNECTIONS (open), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS (as
 # hack/loadtest.sh; IOP_WORKERS=1 matches nginx's and haproxy's one worker).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
-# read from /proc around each k6 run) and the k6 summaries to
-# bench-results/k6/peers-*.json.
+# read from /proc around each k6 run), the k6 summaries to
+# bench-results/k6/peers-*.json and oha's (open) to
+# bench-results/oha/peers-open-*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=peers
@@ -45,10 +50,15 @@ RATHOLE_VERSION=0.5.0
 command_line="hack/peers.sh $*"
 
 bench_init
-bench_k6
+for sc in "${scenarios[@]}"; do
+  if [ "$sc" = open ]; then bench_oha; else bench_k6; fi
+done
+case " ${scenarios[*]} " in
+  *" open "*) BENCH_LOADGEN="${K6:+k6 $K6_VERSION; }oha $OHA_VERSION for open" ;;
+esac
 bench_bins
 out_dir=$bench_root/bench-results
-mkdir -p "$out_dir/k6"
+mkdir -p "$out_dir/k6" "$out_dir/oha"
 peers_dir=$bench_target/peers
 mkdir -p "$peers_dir"
 skipped=()
@@ -141,7 +151,7 @@ start_path() {
   case "$p" in
     direct)
       PATH_URL=http://$MOCK_ADDR
-      PATH_DESC="k6 → mock"
+      PATH_DESC="$([ "$script" = oha ] && echo oha || echo k6) → mock"
       ;;
     nginx)
       mkdir -p "$BENCH_WORK/nginx"
@@ -290,9 +300,41 @@ cpu_figures() {
   echo "$cell / $(bench_cpu_per_request "${b[last]}" "${a[last]}" "$n") / $(bench_cpu_per_request "${b[last + 1]}" "${a[last + 1]}" "$n")|$(bench_cpu_per_request 0 "$sum" "$n")"
 }
 
+# peers_scenario NAME: bench_scenario, or for open oha's settings (script
+# "oha"); fails for a scenario peers do not run.
+peers_scenario() {
+  if [ "$1" = open ]; then
+    script=oha
+    mock_flags=(--tokens 16)
+    k6_env=()
+    rate=${RATE:-5000}
+    warmup=${WARMUP:-3s}
+    connections=${CONNECTIONS:-64}
+    return 0
+  fi
+  if ! bench_scenario "$1" || [ "$script" = long-streams.js ]; then
+    fail "scenario $1: use stream, qps, nonstream or open"
+  fi
+}
+
+# peers_oha_headline OHA_JSON OFFERED: oha's summary as the `headline` the
+# report reads from a k6 summary (QPS, p50/p99/p99.9 ms, error rate, and
+# dropped = offered − sent: the requests oha never sent by the deadline).
+peers_oha_headline() {
+  local j=$1 sent bad
+  sent=$(bench_oha_figure "$j" requests)
+  bad=$(($(bench_oha_figure "$j" non200) + $(bench_oha_figure "$j" errors)))
+  jq -n --argjson qps "$(bench_oha_figure "$j" qps)" --argjson p50 "$(bench_oha_figure "$j" 50)" \
+    --argjson p99 "$(bench_oha_figure "$j" 99)" --argjson p999 "$(bench_oha_figure "$j" 99.9)" \
+    --argjson sent "${sent:-0}" --argjson bad "$bad" --argjson offered "$2" \
+    '{headline: {"QPS": $qps, "p50 ms": $p50, "p99 ms": $p99, "p99.9 ms": $p999,
+      "dropped": ([$offered - $sent, 0] | max),
+      "error rate": (if $sent > 0 then $bad / $sent else 0 end)}}'
+}
+
 declare -A fig
 for sc in "${scenarios[@]}"; do
-  if ! bench_scenario "$sc" || [ "$script" = long-streams.js ]; then fail "scenario $sc: use stream, qps or nonstream"; fi
+  peers_scenario "$sc"
   k6_env+=(-e DURATION="$DURATION")
   for p in "${paths[@]}"; do
     bench_stop
@@ -314,6 +356,16 @@ for sc in "${scenarios[@]}"; do
     say "$sc through $p ($PATH_DESC): $PATH_URL"
     json=$out_dir/k6/peers-$sc-$p.json
     rc=0
+    if [ "$script" = oha ]; then
+      json=$BENCH_WORK/peers-$sc-$p.headline.json
+      oha_json=$out_dir/oha/peers-$sc-$p.json
+      oha_body=$BENCH_WORK/peers-$sc-$p.body.json
+      # The body of k6's chatBody(false) (perf/k6/lib.js), as loadtest's open.
+      printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$PATH_MODEL" >"$oha_body"
+      oha_headers=(${PATH_KEY:+"authorization: Bearer $PATH_KEY"})
+      bench_oha_run "$BENCH_WORK/peers-$sc-$p.warmup.json" "$PATH_URL/v1/chat/completions" "$oha_body" \
+        "$rate" "$warmup" "$connections" "${oha_headers[@]}" || skipped+=("$sc/$p: the warm-up's oha exited with status $?")
+    fi
     # CPU ticks of the path's processes (with descendants) and the mock,
     # then k6's: the ticks of this shell's waited-for children (k6 is the
     # only one that ends during the run).
@@ -322,17 +374,29 @@ for sc in "${scenarios[@]}"; do
     cpu_before=()
     for pid in "${cpu_pids[@]}"; do cpu_before+=("$(bench_cpu_ticks_tree "$pid")"); done
     cpu_before+=("$(bench_reaped_ticks $$)")
-    bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
-      -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
+    if [ "$script" = oha ]; then
+      bench_oha_run "$oha_json" "$PATH_URL/v1/chat/completions" "$oha_body" "$rate" "$DURATION" \
+        "$connections" "${oha_headers[@]}" || rc=$?
+    else
+      bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
+        -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
+    fi
     cpu_k6_after=$(bench_reaped_ticks $$)
     cpu_after=()
     for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
     cpu_after+=("$cpu_k6_after")
-    requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
+    if [ "$script" = oha ]; then
+      requests=$(bench_oha_figure "$oha_json" requests 2>/dev/null || echo 0)
+      peers_oha_headline "$oha_json" "$(awk -v r="$rate" -v d="$DURATION" 'BEGIN {
+        s = d + 0; if (d ~ /ms$/) s /= 1000; else if (d ~ /m$/) s *= 60; else if (d ~ /h$/) s *= 3600
+        printf "%.0f", r * s }')" >"$json" || skipped+=("$sc/$p: no oha summary")
+    else
+      requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
+    fi
     cpu=$(cpu_figures "$p" "${cpu_before[*]}" "${cpu_after[*]}" "${requests:-0}")
     fig[$sc,$p,cpu]=${cpu%|*}
     fig[$sc,$p,cpu_all]=${cpu#*|}
-    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: k6 exited with status $rc (99: a threshold failed: some requests failed; see the error rate)")
+    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: $([ "$script" = oha ] && echo oha || echo k6) exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
     fig[$sc,$p,desc]=$PATH_DESC
     fig[$sc,$p,json]=$json
   done
@@ -355,20 +419,28 @@ except Exception:
 md=$out_dir/peers.md
 {
   bench_md_header "IOP and its peers, side by side" "$command_line"
-  echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then k6 for $DURATION; every proxy on 127.0.0.1"
-  echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
+  echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then the load generator (k6; oha for open) for $DURATION; every proxy on 127.0.0.1"
+  echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`; for open, the oha run and the requests it sent); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
   echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
-    bench_scenario "$sc"
+    peers_scenario "$sc"
     refs=()
     for m in "${iop_models[@]}"; do
       [ -f "${fig[$sc,iop-uring-$m,json]:-}" ] && refs+=("$m")
     done
-    echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
+    if [ "$script" = oha ]; then
+      echo "## $sc — oha $OHA_VERSION open loop at $rate/s over $connections connections (\`-q $rate --latency-correction -c $connections\`, $warmup warm-up then $DURATION), k6 chat-nonstream.js's body, mock \`${mock_flags[*]}\`"
+      echo
+      echo "Latency from each request's scheduled start (no coordinated omission). *Dropped* = offered − sent: requests oha had not sent by the deadline (their latency is missing from the percentiles). *Added p99* = the row's p99 − the direct row's (issue 8: ≤ 0.5 ms at 5k QPS)."
+      direct_p99=$(bench_headline "${fig[$sc,direct,json]:-/dev/null}" 'p99 ms' 2>/dev/null || true)
+    else
+      echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
+    fi
     echo
     case "$script" in
       chat-stream.js) head="| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all |"; rule="|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms' ;;
+      oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
       *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
     for m in "${refs[@]}"; do
@@ -384,6 +456,14 @@ md=$out_dir/peers.md
       case "$script" in
         chat-stream.js)
           row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
+          ;;
+        oha)
+          added=-
+          p99=$(bench_headline "$j" 'p99 ms')
+          if [ "$p" != direct ] && [ -n "$p99" ] && [ -n "${direct_p99:-}" ]; then
+            added=$(awk -v a="$p99" -v b="$direct_p99" 'BEGIN { printf "%+.3f", a - b }')
+          fi
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $added | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
           ;;
         *)
           row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
