@@ -33,6 +33,11 @@ if [ -z "${IOP_TEST_SKIP_LINT:-}" ]; then
 
   step "cargo clippy (all targets, -D warnings)"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+
+  # The benchmark scripts (peers, load tests) are not all run here: at
+  # least they must parse.
+  step "bash -n: every script under hack/"
+  find hack -name '*.sh' -print0 | xargs -0 -n 1 bash -n
 fi
 
 step "cargo build (binaries the end-to-end tests start as processes)"
