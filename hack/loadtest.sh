@@ -63,18 +63,10 @@ scenario=${1:-}
 duration=${2:-}
 command_line="hack/loadtest.sh $*"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
+bench_scenario "$scenario" || usage
 if [ "$scenario" = open ]; then
-  # No k6 script: oha sends the body k6's chat-nonstream.js sends.
-  script=oha
-  mock_flags=(--tokens 16)
-  k6_env=()
-  rate=${RATE:-5000}
-  warmup=${WARMUP:-3s}
-  connections=${CONNECTIONS:-64}
   duration=${duration:-10s}
   BENCH_LOADGEN="oha $OHA_VERSION (open loop, --latency-correction)"
-else
-  bench_scenario "$scenario" || usage
 fi
 if [ "$scenario" = smoke ]; then
   duration=${duration:-10s}
@@ -216,8 +208,7 @@ run_oha() {
   local name=$1 path=$2 driver=$3 model=$4 base=$5 rc=0
   local json=$out_dir/oha/$name.json body=$BENCH_WORK/$name-body.json url=$base/v1/chat/completions
   local auth='authorization: Bearer iop-dev-key'
-  # The body of k6's chatBody(false) (perf/k6/lib.js), byte for byte.
-  printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$model" >"$body"
+  bench_oha_body "$body" "$model"
   local probe
   probe=$(curl -sS -m 5 -w '\n%{http_code}' "$url" -H 'content-type: application/json' -H "$auth" \
     --data-binary @"$body" 2>&1) || true

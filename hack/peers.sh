@@ -300,18 +300,9 @@ cpu_figures() {
   echo "$cell / $(bench_cpu_per_request "${b[last]}" "${a[last]}" "$n") / $(bench_cpu_per_request "${b[last + 1]}" "${a[last + 1]}" "$n")|$(bench_cpu_per_request 0 "$sum" "$n")"
 }
 
-# peers_scenario NAME: bench_scenario, or for open oha's settings (script
-# "oha"); fails for a scenario peers do not run.
+# peers_scenario NAME: bench_scenario; fails for a scenario peers do not
+# run.
 peers_scenario() {
-  if [ "$1" = open ]; then
-    script=oha
-    mock_flags=(--tokens 16)
-    k6_env=()
-    rate=${RATE:-5000}
-    warmup=${WARMUP:-3s}
-    connections=${CONNECTIONS:-64}
-    return 0
-  fi
   if ! bench_scenario "$1" || [ "$script" = long-streams.js ]; then
     fail "scenario $1: use stream, qps, nonstream or open"
   fi
@@ -360,8 +351,7 @@ for sc in "${scenarios[@]}"; do
       json=$BENCH_WORK/peers-$sc-$p.headline.json
       oha_json=$out_dir/oha/peers-$sc-$p.json
       oha_body=$BENCH_WORK/peers-$sc-$p.body.json
-      # The body of k6's chatBody(false) (perf/k6/lib.js), as loadtest's open.
-      printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$PATH_MODEL" >"$oha_body"
+      bench_oha_body "$oha_body" "$PATH_MODEL"
       oha_headers=(${PATH_KEY:+"authorization: Bearer $PATH_KEY"})
       bench_oha_run "$BENCH_WORK/peers-$sc-$p.warmup.json" "$PATH_URL/v1/chat/completions" "$oha_body" \
         "$rate" "$warmup" "$connections" "${oha_headers[@]}" || skipped+=("$sc/$p: the warm-up's oha exited with status $?")

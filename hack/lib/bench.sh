@@ -131,6 +131,12 @@ bench_oha_run() {
   return "$rc"
 }
 
+# bench_oha_body FILE MODEL: writes the body of k6's chatBody(false)
+# (perf/k6/lib.js), byte for byte, for MODEL to FILE.
+bench_oha_body() {
+  printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$2" >"$1"
+}
+
 # bench_oha_figure JSON NAME: one figure of an oha JSON summary ("" if
 # none). NAME: qps, requests (answered + failed), non200, errors (no
 # response), or a latency percentile in ms: 50, 99, 99.9.
@@ -345,8 +351,9 @@ MD
 }
 
 # --- scenarios (shared by hack/loadtest.sh and hack/peers.sh) --------------------
-# bench_scenario NAME: sets script, mock_flags (the mock provider's knob
-# defaults) and k6_env; returns 1 for an unknown NAME.
+# bench_scenario NAME: sets script (a k6 script, or "oha" for open),
+# mock_flags (the mock provider's knob defaults) and k6_env, and for open
+# rate, warmup and connections; returns 1 for an unknown NAME.
 bench_scenario() {
   case "$1" in
     stream | smoke)
@@ -363,6 +370,16 @@ bench_scenario() {
       script=chat-nonstream.js
       mock_flags=(--tokens 16)
       k6_env=(-e CONCURRENCY="${CONCURRENCY:-16}")
+      ;;
+    open)
+      # oha, not k6: nonstream's request open loop at $rate/s over
+      # $connections keep-alive connections after a $warmup run.
+      script=oha
+      mock_flags=(--tokens 16)
+      k6_env=()
+      rate=${RATE:-5000}
+      warmup=${WARMUP:-3s}
+      connections=${CONNECTIONS:-64}
       ;;
     ramp)
       script=long-streams.js
