@@ -241,9 +241,7 @@ run_oha() {
 # deadline, so those (the slowest) requests have no latency in the figures.
 open_rows() {
   local r path driver model json cpu oha direct_p99 p99 offered
-  offered=$(awk -v r="$rate" -v d="$duration" 'BEGIN {
-    s = d + 0; if (d ~ /ms$/) s /= 1000; else if (d ~ /m$/) s *= 60; else if (d ~ /h$/) s *= 3600
-    printf "%.0f", r * s }')
+  offered=$(bench_offered "$rate" "$duration")
   for r in "${open_runs[@]}"; do
     IFS='|' read -r path driver model json _ <<<"$r"
     [ "$path" != direct ] || direct_p99=$(bench_oha_figure "$json" 99)
@@ -253,9 +251,7 @@ open_rows() {
     IFS='|' read -r path driver model json cpu oha <<<"$r"
     p99=$(bench_oha_figure "$json" 99)
     local added=-
-    if [ "$path" != direct ] && [ -n "$p99" ] && [ -n "${direct_p99:-}" ]; then
-      added=$(awk -v a="$p99" -v b="$direct_p99" 'BEGIN { printf "%+.3f", a - b }')
-    fi
+    [ "$path" = direct ] || added=$(bench_added_ms "$p99" "${direct_p99:-}")
     local sent not_sent
     sent=$(bench_oha_figure "$json" requests)
     not_sent=$(awk -v o="$offered" -v s="${sent:-0}" 'BEGIN { printf "%d", (o > s ? o - s : 0) }')

@@ -151,7 +151,7 @@ start_path() {
   case "$p" in
     direct)
       PATH_URL=http://$MOCK_ADDR
-      PATH_DESC="$([ "$script" = oha ] && echo oha || echo k6) → mock"
+      PATH_DESC="$loadgen → mock"
       ;;
     nginx)
       mkdir -p "$BENCH_WORK/nginx"
@@ -300,12 +300,14 @@ cpu_figures() {
   echo "$cell / $(bench_cpu_per_request "${b[last]}" "${a[last]}" "$n") / $(bench_cpu_per_request "${b[last + 1]}" "${a[last + 1]}" "$n")|$(bench_cpu_per_request 0 "$sum" "$n")"
 }
 
-# peers_scenario NAME: bench_scenario; fails for a scenario peers do not
-# run.
+# peers_scenario NAME: bench_scenario, and loadgen (k6, or oha for open);
+# fails for a scenario peers do not run.
 peers_scenario() {
   if ! bench_scenario "$1" || [ "$script" = long-streams.js ]; then
     fail "scenario $1: use stream, qps, nonstream or open"
   fi
+  loadgen=k6
+  [ "$script" != oha ] || loadgen=oha
 }
 
 # peers_oha_headline OHA_JSON OFFERED: oha's summary as the `headline` the
@@ -377,16 +379,15 @@ for sc in "${scenarios[@]}"; do
     cpu_after+=("$cpu_k6_after")
     if [ "$script" = oha ]; then
       requests=$(bench_oha_figure "$oha_json" requests 2>/dev/null || echo 0)
-      peers_oha_headline "$oha_json" "$(awk -v r="$rate" -v d="$DURATION" 'BEGIN {
-        s = d + 0; if (d ~ /ms$/) s /= 1000; else if (d ~ /m$/) s *= 60; else if (d ~ /h$/) s *= 3600
-        printf "%.0f", r * s }')" >"$json" || skipped+=("$sc/$p: no oha summary")
+      peers_oha_headline "$oha_json" "$(bench_offered "$rate" "$DURATION")" >"$json" ||
+        skipped+=("$sc/$p: no oha summary")
     else
       requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
     fi
     cpu=$(cpu_figures "$p" "${cpu_before[*]}" "${cpu_after[*]}" "${requests:-0}")
     fig[$sc,$p,cpu]=${cpu%|*}
     fig[$sc,$p,cpu_all]=${cpu#*|}
-    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: $([ "$script" = oha ] && echo oha || echo k6) exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
+    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: $loadgen exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
     fig[$sc,$p,desc]=$PATH_DESC
     fig[$sc,$p,json]=$json
   done
@@ -449,10 +450,7 @@ md=$out_dir/peers.md
           ;;
         oha)
           added=-
-          p99=$(bench_headline "$j" 'p99 ms')
-          if [ "$p" != direct ] && [ -n "$p99" ] && [ -n "${direct_p99:-}" ]; then
-            added=$(awk -v a="$p99" -v b="$direct_p99" 'BEGIN { printf "%+.3f", a - b }')
-          fi
+          [ "$p" = direct ] || added=$(bench_added_ms "$(bench_headline "$j" 'p99 ms')" "${direct_p99:-}")
           row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $added | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
           ;;
         *)

@@ -137,6 +137,24 @@ bench_oha_body() {
   printf '{"model":"%s","stream":false,"messages":[{"role":"user","content":"hi"}]}' "$2" >"$1"
 }
 
+# bench_offered RATE DURATION: the requests an open loop offers, RATE/s for
+# DURATION (oha's form: 10s, 500ms, 2m, 1h).
+bench_offered() {
+  awk -v r="$1" -v d="$2" 'BEGIN {
+    s = d + 0; if (d ~ /ms$/) s /= 1000; else if (d ~ /m$/) s *= 60; else if (d ~ /h$/) s *= 3600
+    printf "%.0f", r * s }'
+}
+
+# bench_added_ms P99 DIRECT_P99: the latency a path adds over the direct
+# path's, "+0.123" (ms), or "-" when either figure is missing.
+bench_added_ms() {
+  if [ -n "$1" ] && [ -n "$2" ]; then
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.3f", a - b }'
+  else
+    printf -- '-'
+  fi
+}
+
 # bench_oha_figure JSON NAME: one figure of an oha JSON summary ("" if
 # none). NAME: qps, requests (answered + failed), non200, errors (no
 # response), or a latency percentile in ms: 50, 99, 99.9.
