@@ -485,7 +485,7 @@ fn sigkill_of_the_edge_mid_load_and_a_thundering_herd_of_nodes_reregisters() {
         .collect();
     let ingress: SocketAddr = format!("{}:18080", addr("edge")).parse().unwrap();
     let nodes_at: SocketAddr = format!("{}:17070", addr("edge")).parse().unwrap();
-    let mut edge = EdgeProc::start(&edge_yaml_at(&specs, (18080, 17070)), ingress);
+    let mut edge = EdgeProc::start(&bed, &edge_yaml_at(&specs, (18080, 17070)), ingress);
     let _nodes: Vec<chaos::Proc> = (1..=herd)
         .map(|i| chaos::spawn_node(&bed, if i == 1 { "n1" } else { "n2" }, i, nodes_at))
         .collect();

@@ -38,6 +38,10 @@ pub(crate) struct Bed {
     run: String,
     nodes: usize,
     script: PathBuf,
+    /// Files of this scenario's processes (an Edge config and its lease
+    /// state, the nodes' data dirs): each scenario starts with none, and
+    /// they are deleted when the bed is dropped, after the processes.
+    scratch: tempfile::TempDir,
 }
 
 impl Bed {
@@ -55,7 +59,16 @@ impl Bed {
             .and_then(|n| n.parse().ok())
             .unwrap_or(2);
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../hack/netns/bed.sh");
-        let bed = Self { run, nodes, script };
+        let scratch = tempfile::Builder::new()
+            .prefix("iop-chaos-")
+            .tempdir()
+            .expect("chaos scratch dir");
+        let bed = Self {
+            run,
+            nodes,
+            script,
+            scratch,
+        };
         for i in 1..=nodes {
             bed.heal(&format!("n{i}"));
             bed.sh(&["clear", &bed.run, &format!("n{i}")]);
@@ -501,10 +514,10 @@ pub(crate) struct EdgeProc {
 }
 
 impl EdgeProc {
-    /// Writes `yaml` and starts `iop-edge` on it; waits for `edge_started`.
-    pub(crate) fn start(yaml: &str, ingress: SocketAddr) -> Self {
-        let config =
-            std::env::temp_dir().join(format!("iop-chaos-{}-edge.yaml", std::process::id()));
+    /// Writes `yaml` into the bed's scratch dir and starts `iop-edge` on
+    /// it; waits for `edge_started`.
+    pub(crate) fn start(bed: &Bed, yaml: &str, ingress: SocketAddr) -> Self {
+        let config = bed.scratch.path().join("edge.yaml");
         std::fs::write(&config, yaml).expect("write edge.yaml");
         let mut edge = Self {
             proc: Self::spawn(&config),
@@ -577,7 +590,7 @@ impl EdgeProc {
 /// A node process in `nI`'s namespace dialing `edge_nodes` with token
 /// `tok-I`, without waiting for it.
 pub(crate) fn spawn_node(bed: &Bed, host: &str, i: usize, edge_nodes: SocketAddr) -> Proc {
-    let data = std::env::temp_dir().join(format!("iop-chaos-{}-node{i}", std::process::id()));
+    let data = bed.scratch.path().join(format!("node{i}"));
     let mut cmd = bed.command(host, "iop-node");
     cmd.args(["--edge", &edge_nodes.to_string()])
         .arg("--data-dir")
