@@ -3,11 +3,13 @@
 //! One OS thread per worker, each running its own single-threaded monoio
 //! runtime; nothing is shared between them but what is explicitly `Send`.
 //! The driver choice (io_uring, or epoll where refused; `IOP_IO_DRIVER`
-//! forces one) is [`framing::io_driver`]'s.
+//! forces one) is [`framing::io_driver`]'s, and so is the ring's set-up
+//! (cooperative task running where the kernel has it).
 
 use std::future::Future;
 use std::io;
 
+use framing::io_driver::with_cooperative_ring;
 pub use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
 
 /// Resolves the driver from `IOP_IO_DRIVER` and what this kernel supports.
@@ -21,14 +23,26 @@ pub fn driver_from_env() -> io::Result<IoDriver> {
 /// enabled) on the current thread.
 pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output> {
     Ok(match driver {
-        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(future),
+        IoDriver::Uring => uring_runtime()?.block_on(future),
         IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
             .enable_timer()
             .build()?
             .block_on(future),
+    })
+}
+
+/// A monoio runtime on io_uring with timers, its ring cooperative where the
+/// kernel allows ([`with_cooperative_ring`]).
+fn uring_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
+    with_cooperative_ring(|cooperative| {
+        let mut ring = io_uring::IoUring::builder();
+        if cooperative {
+            ring.setup_coop_taskrun();
+        }
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .uring_builder(ring)
+            .enable_timer()
+            .build()
     })
 }
 

@@ -20,7 +20,6 @@
 //! `iop-node runs --data-dir DIR [--limit N] [--json]` lists the most recent
 //! runs in the local run store (F15), newest first, and exits.
 
-use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +38,7 @@ use node_runner::link::{LinkClientConfig, link_tls};
 use node_runner::metrics::node_metrics;
 use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
 use node_runner::runs::{Cores, RunnerConfig, serve_core};
+use node_runner::runtime::{block_on, worker_count};
 use node_runner::store::{
     RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
 };
@@ -359,29 +359,6 @@ fn list_runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Runs `future` on a new monoio runtime with `driver` (timers enabled) on
-/// this thread.
-fn block_on<F: Future>(driver: IoDriver, future: F) -> std::io::Result<F::Output> {
-    Ok(match driver {
-        IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(future),
-        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(future),
-    })
-}
-
-/// Workers for `--workers N`: N, or one per available core for 0.
-fn worker_count(requested: usize) -> usize {
-    if requested > 0 {
-        return requested;
-    }
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn resolve(edge: &str) -> anyhow::Result<SocketAddr> {

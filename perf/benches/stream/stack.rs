@@ -161,18 +161,7 @@ fn start_node(edge: SocketAddr, driver: IoDriver) {
                 drop(cores);
                 core0.await;
             };
-            match driver {
-                IoDriver::Uring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-                    .enable_timer()
-                    .build()
-                    .expect("node runtime")
-                    .block_on(serve),
-                IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-                    .enable_timer()
-                    .build()
-                    .expect("node runtime")
-                    .block_on(serve),
-            }
+            node_runner::runtime::block_on(driver, serve).expect("node runtime");
         })
         .expect("node thread");
 }

@@ -1,0 +1,47 @@
+//! The Node's monoio runtimes: one per worker thread, on the I/O driver
+//! [`framing::io_driver`] resolves, io_uring rings set up cooperative where
+//! the kernel has it ([`with_cooperative_ring`]).
+//!
+//! The Edge has the same few lines (`edge-proxy/src/runtime.rs`): the Edge
+//! and the Node share no runtime code by design (DESIGN.md); the decisions
+//! both make are in `framing::io_driver`.
+
+use std::future::Future;
+use std::io;
+
+use framing::io_driver::{IoDriver, with_cooperative_ring};
+
+/// Runs `future` on a new monoio runtime with `driver` (timers enabled) on
+/// this thread.
+pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output> {
+    Ok(match driver {
+        IoDriver::Uring => uring_runtime()?.block_on(future),
+        IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(future),
+    })
+}
+
+/// A monoio runtime on io_uring with timers, its ring cooperative where the
+/// kernel allows.
+fn uring_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
+    with_cooperative_ring(|cooperative| {
+        let mut ring = io_uring::IoUring::builder();
+        if cooperative {
+            ring.setup_coop_taskrun();
+        }
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .uring_builder(ring)
+            .enable_timer()
+            .build()
+    })
+}
+
+/// Workers for `--workers N`: N, or one per available core for 0.
+pub fn worker_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
