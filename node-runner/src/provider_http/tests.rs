@@ -9,24 +9,20 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use framing::http::HeadLimits;
+use framing::io_driver::IoDriver;
 use framing::timer::{ClockSource, SharedManualClock};
 
 use super::*;
+use crate::runtime::block_on;
 
 pub(super) const PATIENCE: Duration = Duration::from_secs(5);
 
+/// Runs `test` on an epoll runtime, then on an io_uring runtime (set up as
+/// the Node's are) when the kernel allows it.
 pub(super) fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
-    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .expect("epoll runtime")
-        .block_on(test());
+    block_on(IoDriver::Epoll, test()).expect("epoll runtime");
     if monoio::utils::detect_uring() {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("io_uring runtime")
-            .block_on(test());
+        block_on(IoDriver::Uring, test()).expect("io_uring runtime");
     }
 }
 

@@ -1,7 +1,6 @@
 //! HTTPS: the client against a rustls server on a std thread, with a test
 //! CA and certificates made by `rcgen`, under both monoio drivers.
 
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -14,24 +13,10 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::conn::Connection;
+use super::tests::each_driver;
 use super::*;
 
 const PATIENCE: Duration = Duration::from_secs(5);
-
-fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
-    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .expect("epoll runtime")
-        .block_on(test());
-    if monoio::utils::detect_uring() {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("io_uring runtime")
-            .block_on(test());
-    }
-}
 
 /// A test CA, written to a PEM file, that signs server certificates.
 struct TestCa {

@@ -8,23 +8,17 @@ use std::future::Future;
 pub(crate) mod process;
 pub(crate) mod stack;
 
+use framing::io_driver::IoDriver;
 use node_runner::provider_http::BaseUrl;
+use node_runner::runtime::block_on;
 use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 
-/// Runs `test` on an epoll runtime, then on an io_uring runtime when the
-/// kernel allows it.
+/// Runs `test` on an epoll runtime, then on an io_uring runtime (set up as
+/// the Node's are) when the kernel allows it.
 pub(crate) fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
-    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .expect("epoll runtime")
-        .block_on(test());
+    block_on(IoDriver::Epoll, test()).expect("epoll runtime");
     if monoio::utils::detect_uring() {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("io_uring runtime")
-            .block_on(test());
+        block_on(IoDriver::Uring, test()).expect("io_uring runtime");
     }
 }
 
