@@ -49,6 +49,10 @@
 //!   tunnel (`mock-chat`) and a normalized run (`mock-ollama`); see
 //!   [`cancel`].
 //!
+//! The bench allocates with jemalloc, as `iop-edge` and `iop-node` do, so
+//! the Edge's and the Node's figures here are those of the product's
+//! allocator (the in-process mock and client use it too).
+//!
 //! Under `cargo test` (criterion's test mode, also `cargo bench -- --test`)
 //! every workload shrinks to a few events and each path runs once, so CI
 //! only checks that the benches work.
@@ -67,6 +71,12 @@ mod stack;
 
 use client::Client;
 use stack::{Scenario, Stack, run_deltas};
+
+/// The product binaries' allocator (`bench-results/profiles.md`, round 9):
+/// with glibc's malloc here the in-process Edge and Node would spend on
+/// allocation what they do not spend in production.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Workload sizes: full under `cargo bench`, tiny in test mode.
 struct Sizes {
