@@ -8,12 +8,14 @@
 //! (and the client's) cost per stream, the IOP batch adds the Edge's and
 //! the Node's, so Edge + Node per stream = IOP − direct.
 //!
-//! RSS counts freed memory that malloc kept (a burst of short-lived
+//! RSS counts freed memory that the allocator kept (a burst of short-lived
 //! allocations while streams open leaves pages resident that a quiet
 //! process never uses again). Each batch therefore also reads the RSS after
-//! `malloc_trim(0)` (glibc returns the free pages of every arena): the
-//! second line per path, "trimmed", is what the open streams really hold;
-//! the gap between the two is allocator high-water, not per-stream state.
+//! jemalloc (the bench's allocator, as the product's) purged the free
+//! pages of every arena: the second line per path, "trimmed", is what the
+//! open streams really hold; the gap between the two is allocator
+//! high-water, not per-stream state. Each batch also starts from a purged
+//! heap, so the IOP batch does not reuse pages the direct batch freed.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -69,6 +71,8 @@ pub(crate) fn idle_streams(stack: &Stack, scenario: &Scenario, n: usize) {
 /// Opens `n` streams to `addr`, waits for each one's first event, reads
 /// the RSS, then closes them all (and lets the far end notice).
 fn batch(addr: SocketAddr, headers: &str, model: &str, n: usize) -> Batch {
+    // Start from what is really held, not from pages freed before.
+    trim();
     let before = rss_kib();
     let start = Instant::now();
     let body = format!(
@@ -109,9 +113,8 @@ fn batch(addr: SocketAddr, headers: &str, model: &str, n: usize) -> Batch {
     trim();
     let trimmed = rss_kib();
     drop(streams);
+    // Let the far ends notice before the next batch.
     std::thread::sleep(settle * 2);
-    // The next batch starts from what is really held.
-    trim();
     Batch {
         rss_kib: after.saturating_sub(before),
         trimmed_kib: trimmed.saturating_sub(before),
@@ -119,17 +122,29 @@ fn batch(addr: SocketAddr, headers: &str, model: &str, n: usize) -> Batch {
     }
 }
 
-/// Returns malloc's free pages to the kernel (glibc `malloc_trim(0)`).
+/// Returns the allocator's free pages to the kernel: jemalloc's purge of
+/// every arena (`arena.<MALLCTL_ARENAS_ALL>.purge`), after this thread's
+/// cache handed its objects back.
 fn trim() {
-    unsafe extern "C" {
-        fn malloc_trim(pad: usize) -> i32;
-    }
-    // SAFETY: glibc's `malloc_trim` takes a byte count, touches no memory
-    // of ours and is thread-safe (it locks each arena); this bench runs on
-    // glibc Linux. Exercised by the bench's test mode (`cargo test -p perf
-    // --bench stream`), which runs this report.
-    unsafe {
-        malloc_trim(0);
+    // `MALLCTL_ARENAS_ALL` is 4096 in jemalloc 5.
+    for control in [c"thread.tcache.flush", c"arena.4096.purge"] {
+        // SAFETY: both are jemalloc's "void" controls, called as its manual
+        // says: a NUL-terminated name, no old value (null pointers) and no
+        // new value (null, length 0); jemalloc reads and writes none of our
+        // memory and takes its own locks. jemalloc is this bench's global
+        // allocator (`main.rs`), so the symbol is the one in use. Exercised
+        // by the bench's test mode (`cargo test -p perf --bench stream`),
+        // which runs this report and checks the return code.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                control.as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "jemalloc {control:?} failed: {rc}");
     }
 }
 
