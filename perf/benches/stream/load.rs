@@ -29,8 +29,17 @@
 //! `IOP_BENCH_LOAD_FRACTION` (default 0.5) sets the background's share of
 //! the peak.
 //!
-//! The probe runs with no background load first, then under the background
-//! (direct and tunnel see the same background, always through the tunnel).
+//! 4. **Half of the paced capacity**: the probe again, under background
+//!    streams planned at `IOP_BENCH_LOAD_FRACTION` of the paced capacity
+//!    (below) rather than of the unpaced peak. Paced streams are what a
+//!    model server's token streams look like, and on two shared cores their
+//!    capacity is a fraction of the coalesced peak, so step 2's plan
+//!    saturates the stack there; this step is the latency at half of the
+//!    load that paced streams can reach.
+//!
+//! The probe runs with no background load first, then under each
+//! background (direct and tunnel see the same background, always through
+//! the tunnel).
 //! Printed: p50 / p99 / p99.9 / max per path and the added (tunnel − direct)
 //! percentiles, for both; under each probe, what its window saw: the
 //! background's rate, the cores each part used, how long this process's
@@ -375,7 +384,7 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
     );
     let mut direct = Client::connect(stack.mock_addr());
     let mut tunnel = Client::connect(stack.ingress());
-    let mut run = |label: &str, bg: Option<&Background>| {
+    let mut run = |label: &str, bg: Option<&Background>, planned: f64| {
         let mut rows = Vec::new();
         for (name, client, path) in [
             ("direct", &mut direct, Path::Direct),
@@ -385,7 +394,7 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
             let (latencies, per_event) = probe(client, path, probe_scenario, sizes.probe_events);
             let p = percentiles(&latencies);
             println!(
-                "  {label:<9} {name:<7} p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}  max {:>8.1}  \
+                "  {label:<10} {name:<7} p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}  max {:>8.1}  \
                  n {} of {per_event:.0} B",
                 p[0],
                 p[1],
@@ -398,7 +407,7 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
         }
         if let [direct, tunnel] = rows.as_slice() {
             println!(
-                "  {label:<9} added   p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}",
+                "  {label:<10} added   p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}",
                 tunnel[0] - direct[0],
                 tunnel[1] - direct[1],
                 tunnel[2] - direct[2]
@@ -409,10 +418,30 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
         "  probe: {} events, 1 every {} µs; the first {WARM_EVENTS} of each not counted",
         sizes.probe_events, sizes.probe_delay_us
     );
-    run("no load", None);
+    let settle = Duration::from_millis(if sizes.quick { 10 } else { 200 });
+    run("no load", None, 0.0);
     let bg = Background::start(stack, background, streams);
     // Let the background streams get going before the probe starts.
-    std::thread::sleep(Duration::from_millis(if sizes.quick { 10 } else { 200 }));
-    run("half load", Some(&bg));
+    std::thread::sleep(settle);
+    run("half load", Some(&bg), planned);
+    bg.stop();
+
+    let (streams, pacing) = if sizes.quick {
+        (1, BACKGROUND.len() - 1)
+    } else {
+        pick_background(capacity * sizes.fraction)
+    };
+    let delay_us = BACKGROUND[pacing].0;
+    let planned = streams as f64 * 1e6 / delay_us as f64;
+    println!(
+        "  background: {streams} stream(s) × 1 event / {delay_us} µs through the tunnel = {:.0} \
+         events/s planned ({:.2}× paced capacity, {:.2}× peak)",
+        planned,
+        planned / capacity.max(1.0),
+        planned / peak
+    );
+    let bg = Background::start(stack, &load[1 + pacing], streams);
+    std::thread::sleep(settle);
+    run("half paced", Some(&bg), planned);
     bg.stop();
 }

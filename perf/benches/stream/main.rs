@@ -32,7 +32,8 @@
 //!   load: the tunnel's peak events/s, then background streams through the
 //!   tunnel at about half of it, and a probe stream whose events carry the
 //!   mock's send stamp (`stamp` knob, `CLOCK_MONOTONIC`), read direct and
-//!   through the tunnel, with no load and under the background; p50 / p99
+//!   through the tunnel, with no load, under the background, and under
+//!   half of what paced streams can reach (the paced capacity); p50 / p99
 //!   / p99.9 / max of arrival − stamp and the added (tunnel − direct)
 //!   percentiles (see [`load`]).
 //!
