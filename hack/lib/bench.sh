@@ -226,6 +226,8 @@ bench_iop() {
     -e "s#^        kind: .*#&\\n        max_concurrency: $conc#" \
     "$cfg" >"$BENCH_WORK/edge.yaml"
   printf '\nqueue:\n  max_waiting: %s\n  timeout_ms: 60000\n' "$conc" >>"$BENCH_WORK/edge.yaml"
+  # More top-level sections (not in the default config), e.g. a `link:`.
+  [ -z "${IOP_EDGE_YAML:-}" ] || printf '\n%s\n' "$IOP_EDGE_YAML" >>"$BENCH_WORK/edge.yaml"
   local envs=() workers=()
   [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
   [ -z "${IOP_WORKERS:-}" ] || workers=(--workers "$IOP_WORKERS")
@@ -356,6 +358,8 @@ bench_md_header() {
   commit=$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   git -C "$bench_root" diff --quiet HEAD -- . 2>/dev/null || dirty=" (working tree had uncommitted changes)"
   [ -z "${IOP_NO_BUILD:-}${IOP_BIN_DIR:-}" ] || dirty+="; binaries NOT rebuilt for this run (IOP_NO_BUILD/IOP_BIN_DIR): they may be older than this commit"
+  local edge_yaml=${IOP_EDGE_YAML:-}
+  edge_yaml=${edge_yaml//$'\n'/ ⏎ }
   cat <<MD
 # $1
 
@@ -364,7 +368,7 @@ bench_md_header() {
 - **Commit:** \`$commit\`$dirty
 - **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
 - **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
-- **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}
+- **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}${edge_yaml:+; Edge config adds \`$edge_yaml\`}
 MD
 }
 
@@ -378,6 +382,13 @@ bench_scenario() {
       script=chat-stream.js
       mock_flags=(--tokens 64 --delay-us 500)
       k6_env=(-e VUS="${VUS:-32}" -e EXPECT_TOKENS=64)
+      ;;
+    bulk)
+      # S1: large-chunk streaming, 256 events of 64 KiB (16 MiB) a stream
+      # as fast as each path relays them; k6 reads the bodies as bytes.
+      script=chat-stream.js
+      mock_flags=(--tokens 256 --event-bytes 65536)
+      k6_env=(-e VUS="${VUS:-4}" -e BULK=1)
       ;;
     nonstream)
       script=chat-nonstream.js

@@ -5,7 +5,10 @@
 //
 // Env (besides lib.js's): VUS (default 16), DURATION (10s),
 // EXPECT_TOKENS (content tokens each stream must carry; 0 = don't check),
-// MAX_ERROR_RATE (threshold on `errors`, default 0).
+// MAX_ERROR_RATE (threshold on `errors`, default 0), BULK (1: large events,
+// the `bulk` scenario — each body is read as bytes, not text, and only its
+// status and its `[DONE]` end are checked: decoding and scanning megabytes
+// as a JavaScript string would make k6, not the path, the bottleneck).
 //
 // Custom metrics:
 //   ttfb            Trend (ms)  request sent → first response byte
@@ -15,6 +18,7 @@
 //   tokens_per_s    Trend       content tokens / stream duration, per stream
 //   tokens          Counter     content tokens received (rate = tokens/s total)
 //   stream_events   Counter     SSE data events (without [DONE])
+//   body_mib        Counter     body MiB received (rate = MiB/s total)
 //   errors          Rate        non-200, no [DONE], or the wrong token count
 import http from 'k6/http';
 import { check } from 'k6';
@@ -27,9 +31,12 @@ const chunkGap = new Trend('chunk_gap', true);
 const tokensPerS = new Trend('tokens_per_s');
 const tokens = new Counter('tokens');
 const events = new Counter('stream_events');
+const bodyMiB = new Counter('body_mib');
 const errors = new Rate('errors');
 
 const EXPECT = envInt('EXPECT_TOKENS', 0);
+const BULK = envInt('BULK', 0) === 1;
+const MIB = 1024 * 1024;
 
 export const options = {
   scenarios: {
@@ -46,10 +53,37 @@ export const options = {
 };
 
 const body = chatBody(true);
-const params = { headers: headers(), timeout: env('REQ_TIMEOUT', '60s') };
+const params = {
+  headers: headers(),
+  timeout: env('REQ_TIMEOUT', '60s'),
+  responseType: BULK ? 'binary' : 'text',
+};
+
+// Whether a binary body's last bytes hold the `[DONE]` event.
+function endsWithDone(buf) {
+  if (!buf || buf.byteLength === 0) return false;
+  const tail = new Uint8Array(buf, Math.max(0, buf.byteLength - 32));
+  return String.fromCharCode.apply(null, Array.from(tail)).includes('[DONE]');
+}
+
+function bulk(res) {
+  const ok = check(res, {
+    'status 200': (r) => r.status === 200,
+    'ends with [DONE]': (r) => endsWithDone(r.body),
+  });
+  errors.add(!ok);
+  if (res.status !== 200) return;
+  ttfb.add(res.timings.waiting);
+  streamDuration.add(res.timings.duration);
+  bodyMiB.add(res.body ? res.body.byteLength / MIB : 0);
+}
 
 export default function () {
   const res = http.post(CHAT_URL, body, params);
+  if (BULK) {
+    bulk(res);
+    return;
+  }
   const s = sseStats(res.body);
   const n = countTokens(res.body);
   const ok = check(res, {
@@ -65,12 +99,14 @@ export default function () {
   if (res.timings.duration > 0) tokensPerS.add(n / (res.timings.duration / 1000));
   tokens.add(n);
   events.add(s.events);
+  bodyMiB.add(res.body.length / MIB);
 }
 
 export function handleSummary(data) {
   return summarize(data, 'chat-stream', [
     ['streams/s', 'http_reqs', 'rate'],
     ['tokens/s (all streams)', 'tokens', 'rate'],
+    ['MiB/s (all streams)', 'body_mib', 'rate'],
     ['ttfb p50 ms', 'ttfb', 'med'],
     ['ttfb p99 ms', 'ttfb', 'p(99)'],
     ['chunk gap p50 ms', 'chunk_gap', 'med'],
