@@ -38,6 +38,11 @@ struct Output {
     reasoning: String,
     finish_reason: String,
     usage: Option<Usage>,
+    /// Whether deltas accumulate in `text` and `reasoning`: a whole answer
+    /// and a streamed Responses answer's closing events carry all of the
+    /// text, a streamed chat does not — so its memory does not grow with
+    /// its answer.
+    keep_text: bool,
 }
 
 /// Serves one attempt of a request as a normalized run.
@@ -71,7 +76,10 @@ pub(crate) fn serve<'a>(
             Err(error) => return Attempt::refused(responder, &error).await,
         };
         let api = ctx.api;
-        let mut out = Output::default();
+        let mut out = Output {
+            keep_text: !(request.stream && api == Api::Chat),
+            ..Output::default()
+        };
         // Nothing is committed before the first output; non-stream answers
         // commit only at the end.
         let first = until_commit(&mut stream, &mut out, responder, request.stream).await;
@@ -209,8 +217,9 @@ impl Ids {
 /// the failure to report (if any).
 fn apply(event: &RunEvent, out: &mut Output) -> Option<Result<(), ApiError>> {
     match event.kind() {
-        RunEventKind::Delta => out.text.push_str(&event.text),
-        RunEventKind::ReasoningDelta => out.reasoning.push_str(&event.text),
+        RunEventKind::Delta if out.keep_text => out.text.push_str(&event.text),
+        RunEventKind::ReasoningDelta if out.keep_text => out.reasoning.push_str(&event.text),
+        RunEventKind::Delta | RunEventKind::ReasoningDelta => {}
         RunEventKind::Usage => out.usage = event.usage,
         RunEventKind::Complete => {
             out.finish_reason = event.finish_reason.clone();

@@ -85,6 +85,7 @@ fn chat_body_is_the_json_bytes() {
             reasoning: reasoning.into(),
             finish_reason: finish.into(),
             usage,
+            keep_text: true,
         };
         assert_eq!(
             chat_body(&ids, &out),
