@@ -36,6 +36,20 @@ pub const TUNNEL_REQUEST_BODY_FIELD: u32 = 7;
 /// The default response-stall timeout (F20), used when the wire carries 0.
 pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;
 
+/// What every `RunEvent` costs of its run's credit besides its payload, so
+/// that events without text (starts, usage, empty deltas) are bounded too.
+pub const RUN_EVENT_CREDIT_BASE: u32 = 64;
+
+/// The credit a `RunEvent` spends of its run's window
+/// (`RunRequest.initial_window`): its `text`, `finish_reason` and
+/// `extra_json` bytes plus [`RUN_EVENT_CREDIT_BASE`]. The Node spends it
+/// when it sends the event and the Edge grants it back when its client took
+/// the event, so both ends compute it from the same event.
+pub fn run_event_credit(event: &v1::RunEvent) -> u32 {
+    let payload = event.text.len() + event.finish_reason.len() + event.extra_json.len();
+    RUN_EVENT_CREDIT_BASE.saturating_add(u32::try_from(payload).unwrap_or(u32::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::v1::*;
@@ -62,6 +76,26 @@ mod tests {
         };
         let range = wire.as_ptr() as usize..wire.as_ptr() as usize + wire.len();
         assert!(range.contains(&(got.as_ptr() as usize)));
+    }
+
+    #[test]
+    fn a_run_event_costs_its_payload_and_a_base() {
+        let mut event = RunEvent {
+            text: "héllo".into(),
+            finish_reason: "stop".into(),
+            extra_json: Bytes::from_static(b"{}"),
+            ..RunEvent::default()
+        };
+        assert_eq!(
+            crate::run_event_credit(&event),
+            crate::RUN_EVENT_CREDIT_BASE + 6 + 4 + 2
+        );
+        event = RunEvent::default();
+        assert_eq!(
+            crate::run_event_credit(&event),
+            crate::RUN_EVENT_CREDIT_BASE,
+            "an event without payload still costs"
+        );
     }
 
     #[test]

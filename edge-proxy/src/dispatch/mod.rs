@@ -341,6 +341,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             handle,
             run_id,
             last_seq: 0,
+            taken: 0,
         })
     }
 
@@ -517,22 +518,4 @@ impl<D: NodeDirectory> Dispatcher<D> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_ids_count_up_and_the_longest_fits() {
-        let ids = RunIds::new();
-        let prefix = format!("{:x}", ids.prefix);
-        assert_eq!(&*ids.next(), format!("run-{prefix}-1"));
-        assert_eq!(&*ids.next(), format!("run-{prefix}-2"));
-        let longest = RunIds {
-            prefix: u64::MAX,
-            next: AtomicU64::new(u64::MAX),
-        };
-        assert_eq!(
-            &*longest.next(),
-            format!("run-ffffffffffffffff-{}", u64::MAX)
-        );
-    }
-}
+mod tests;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use proto::v1::{
     CancelKind, CancelRequest, CancelResponse, CancelStatus, ExecutionFailure, FailureCode,
-    FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, envelope::Msg,
+    FailureSide, NodeCommandKind, NodeCommandResponse, RunEvent, RunEventKind, WindowUpdate,
+    envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -87,11 +88,21 @@ pub(crate) fn ended_early(item: Option<StreamItem>) -> ExecutionFailure {
 /// If the node's link ends first, the terminal is an `error` with code
 /// `NODE_DISCONNECTED`, made by the Edge. Dropping the stream before its
 /// terminal cancels the run on the node (F12).
+///
+/// # Flow control
+/// The node sends a run's events only while the run has credit
+/// (`RunRequest.initial_window`). The stream gives back the credit of the
+/// events it handed out (`proto::run_event_credit`) when it is asked for
+/// more ([`next`](Self::next)): a caller that writes each batch of events
+/// to its client before it asks again so grants as its client drains, and
+/// a client that stops reading pauses only its own run.
 #[derive(Debug)]
 pub struct RunStream {
     pub(crate) handle: StreamHandle,
     pub(crate) run_id: Arc<str>,
     pub(crate) last_seq: u64,
+    /// Credit of the events handed out since the last grant.
+    pub(crate) taken: u32,
 }
 
 impl RunStream {
@@ -105,8 +116,10 @@ impl RunStream {
         (&self.handle.node_id, self.handle.generation)
     }
 
-    /// The next event; `None` after the terminal.
+    /// The next event; `None` after the terminal. Grants the node the
+    /// credit of the events handed out before (see the type's docs).
     pub async fn next(&mut self) -> Option<RunEvent> {
+        self.grant_taken();
         while !self.handle.ended {
             let item = self.handle.rx.recv().await;
             if let Some(event) = self.event_of(item) {
@@ -118,7 +131,7 @@ impl RunStream {
 
     /// The next event if one is already queued, without waiting (to batch
     /// what is ready into one client write); `None` when nothing is queued
-    /// or after the terminal.
+    /// or after the terminal. Grants nothing: the batch is not written yet.
     pub fn try_next(&mut self) -> Option<RunEvent> {
         while !self.handle.ended {
             let item = self.handle.try_item()?;
@@ -134,7 +147,11 @@ impl RunStream {
     fn event_of(&mut self, item: Option<StreamItem>) -> Option<RunEvent> {
         let event = match item {
             Some(StreamItem::Frame(msg)) => match *msg {
-                Msg::RunEvent(event) => event,
+                Msg::RunEvent(event) => {
+                    let cost = proto::run_event_credit(&event);
+                    self.taken = self.taken.saturating_add(cost);
+                    event
+                }
                 // The node's answer to our cancel: the terminal follows.
                 _ => return None,
             },
@@ -145,6 +162,17 @@ impl RunStream {
             self.handle.ended = true;
         }
         Some(event)
+    }
+
+    /// Gives the node back the credit of the events handed out so far
+    /// (nothing after the terminal: the run is over).
+    fn grant_taken(&mut self) {
+        if self.taken > 0 && !self.handle.ended {
+            self.handle.send(Msg::WindowUpdate(WindowUpdate {
+                increment: self.taken,
+            }));
+        }
+        self.taken = 0;
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the

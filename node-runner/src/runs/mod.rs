@@ -74,7 +74,9 @@ use proto::v1::{
 
 pub use self::cores::{CoreInbox, CoreMsg, Cores, DoneTx, serve_core};
 pub use self::outbox::{FrameTx, Outbox};
-pub use self::relay::{EventSource, Outcome, Stop, is_terminal, relay, relay_watched};
+pub use self::relay::{
+    EventSource, Outcome, Stop, is_terminal, relay, relay_credited, relay_watched,
+};
 pub use self::shared::{Capacity, GenShared, Lease};
 use crate::adapter::{Adapter, AnyAdapter, ExecuteSpec, RuntimeEvent, TerminateError, failure};
 use crate::commands::{CommandContext, CommandLimits, NamedAdapter, run_command_leased};
@@ -137,7 +139,7 @@ struct Slot {
 struct ActiveRun {
     run_id: String,
     cancel: Option<local_sync::oneshot::Sender<()>>,
-    /// A tunnel's body window (runs have none).
+    /// The stream's window: a tunnel's body bytes, a run's event credit.
     credit: Option<crate::tunnel::Credit>,
 }
 

@@ -61,12 +61,18 @@ impl RunManager {
             "run_started"
         );
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel();
+        // The run's window (RunRequest.initial_window, 0 = the config's):
+        // the Edge grants it back as its client takes the events.
+        let credit = crate::tunnel::Credit::new(match request.initial_window {
+            0 => self.tunnel_limits.initial_window,
+            window => window,
+        });
         self.runs.borrow_mut().insert(
             stream_id,
             ActiveRun {
                 run_id: request.run_id.clone(),
                 cancel: Some(cancel_tx),
-                credit: None,
+                credit: Some(credit.clone()),
             },
         );
         self.record(&info, Transition::Started { at_ms: unix_ms() });
@@ -108,11 +114,19 @@ impl RunManager {
         let open =
             Box::pin(async move { adapter.execute(spec).await.merging_deltas(merge_deltas) });
         let emitter = Rc::clone(self);
-        let relay = Box::pin(relay_watched(open, stop, Some(watchdog), move |event| {
-            if !emitter.closed.get() {
-                emitter.outbox.send_msg(stream_id, Msg::RunEvent(event));
-            }
-        }));
+        let spender = credit.clone();
+        let relay = Box::pin(relay_credited(
+            open,
+            stop,
+            Some(watchdog),
+            Some(credit),
+            move |event| {
+                spender.overdraw(proto::run_event_credit(&event));
+                if !emitter.closed.get() {
+                    emitter.outbox.send_msg(stream_id, Msg::RunEvent(event));
+                }
+            },
+        ));
         debug_assert!(
             std::mem::size_of_val(&*relay) <= RUN_RELAY_BUDGET,
             "a run's relay grew to {} B",

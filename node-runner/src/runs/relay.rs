@@ -8,6 +8,7 @@ use proto::v1::{FailureCode, FailureSide, RunEvent, RunEventKind};
 
 use crate::adapter::{EventStream, RuntimeEvent, failure};
 use crate::stall::{Activity, HealthCheck, NoHealth, Watchdog, evidence};
+use crate::tunnel::Credit;
 
 /// A source of adapter events ([`EventStream`] in production, fakes in
 /// tests).
@@ -102,6 +103,30 @@ pub fn relay_watched<S, O, T, H>(
     open: Pin<Box<O>>,
     stop: impl FnOnce() -> T,
     watchdog: Option<Watchdog<H>>,
+    emit: impl FnMut(RunEvent),
+) -> impl Future<Output = (Outcome, Option<S>)>
+where
+    S: EventSource,
+    O: Future<Output = S>,
+    T: Future<Output = Stop>,
+    H: HealthCheck,
+{
+    relay_credited(open, stop, watchdog, None, emit)
+}
+
+/// [`relay_watched`] under flow control: with `credit`, the source's next
+/// event is read only while the run has credit left (`RunRequest
+/// .initial_window`), so a client that does not take its events pauses
+/// this run's provider read and nothing else. While it waits the watchdog
+/// is held, as a tunnel's is (a backpressured run never stalls). `emit`
+/// spends each event's cost (`proto::run_event_credit`); a terminal is
+/// always emitted.
+#[allow(clippy::manual_async_fn)]
+pub fn relay_credited<S, O, T, H>(
+    open: Pin<Box<O>>,
+    stop: impl FnOnce() -> T,
+    watchdog: Option<Watchdog<H>>,
+    credit: Option<Credit>,
     mut emit: impl FnMut(RunEvent),
 ) -> impl Future<Output = (Outcome, Option<S>)>
 where
@@ -128,6 +153,7 @@ where
         let watch = Watch {
             watchdog: &watchdog,
             activity: &activity,
+            credit: credit.as_ref(),
         };
         // Two phases, two futures: the source is laid out once, in the
         // second, and the first's (the call's select) shares its space.
@@ -139,10 +165,12 @@ where
     }
 }
 
-/// What both phases of a relay look at: the watchdog and its activity.
+/// What both phases of a relay look at: the watchdog and its activity,
+/// and the run's credit.
 struct Watch<'a, H> {
     watchdog: &'a Option<Watchdog<H>>,
     activity: &'a Option<Activity>,
+    credit: Option<&'a Credit>,
 }
 
 impl<H> Clone for Watch<'_, H> {
@@ -211,7 +239,7 @@ where
             let next = monoio::select! {
                 biased;
                 why = &mut stop => return (stopped(why, send), None),
-                next = source.next() => Ok(next),
+                next = next_with_credit(&mut source, watch) => Ok(next),
                 () = &mut stalled => Err(()),
             };
             let Ok(next) = next else {
@@ -246,6 +274,26 @@ where
             return (outcome, rest);
         }
     }
+}
+
+/// The source's next event, read once the run has credit (at once while
+/// its client keeps up); the watchdog is held while the run waits.
+async fn next_with_credit<S: EventSource, H>(
+    source: &mut S,
+    watch: Watch<'_, H>,
+) -> Option<RuntimeEvent> {
+    if let Some(credit) = watch.credit
+        && credit.available() == 0
+    {
+        if let Some(activity) = watch.activity {
+            activity.hold(true);
+        }
+        credit.ready().await;
+        if let Some(activity) = watch.activity {
+            activity.hold(false);
+        }
+    }
+    source.next().await
 }
 
 /// The stall claim: the fence (`close`) and the probe, joined.

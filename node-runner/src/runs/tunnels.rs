@@ -187,7 +187,8 @@ impl RunManager {
         monoio::spawn(task);
     }
 
-    /// More credit for a tunnel's body (its client drained that much).
+    /// More credit for a tunnel's body or a run's events (its client
+    /// took that much).
     pub(super) fn grant(&self, stream_id: u64, increment: u32) {
         if let Some(credit) = self
             .runs

@@ -21,9 +21,18 @@ use std::task::{Poll, Waker};
 /// client pauses only its own provider read; unread bytes stay in the
 /// kernel's socket buffers and TCP pushes back on the provider.
 ///
+/// # Runs (overdraft)
+/// A normalized run's events are indivisible: the run sends its next event
+/// while any credit is left, and [`overdraw`](Self::overdraw)s by that
+/// event's cost (`proto::run_event_credit`). The balance may so go below
+/// zero by at most one event; the Edge's grants repay it first. The
+/// accounting stays exact (nothing is forgiven), so what the Node has sent
+/// and the Edge has not granted back never exceeds the window plus one
+/// event.
+///
 /// Cheap to clone; clones share the window (the link reader keeps one to
-/// grant, the tunnel task one to spend). Not `Send`: per core, like the
-/// stream it belongs to.
+/// grant, the tunnel or run task one to spend). Not `Send`: per core, like
+/// the stream it belongs to.
 #[derive(Clone, Debug)]
 pub struct Credit {
     inner: Rc<Inner>,
@@ -31,14 +40,15 @@ pub struct Credit {
 
 #[derive(Default)]
 struct Inner {
-    available: Cell<u64>,
+    /// Bytes that may be sent; below zero after a run's overdraft.
+    balance: Cell<i64>,
     waiter: Cell<Option<Waker>>,
 }
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credit")
-            .field("available", &self.available.get())
+            .field("balance", &self.balance.get())
             .finish_non_exhaustive()
     }
 }
@@ -47,7 +57,7 @@ impl Credit {
     /// A window of `initial` bytes.
     pub fn new(initial: u32) -> Self {
         let inner = Inner {
-            available: Cell::new(u64::from(initial)),
+            balance: Cell::new(i64::from(initial)),
             waiter: Cell::new(None),
         };
         Self {
@@ -59,10 +69,10 @@ impl Credit {
     pub fn grant(&self, increment: u32) {
         let now = self
             .inner
-            .available
+            .balance
             .get()
-            .saturating_add(u64::from(increment));
-        self.inner.available.set(now);
+            .saturating_add(i64::from(increment));
+        self.inner.balance.set(now);
         if now > 0 {
             if let Some(waker) = self.inner.waiter.take() {
                 waker.wake();
@@ -70,16 +80,25 @@ impl Credit {
         }
     }
 
-    /// Bytes that may be sent now.
+    /// Bytes that may be sent now (0 while overdrawn).
     pub fn available(&self) -> u64 {
-        self.inner.available.get()
+        u64::try_from(self.inner.balance.get()).unwrap_or(0)
     }
 
     /// Spends `n` bytes; `n` is at most [`available`](Self::available).
     pub(crate) fn spend(&self, n: usize) {
-        let left = self.inner.available.get();
-        debug_assert!(n as u64 <= left, "spent {n} bytes of {left} credit");
-        self.inner.available.set(left.saturating_sub(n as u64));
+        let left = self.inner.balance.get();
+        debug_assert!(n as i64 <= left, "spent {n} bytes of {left} credit");
+        self.inner
+            .balance
+            .set(left.saturating_sub(i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+
+    /// Spends `n` bytes even beyond what is left (a run's event, sent while
+    /// any credit was left; see the type's docs).
+    pub(crate) fn overdraw(&self, n: u32) {
+        let left = self.inner.balance.get();
+        self.inner.balance.set(left.saturating_sub(i64::from(n)));
     }
 
     /// Waits until some credit is available (at once if some is). One
@@ -87,7 +106,7 @@ impl Credit {
     /// replace the first one's waker.
     pub async fn ready(&self) {
         poll_fn(|cx| {
-            if self.inner.available.get() > 0 {
+            if self.inner.balance.get() > 0 {
                 Poll::Ready(())
             } else {
                 self.inner.waiter.set(Some(cx.waker().clone()));
@@ -124,5 +143,22 @@ mod tests {
                 granter.grant(u32::MAX);
                 assert_eq!(granter.available(), 7 + u64::from(u32::MAX));
             });
+    }
+
+    #[test]
+    fn an_overdraft_is_repaid_before_credit_is_available_again() {
+        let credit = Credit::new(100);
+        credit.overdraw(60);
+        assert_eq!(
+            credit.available(),
+            40,
+            "still some left: the next event may go"
+        );
+        credit.overdraw(70);
+        assert_eq!(credit.available(), 0, "30 overdrawn");
+        credit.grant(30);
+        assert_eq!(credit.available(), 0, "the overdraft is repaid first");
+        credit.grant(1);
+        assert_eq!(credit.available(), 1);
     }
 }

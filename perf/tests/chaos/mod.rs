@@ -257,6 +257,8 @@ pub(crate) struct ProviderSpec {
     pub(crate) at: SocketAddr,
     /// Extra YAML fields, each `key: value` (e.g. `headers: {…}`).
     pub(crate) extra: Vec<String>,
+    /// Its `kind` (`openai_compat` unless set).
+    pub(crate) kind: &'static str,
 }
 
 impl ProviderSpec {
@@ -267,7 +269,14 @@ impl ProviderSpec {
             group: group.into(),
             at,
             extra: Vec::new(),
+            kind: "openai_compat",
         }
+    }
+
+    /// Of `kind` (e.g. `ollama`: normalized runs, not tunnels).
+    pub(crate) fn kind(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// With one more YAML field.
@@ -278,7 +287,7 @@ impl ProviderSpec {
 }
 
 /// The Edge's config: node `nI` (token `tok-I`) has `nodes[I-1]`'s
-/// openai_compat providers, all serving target `m`; each model group holds
+/// providers (openai_compat unless a spec says), all serving target `m`; each model group holds
 /// the providers that name it. `listen` is the bed's Edge address with
 /// `ports` (ingress, nodes; 0 = any).
 pub(crate) fn edge_yaml_at(nodes: &[Vec<ProviderSpec>], ports: (u16, u16)) -> String {
@@ -293,9 +302,9 @@ pub(crate) fn edge_yaml_at(nodes: &[Vec<ProviderSpec>], ports: (u16, u16)) -> St
         y += &format!("  - id: n{i}\n    token: tok-{i}\n    providers:\n");
         for p in providers {
             y += &format!(
-                "      - id: {}\n        kind: openai_compat\n        base_url: http://{}\n        \
+                "      - id: {}\n        kind: {}\n        base_url: http://{}\n        \
                  targets: [m]\n        max_concurrency: 20000\n",
-                p.id, p.at
+                p.id, p.kind, p.at
             );
             for line in &p.extra {
                 y += &format!("        {line}\n");
