@@ -288,6 +288,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         Ok(TunnelStream {
             handle,
             tunnel_id: tunnel_id.to_string(),
+            pending: 0,
         })
     }
 

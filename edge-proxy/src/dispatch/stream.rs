@@ -164,15 +164,16 @@ impl RunStream {
         Some(event)
     }
 
-    /// Gives the node back the credit of the events handed out so far
-    /// (nothing after the terminal: the run is over).
+    /// Gives the node back the credit of the events handed out so far,
+    /// once it adds up to [`GRANT_AT_LEAST`] (nothing after the terminal:
+    /// the run is over).
     fn grant_taken(&mut self) {
-        if self.taken > 0 && !self.handle.ended {
-            self.handle.send(Msg::WindowUpdate(WindowUpdate {
-                increment: self.taken,
-            }));
+        if let Some(increment) = grant_due(&mut self.taken, 0) {
+            if !self.handle.ended {
+                self.handle
+                    .send(Msg::WindowUpdate(WindowUpdate { increment }));
+            }
         }
-        self.taken = 0;
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the
@@ -198,6 +199,27 @@ impl RunStream {
         event.set_kind(RunEventKind::Error);
         event
     }
+}
+
+/// The least credit a stream grants in one `WindowUpdate`: half the
+/// smallest window a link may configure (`link.initial_stream_window`,
+/// 1 KiB), so a token stream's small events cost one update per 512 bytes,
+/// not one each, while a node that waits is always granted again. The
+/// bound: a node that took its whole window back from the Edge sees
+/// `window − (ungranted < GRANT_AT_LEAST)` of credit, and it resumes at a
+/// tunnel's first byte or at a quarter of a run's window
+/// (`node_runner::tunnel::Credit::resume_point`), so `GRANT_AT_LEAST` must
+/// stay at most ¾ of the smallest window (768 bytes).
+pub(crate) const GRANT_AT_LEAST: u32 = (crate::config::MIN_INITIAL_STREAM_WINDOW / 2) as u32;
+
+/// Adds `more` to the credit `pending` grant; returns it (and starts over)
+/// once it is at least [`GRANT_AT_LEAST`].
+pub(crate) fn grant_due(pending: &mut u32, more: u32) -> Option<u32> {
+    *pending = pending.saturating_add(more);
+    if *pending < GRANT_AT_LEAST {
+        return None;
+    }
+    Some(std::mem::take(pending))
 }
 
 /// Whether `event` ends its run.

@@ -1,5 +1,6 @@
 //! The dispatcher's run ids and a run stream's credit grants.
 
+use super::stream::{GRANT_AT_LEAST, grant_due};
 use super::*;
 use crate::link::streams::{StreamItem, stream_channel};
 use crate::runtime::{IoDriver, block_on};
@@ -32,6 +33,20 @@ fn granted(inbox: &mut tokio::sync::mpsc::UnboundedReceiver<CoreMsg>) -> Vec<u32
 }
 
 #[test]
+fn credit_is_granted_back_in_updates_of_at_least_half_a_kilobyte() {
+    // A node waiting on the smallest window (1 KiB) for a quarter of it
+    // back is always granted again.
+    let smallest = crate::config::MIN_INITIAL_STREAM_WINDOW as u32;
+    assert!(GRANT_AT_LEAST <= smallest - smallest / 4);
+    let mut pending = 0;
+    assert_eq!(grant_due(&mut pending, 500), None);
+    assert_eq!(grant_due(&mut pending, 12), Some(512));
+    assert_eq!(pending, 0, "granted: it starts over");
+    assert_eq!(grant_due(&mut pending, 1), None);
+    assert_eq!(grant_due(&mut pending, 70_000), Some(70_001));
+}
+
+#[test]
 fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
     let (sink, rx) = stream_channel();
     let (inbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
@@ -48,8 +63,10 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
         last_seq: 0,
         taken: 0,
     };
-    sink.send(event(1, RunEventKind::Delta, "abc"));
-    sink.send(event(2, RunEventKind::Delta, "de"));
+    let text = "x".repeat(500);
+    let cost = proto::RUN_EVENT_CREDIT_BASE + 500;
+    sink.send(event(1, RunEventKind::Delta, &text));
+    sink.send(event(2, RunEventKind::Delta, &text));
     block_on(IoDriver::Epoll, async {
         assert!(stream.next().await.is_some());
         assert!(stream.try_next().is_some());
@@ -62,12 +79,16 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
         assert!(stream.next().await.is_some());
         assert_eq!(
             granted(&mut sent),
-            vec![2 * proto::RUN_EVENT_CREDIT_BASE + 5],
+            vec![2 * cost],
             "both events of the written batch, in one update"
         );
         sink.send(event(4, RunEventKind::Complete, ""));
         assert!(stream.next().await.is_some(), "the terminal");
-        assert_eq!(granted(&mut sent), vec![proto::RUN_EVENT_CREDIT_BASE]);
+        assert_eq!(
+            granted(&mut sent),
+            Vec::<u32>::new(),
+            "64 taken: under half a kilobyte, kept for the next update"
+        );
         assert!(stream.next().await.is_none());
         assert_eq!(
             granted(&mut sent),

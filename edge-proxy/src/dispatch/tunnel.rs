@@ -5,7 +5,7 @@
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, WindowUpdate, envelope::Msg};
 
-use super::stream::{StreamHandle, ended_early};
+use super::stream::{StreamHandle, ended_early, grant_due};
 use crate::link::streams::StreamItem;
 
 /// One tunnel's frames (see the module docs). Body frames carry `Bytes`
@@ -18,6 +18,8 @@ use crate::link::streams::StreamItem;
 pub struct TunnelStream {
     pub(crate) handle: StreamHandle,
     pub(crate) tunnel_id: String,
+    /// Body credit taken and not granted back yet (see [`grant`](Self::grant)).
+    pub(crate) pending: u32,
 }
 
 impl TunnelStream {
@@ -73,11 +75,15 @@ impl TunnelStream {
     }
 
     /// Gives the node `bytes` more credit for this stream's body (the
-    /// client socket drained that much).
-    pub fn grant(&self, bytes: u32) {
-        if !self.handle.ended && bytes > 0 {
+    /// client socket drained that much), in updates of at least
+    /// [`GRANT_AT_LEAST`](super::stream::GRANT_AT_LEAST) bytes: a node
+    /// whose window is spent has always been granted again.
+    pub fn grant(&mut self, bytes: u32) {
+        if let Some(increment) = grant_due(&mut self.pending, bytes)
+            && !self.handle.ended
+        {
             self.handle
-                .send(Msg::WindowUpdate(WindowUpdate { increment: bytes }));
+                .send(Msg::WindowUpdate(WindowUpdate { increment }));
         }
     }
 

@@ -288,7 +288,7 @@ async fn next_with_credit<S: EventSource, H>(
         if let Some(activity) = watch.activity {
             activity.hold(true);
         }
-        credit.ready().await;
+        credit.ready_at(credit.resume_point()).await;
         if let Some(activity) = watch.activity {
             activity.hold(false);
         }

@@ -96,9 +96,12 @@ fn a_run_out_of_credit_waits_for_a_grant_and_is_not_stalled_meanwhile() {
         granter.grant(50);
         settle().await;
         assert_eq!(sent.get(), 3, "the overdraft is repaid first");
+        granter.grant(61);
+        settle().await;
+        assert_eq!(sent.get(), 3, "61 back: under a quarter of the window");
         granter.grant(1);
         settle().await;
-        assert_eq!(sent.get(), 4, "one more event once any credit is left");
+        assert_eq!(sent.get(), 4, "62 back: it resumes, and overdraws again");
         granter.grant(10_000);
         settle().await;
         assert_eq!(sent.get(), 10, "the rest once the client took them");

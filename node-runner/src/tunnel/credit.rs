@@ -5,6 +5,10 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
+/// The most credit a run waits to have back before it resumes (see
+/// [`Credit::resume_point`]).
+pub const RESUME_AT_MOST: u64 = 64 * 1024;
+
 /// The byte credit of one tunnel stream: how many more body bytes the Node
 /// may send on it. Starts at the stream's initial window; every
 /// `WindowUpdate` for the stream [`grant`](Self::grant)s more.
@@ -43,6 +47,10 @@ struct Inner {
     /// Bytes that may be sent; below zero after a run's overdraft.
     balance: Cell<i64>,
     waiter: Cell<Option<Waker>>,
+    /// The balance the waiter waits for.
+    wake_at: Cell<i64>,
+    /// The initial window.
+    window: u32,
 }
 
 impl std::fmt::Debug for Inner {
@@ -59,6 +67,8 @@ impl Credit {
         let inner = Inner {
             balance: Cell::new(i64::from(initial)),
             waiter: Cell::new(None),
+            wake_at: Cell::new(1),
+            window: initial,
         };
         Self {
             inner: Rc::new(inner),
@@ -73,7 +83,7 @@ impl Credit {
             .get()
             .saturating_add(i64::from(increment));
         self.inner.balance.set(now);
-        if now > 0 {
+        if now >= self.inner.wake_at.get() {
             if let Some(waker) = self.inner.waiter.take() {
                 waker.wake();
             }
@@ -105,10 +115,26 @@ impl Credit {
     /// waiter at a time (the stream's tunnel task): a second waiter would
     /// replace the first one's waker.
     pub async fn ready(&self) {
+        self.ready_at(1).await;
+    }
+
+    /// The balance a run waiting for credit resumes at: a quarter of its
+    /// window, at most [`RESUME_AT_MOST`] (and at least 1).
+    pub(crate) fn resume_point(&self) -> u64 {
+        (u64::from(self.inner.window) / 4).clamp(1, RESUME_AT_MOST)
+    }
+
+    /// Waits until at least `at_least` bytes are available (a run resumes
+    /// only once a good part of its window is back: a run that woke for
+    /// each small grant would read and send a few events per wake-up). Same
+    /// single-waiter rule as [`ready`](Self::ready).
+    pub(crate) async fn ready_at(&self, at_least: u64) {
+        let at_least = i64::try_from(at_least.max(1)).unwrap_or(i64::MAX);
         poll_fn(|cx| {
-            if self.inner.balance.get() > 0 {
+            if self.inner.balance.get() >= at_least {
                 Poll::Ready(())
             } else {
+                self.inner.wake_at.set(at_least);
                 self.inner.waiter.set(Some(cx.waker().clone()));
                 Poll::Pending
             }
@@ -142,6 +168,32 @@ mod tests {
                 assert_eq!(waiting.await, 7);
                 granter.grant(u32::MAX);
                 assert_eq!(granter.available(), 7 + u64::from(u32::MAX));
+            });
+    }
+
+    #[test]
+    fn a_waiter_for_more_credit_is_woken_only_once_it_is_there() {
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let credit = Credit::new(0);
+                let granter = credit.clone();
+                let woken = std::rc::Rc::new(Cell::new(false));
+                let flag = woken.clone();
+                let waiting = monoio::spawn(async move {
+                    credit.ready_at(100).await;
+                    flag.set(true);
+                });
+                let settle = || monoio::time::sleep(std::time::Duration::from_millis(2));
+                settle().await;
+                granter.grant(60);
+                settle().await;
+                assert!(!woken.get(), "60 of 100: still waiting");
+                granter.grant(40);
+                waiting.await;
+                assert!(woken.get());
             });
     }
 

@@ -106,7 +106,7 @@ use proto::v1::{
     provider_tunnel_frame::Frame,
 };
 
-pub use credit::Credit;
+pub use credit::{Credit, RESUME_AT_MOST};
 pub use request::{DEFAULT_STALL_TIMEOUT_MS, MAX_STALL_TIMEOUT_MS};
 pub use sse_tap::{MAX_HELD_EVENT, OBSERVER_LIMIT};
 pub use usage::MAX_JSON_USAGE_BODY;

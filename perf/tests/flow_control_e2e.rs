@@ -1,0 +1,131 @@
+//! Credit-based flow control end to end on the smallest window a link may
+//! configure (`link.initial_stream_window: 1024`): a streamed tunnel and a
+//! streamed normalized run, each hundreds of times the window, reach their
+//! client whole — the Edge's grants and the Node's resume points never
+//! leave a stream waiting (docs/wire.md, "Flow control").
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+mod support;
+use support::stack::*;
+
+/// Tokens each stream carries, each event padded to about 300 bytes:
+/// ~600 KB a stream, ~600 windows of 1 KiB.
+const TOKENS: usize = 2000;
+
+/// Tokens of the run whose events (~2.5 KB) each overdraw the window: the
+/// case that bounds how much credit the Edge may hold back.
+const BIG_TOKENS: usize = 300;
+
+fn smallest_window(mock: SocketAddr, _garbage: SocketAddr) -> String {
+    format!(
+        r#"
+listen:
+  ingress: 127.0.0.1:0
+  nodes: 127.0.0.1:0
+link:
+  initial_stream_window: 1024
+nodes:
+  - id: node-a
+    token: tok-a
+    providers:
+      - id: tunnel
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "{TOKENS}", x-mock-event-bytes: "300"}}
+      - id: run
+        kind: ollama
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "{TOKENS}", x-mock-event-bytes: "300"}}
+      - id: run-big
+        kind: ollama
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "{BIG_TOKENS}", x-mock-event-bytes: "2500"}}
+model_groups:
+  - name: tunnel
+    target: m
+    providers: [tunnel]
+  - name: run
+    target: m
+    providers: [run]
+  - name: run-big
+    target: m
+    providers: [run-big]
+"#
+    )
+}
+
+/// Streams a chat of `model` and returns the raw response (the Edge closes
+/// after it); a stream left waiting fails the read's timeout.
+fn stream(addr: SocketAddr, model: &str) -> String {
+    let body = format!(
+        r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
+    let mut socket = TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        socket,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    socket.read_to_end(&mut out).unwrap_or_else(|e| {
+        panic!(
+            "{model}: the stream stopped ({e}) after {} bytes",
+            out.len()
+        )
+    });
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The body of a chunked response, de-chunked (events may be split
+/// across chunks).
+fn dechunked(response: &str) -> String {
+    let (_, mut rest) = response.split_once("\r\n\r\n").expect("a head");
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
+}
+
+#[test]
+fn long_streams_cross_the_smallest_window_whole_on_both_paths() {
+    for driver in drivers() {
+        let mut stack = Stack::start_edge(driver, "flow-control", smallest_window);
+        stack.start_node();
+        let ingress = stack.edge.ingress_addr;
+        for (model, tokens) in [("tunnel", TOKENS), ("run", TOKENS), ("run-big", BIG_TOKENS)] {
+            let response = stream(ingress, model);
+            assert!(
+                response.starts_with("HTTP/1.1 200"),
+                "{model} ({driver:?}): {}",
+                &response[..response.len().min(300)]
+            );
+            let body = dechunked(&response);
+            let content_events = body.matches("data: {").count();
+            assert!(
+                content_events >= tokens,
+                "{model} ({driver:?}): {content_events} data events, {tokens} tokens sent"
+            );
+            assert!(
+                body.trim_end().ends_with("data: [DONE]"),
+                "{model} ({driver:?}): no [DONE] at the end"
+            );
+        }
+    }
+}
