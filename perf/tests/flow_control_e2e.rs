@@ -87,22 +87,6 @@ fn stream(addr: SocketAddr, model: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The body of a chunked response, de-chunked (events may be split
-/// across chunks).
-fn dechunked(response: &str) -> String {
-    let (_, mut rest) = response.split_once("\r\n\r\n").expect("a head");
-    let mut body = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
-        if size == 0 {
-            break;
-        }
-        body.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
-    body
-}
-
 #[test]
 fn long_streams_cross_the_smallest_window_whole_on_both_paths() {
     for driver in drivers() {
@@ -116,7 +100,7 @@ fn long_streams_cross_the_smallest_window_whole_on_both_paths() {
                 "{model} ({driver:?}): {}",
                 &response[..response.len().min(300)]
             );
-            let body = dechunked(&response);
+            let body = http_body(&response);
             let content_events = body.matches("data: {").count();
             assert!(
                 content_events >= tokens,

@@ -122,22 +122,13 @@ impl Managed {
 
 /// The body of a `transfer-encoding: chunked` response, de-chunked.
 fn dechunk(response: &str) -> String {
-    let (head, mut rest) = response.split_once("\r\n\r\n").expect("a head");
+    let head = response.split_once("\r\n\r\n").expect("a head").0;
     assert!(
         head.to_ascii_lowercase()
             .contains("transfer-encoding: chunked"),
         "{head}"
     );
-    let mut body = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n").expect("a chunk-size line");
-        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
-        if size == 0 {
-            return body;
-        }
-        body.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
+    support::stack::http_body(response)
 }
 
 fn fastrand_name() -> u64 {

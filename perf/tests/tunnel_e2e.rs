@@ -34,28 +34,6 @@ fn read_all(mut socket: TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The body of a chunked or close-delimited HTTP/1.1 response, de-chunked.
-fn body_of(response: &str) -> String {
-    let (head, rest) = response.split_once("\r\n\r\n").expect("a head");
-    if !head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return rest.to_owned();
-    }
-    let mut body = String::new();
-    let mut rest = rest;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
-        if size == 0 {
-            break;
-        }
-        body.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
-    body
-}
-
 /// Replaces the fields the mock varies per request (`id`, `created`).
 fn normalized(body: &str) -> String {
     let id = regex_like(body, "\"id\":\"", "\"");
@@ -119,7 +97,7 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
                 direct_headers,
             ));
             assert!(through.starts_with("HTTP/1.1 200"), "{through}");
-            let (through, direct) = (body_of(&through), body_of(&direct));
+            let (through, direct) = (http_body(&through), http_body(&direct));
             // The Edge forwards the client's model name; the provider's
             // target here is `m`: compare with the model normalized too.
             let through = normalized(&through).replace("\"model\":\"chat\"", "\"model\":\"m\"");

@@ -458,3 +458,25 @@ pub(crate) fn post_chat(addr: std::net::SocketAddr, body: &str) -> String {
     );
     String::from_utf8_lossy(&http_exchange(addr, request.as_bytes())).into_owned()
 }
+
+/// The body of a chunked or close-delimited HTTP/1.1 response, de-chunked.
+pub(crate) fn http_body(response: &str) -> String {
+    let (head, rest) = response.split_once("\r\n\r\n").expect("a head");
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return rest.to_owned();
+    }
+    let mut body = String::new();
+    let mut rest = rest;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
+}
