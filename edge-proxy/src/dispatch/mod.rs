@@ -288,7 +288,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
         Ok(TunnelStream {
             handle,
             tunnel_id: tunnel_id.to_string(),
-            pending: 0,
         })
     }
 
@@ -342,7 +341,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
             handle,
             run_id,
             last_seq: 0,
-            taken: 0,
         })
     }
 
@@ -514,6 +512,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             rx,
             inbox,
             ended: false,
+            taken: 0,
         })
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct StreamHandle {
     pub(crate) rx: StreamReceiver,
     pub(crate) inbox: UnboundedSender<CoreMsg>,
     pub(crate) ended: bool,
+    /// Credit taken (run events handed out, tunnel body written) and not
+    /// granted back to the node yet; see [`grant_taken`](Self::grant_taken).
+    pub(crate) taken: u32,
 }
 
 impl StreamHandle {
@@ -36,6 +39,21 @@ impl StreamHandle {
             Ok(item) => Some(Some(item)),
             Err(TryRecvError::Empty) => None,
             Err(TryRecvError::Disconnected) => Some(None),
+        }
+    }
+
+    /// Records `n` more bytes of credit taken on this stream.
+    pub(crate) fn take_credit(&mut self, n: u32) {
+        self.taken = self.taken.saturating_add(n);
+    }
+
+    /// Grants the node the credit taken so far once it adds up to
+    /// [`GRANT_AT_LEAST`] (nothing after the terminal: the stream is over).
+    pub(crate) fn grant_taken(&mut self) {
+        if let Some(increment) = grant_due(&mut self.taken, 0)
+            && !self.ended
+        {
+            self.send(Msg::WindowUpdate(WindowUpdate { increment }));
         }
     }
 
@@ -101,8 +119,6 @@ pub struct RunStream {
     pub(crate) handle: StreamHandle,
     pub(crate) run_id: Arc<str>,
     pub(crate) last_seq: u64,
-    /// Credit of the events handed out since the last grant.
-    pub(crate) taken: u32,
 }
 
 impl RunStream {
@@ -119,7 +135,7 @@ impl RunStream {
     /// The next event; `None` after the terminal. Grants the node the
     /// credit of the events handed out before (see the type's docs).
     pub async fn next(&mut self) -> Option<RunEvent> {
-        self.grant_taken();
+        self.handle.grant_taken();
         while !self.handle.ended {
             let item = self.handle.rx.recv().await;
             if let Some(event) = self.event_of(item) {
@@ -148,8 +164,7 @@ impl RunStream {
         let event = match item {
             Some(StreamItem::Frame(msg)) => match *msg {
                 Msg::RunEvent(event) => {
-                    let cost = proto::run_event_credit(&event);
-                    self.taken = self.taken.saturating_add(cost);
+                    self.handle.take_credit(proto::run_event_credit(&event));
                     event
                 }
                 // The node's answer to our cancel: the terminal follows.
@@ -162,18 +177,6 @@ impl RunStream {
             self.handle.ended = true;
         }
         Some(event)
-    }
-
-    /// Gives the node back the credit of the events handed out so far,
-    /// once it adds up to [`GRANT_AT_LEAST`] (nothing after the terminal:
-    /// the run is over).
-    fn grant_taken(&mut self) {
-        if let Some(increment) = grant_due(&mut self.taken, 0) {
-            if !self.handle.ended {
-                self.handle
-                    .send(Msg::WindowUpdate(WindowUpdate { increment }));
-            }
-        }
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the

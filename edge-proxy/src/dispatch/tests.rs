@@ -58,10 +58,10 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
             rx,
             inbox,
             ended: false,
+            taken: 0,
         },
         run_id: "r".into(),
         last_seq: 0,
-        taken: 0,
     };
     let text = "x".repeat(500);
     let cost = proto::RUN_EVENT_CREDIT_BASE + 500;

@@ -3,9 +3,9 @@
 //! exactly one `end` or `error`.
 
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, WindowUpdate, envelope::Msg};
+use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, envelope::Msg};
 
-use super::stream::{StreamHandle, ended_early, grant_due};
+use super::stream::{StreamHandle, ended_early};
 use crate::link::streams::StreamItem;
 
 /// One tunnel's frames (see the module docs). Body frames carry `Bytes`
@@ -18,8 +18,6 @@ use crate::link::streams::StreamItem;
 pub struct TunnelStream {
     pub(crate) handle: StreamHandle,
     pub(crate) tunnel_id: String,
-    /// Body credit taken and not granted back yet (see [`grant`](Self::grant)).
-    pub(crate) pending: u32,
 }
 
 impl TunnelStream {
@@ -79,12 +77,8 @@ impl TunnelStream {
     /// [`GRANT_AT_LEAST`](super::stream::GRANT_AT_LEAST) bytes: a node
     /// whose window is spent has always been granted again.
     pub fn grant(&mut self, bytes: u32) {
-        if let Some(increment) = grant_due(&mut self.pending, bytes)
-            && !self.handle.ended
-        {
-            self.handle
-                .send(Msg::WindowUpdate(WindowUpdate { increment }));
-        }
+        self.handle.take_credit(bytes);
+        self.handle.grant_taken();
     }
 
     /// Asks the node to stop the tunnel and its provider request.

@@ -63,10 +63,8 @@ impl RunManager {
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel();
         // The run's window (RunRequest.initial_window, 0 = the config's):
         // the Edge grants it back as its client takes the events.
-        let credit = crate::tunnel::Credit::new(match request.initial_window {
-            0 => self.tunnel_limits.initial_window,
-            window => window,
-        });
+        let credit =
+            crate::tunnel::Credit::new(self.tunnel_limits.window_for(request.initial_window));
         self.runs.borrow_mut().insert(
             stream_id,
             ActiveRun {
@@ -114,14 +112,12 @@ impl RunManager {
         let open =
             Box::pin(async move { adapter.execute(spec).await.merging_deltas(merge_deltas) });
         let emitter = Rc::clone(self);
-        let spender = credit.clone();
         let relay = Box::pin(relay_credited(
             open,
             stop,
             Some(watchdog),
             Some(credit),
             move |event| {
-                spender.overdraw(proto::run_event_credit(&event));
                 if !emitter.closed.get() {
                     emitter.outbox.send_msg(stream_id, Msg::RunEvent(event));
                 }

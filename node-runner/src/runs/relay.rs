@@ -118,8 +118,8 @@ where
 /// event is read only while the run has credit left (`RunRequest
 /// .initial_window`), so a client that does not take its events pauses
 /// this run's provider read and nothing else. While it waits the watchdog
-/// is held, as a tunnel's is (a backpressured run never stalls). `emit`
-/// spends each event's cost (`proto::run_event_credit`); a terminal is
+/// is held, as a tunnel's is (a backpressured run never stalls). Each
+/// event emitted spends its cost (`proto::run_event_credit`); a terminal is
 /// always emitted.
 #[allow(clippy::manual_async_fn)]
 pub fn relay_credited<S, O, T, H>(
@@ -140,7 +140,11 @@ where
         let mut seq = 0u64;
         let mut send = |event: RuntimeEvent| {
             seq += 1;
-            emit(event.into_run_event(seq));
+            let event = event.into_run_event(seq);
+            if let Some(credit) = &credit {
+                credit.overdraw(proto::run_event_credit(&event));
+            }
+            emit(event);
         };
         let activity = watchdog.as_ref().map(Watchdog::start);
         let stalled = async {

@@ -116,7 +116,7 @@ impl RunManager {
         if let Some(credential) = &credential {
             super::leases::set_header(&mut request.headers, credential);
         }
-        let credit = Credit::new(self.tunnel_limits.window_for(&request));
+        let credit = Credit::new(self.tunnel_limits.window_for(request.initial_window));
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel::<()>();
         self.runs.borrow_mut().insert(
             stream_id,

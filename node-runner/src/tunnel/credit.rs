@@ -97,18 +97,20 @@ impl Credit {
 
     /// Spends `n` bytes; `n` is at most [`available`](Self::available).
     pub(crate) fn spend(&self, n: usize) {
-        let left = self.inner.balance.get();
-        debug_assert!(n as i64 <= left, "spent {n} bytes of {left} credit");
-        self.inner
-            .balance
-            .set(left.saturating_sub(i64::try_from(n).unwrap_or(i64::MAX)));
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        debug_assert!(n <= self.inner.balance.get(), "spent {n} bytes of {self:?}");
+        self.debit(n);
     }
 
     /// Spends `n` bytes even beyond what is left (a run's event, sent while
     /// any credit was left; see the type's docs).
     pub(crate) fn overdraw(&self, n: u32) {
+        self.debit(i64::from(n));
+    }
+
+    fn debit(&self, n: i64) {
         let left = self.inner.balance.get();
-        self.inner.balance.set(left.saturating_sub(i64::from(n)));
+        self.inner.balance.set(left.saturating_sub(n));
     }
 
     /// Waits until some credit is available (at once if some is). One

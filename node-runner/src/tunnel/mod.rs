@@ -179,9 +179,11 @@ impl TunnelLimits {
         }
     }
 
-    /// The initial window of `request`'s stream: its own, or the default.
-    pub fn window_for(&self, request: &ProviderTunnelRequest) -> u32 {
-        match request.initial_window {
+    /// The initial window of a stream whose request asked for
+    /// `requested` (a tunnel's or a run's `initial_window`): its own, or
+    /// the default for 0.
+    pub fn window_for(&self, requested: u32) -> u32 {
+        match requested {
             0 => self.initial_window,
             w => w,
         }

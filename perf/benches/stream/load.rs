@@ -180,6 +180,35 @@ fn pick_background(target: f64) -> (u64, usize) {
     (best.0, best.1)
 }
 
+/// A background load: how many streams of which registered pacing, and
+/// the events/s they add up to.
+struct Plan {
+    streams: u64,
+    /// Index into [`BACKGROUND`].
+    pacing: usize,
+    delay_us: u64,
+    planned: f64,
+}
+
+impl Plan {
+    /// The registered background closest to `target` events/s (the
+    /// slowest single stream in test mode).
+    fn near(target: f64, quick: bool) -> Self {
+        let (streams, pacing) = if quick {
+            (1, BACKGROUND.len() - 1)
+        } else {
+            pick_background(target)
+        };
+        let delay_us = BACKGROUND[pacing].0;
+        Self {
+            streams,
+            pacing,
+            delay_us,
+            planned: streams as f64 * 1e6 / delay_us as f64,
+        }
+    }
+}
+
 /// Background streams through the tunnel, each on its own thread and
 /// connection, until stopped.
 struct Background {
@@ -352,15 +381,14 @@ fn load_average() -> String {
 pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], sizes: LoadSizes) {
     let driver = stack.driver.as_str();
     let peak = peak(stack, unpaced, sizes.peak_rounds);
-    let (streams, pacing) = if sizes.quick {
-        (1, BACKGROUND.len() - 1)
-    } else {
-        pick_background(peak * sizes.fraction)
-    };
+    let Plan {
+        streams,
+        pacing,
+        delay_us,
+        planned,
+    } = Plan::near(peak * sizes.fraction, sizes.quick);
     let background = &load[1 + pacing];
-    let delay_us = BACKGROUND[pacing].0;
     let probe_scenario = &load[0];
-    let planned = streams as f64 * 1e6 / delay_us as f64;
     println!(
         "s2-load/{driver}: one-way latency of stamped ~128 B events (client read − mock send, \
          CLOCK_MONOTONIC), µs"
@@ -426,13 +454,12 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
     run("half load", Some(&bg), planned);
     bg.stop();
 
-    let (streams, pacing) = if sizes.quick {
-        (1, BACKGROUND.len() - 1)
-    } else {
-        pick_background(capacity * sizes.fraction)
-    };
-    let delay_us = BACKGROUND[pacing].0;
-    let planned = streams as f64 * 1e6 / delay_us as f64;
+    let Plan {
+        streams,
+        pacing,
+        delay_us,
+        planned,
+    } = Plan::near(capacity * sizes.fraction, sizes.quick);
     println!(
         "  background: {streams} stream(s) × 1 event / {delay_us} µs through the tunnel = {:.0} \
          events/s planned ({:.2}× paced capacity, {:.2}× peak)",
