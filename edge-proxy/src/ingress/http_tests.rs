@@ -45,6 +45,49 @@ async fn answer(responder: &mut Responder) {
 }
 
 #[test]
+fn body_pieces_written_while_corked_leave_as_one_chunk() {
+    crate::runtime::block_on(framing::io_driver::IoDriver::Epoll, async {
+        let (mut corked, mut client) = pair().await;
+        corked.cork();
+        corked
+            .start_stream(200, [("content-type", &b"text/event-stream"[..])])
+            .await;
+        let pieces = [&b"data: a"[..], b"bc\n\n", b"data: [DONE]\n\n"];
+        let slices: Vec<Bytes> = pieces.iter().map(|p| Bytes::from_static(p)).collect();
+        for slice in &slices {
+            corked.chunk(slice.clone()).await;
+        }
+        corked.finish().await;
+        corked.uncork().await;
+        let body = b"19\r\ndata: abc\n\ndata: [DONE]\n\n\r\n0\r\n\r\n";
+        let head = read_head(&mut client);
+        assert!(head.starts_with(b"HTTP/1.1 200"));
+        assert_eq!(read_exactly(&mut client, body.len()), body);
+        // A chunk gathered, then one written uncorked: each is framed.
+        let (mut responder, mut client) = pair().await;
+        responder.start_stream(200, []).await;
+        read_head(&mut client);
+        responder.cork();
+        responder.chunk(slices[0].clone()).await;
+        responder.chunk(slices[1].clone()).await;
+        responder.uncork().await;
+        responder.chunk(slices[2].clone()).await;
+        let body = b"b\r\ndata: abc\n\n\r\ne\r\ndata: [DONE]\n\n\r\n";
+        assert_eq!(read_exactly(&mut client, body.len()), body);
+    })
+    .unwrap();
+}
+
+/// Reads a response head, up to and with its empty line.
+fn read_head(client: &mut std::net::TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.extend(read_exactly(client, 1));
+    }
+    head
+}
+
+#[test]
 fn corked_writes_leave_together_and_byte_for_byte_as_uncorked() {
     crate::runtime::block_on(framing::io_driver::IoDriver::Epoll, async {
         let (mut plain, mut plain_client) = pair().await;

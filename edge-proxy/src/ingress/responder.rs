@@ -2,7 +2,8 @@
 //! stream (chunked, or close-delimited for HTTP/1.0) with the client's
 //! leaving reported by the connection's watching read (see `client_read`).
 //! Writes can be corked so frames that arrived together leave in one
-//! `writev`.
+//! `writev`; body pieces written while corked leave as one chunk (one size
+//! line before the slices, one CRLF after them; nothing is copied).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -31,6 +32,16 @@ pub struct Responder {
     /// While corked ([`Responder::cork`]), what the writes would have sent,
     /// in order; [`Responder::uncork`] sends it in one `writev`.
     corked: Option<Vec<Bytes>>,
+    /// While corked, the chunk that body pieces are being gathered into.
+    gathering: Option<Gathering>,
+}
+
+/// A chunk being gathered while corked: `corked[slot]` is the place of its
+/// size line, and `len` its size so far.
+#[derive(Debug, Clone, Copy)]
+struct Gathering {
+    slot: usize,
+    len: u64,
 }
 
 impl std::fmt::Debug for Responder {
@@ -55,6 +66,7 @@ impl Responder {
             gone: Rc::new(Cell::new(false)),
             failed: false,
             corked: None,
+            gathering: None,
         }
     }
 
@@ -139,12 +151,25 @@ impl Responder {
         self.send(vec![head.freeze()]).await;
     }
 
-    /// Sends body bytes as they are (one chunk), at once.
+    /// Sends body bytes as they are (one chunk), at once; while corked,
+    /// they join the chunk the pieces before them went into.
     pub async fn chunk(&mut self, body: Bytes) {
         if body.is_empty() {
             return;
         }
         if self.chunked {
+            if let Some(parts) = self.corked.as_mut() {
+                let gathering = self.gathering.get_or_insert_with(|| {
+                    parts.push(Bytes::new());
+                    Gathering {
+                        slot: parts.len() - 1,
+                        len: 0,
+                    }
+                });
+                gathering.len += body.len() as u64;
+                parts.push(body);
+                return;
+            }
             let Some(frame) = ChunkedEncoder::new().encode(body) else {
                 return;
             };
@@ -205,6 +230,7 @@ impl Responder {
     /// Sends what was held since [`Responder::cork`] and writes directly
     /// again.
     pub async fn uncork(&mut self) {
+        self.end_gathering();
         if let Some(parts) = self.corked.take() {
             if !parts.is_empty() {
                 self.send(parts).await;
@@ -216,6 +242,7 @@ impl Responder {
         if self.failed {
             return;
         }
+        self.end_gathering();
         if let Some(corked) = self.corked.as_mut() {
             corked.extend(parts);
             return;
@@ -227,6 +254,18 @@ impl Responder {
         let writing = Box::pin(iovec::write_all(&mut self.write, parts));
         if writing.await.is_err() {
             self.failed = true;
+        }
+    }
+
+    /// Frames the chunk gathered while corked: its size line into its slot
+    /// and a CRLF after its last piece.
+    fn end_gathering(&mut self) {
+        let (Some(gathering), Some(parts)) = (self.gathering.take(), self.corked.as_mut()) else {
+            return;
+        };
+        if let Some(line) = ChunkedEncoder::new().size_line(gathering.len) {
+            parts[gathering.slot] = line;
+            parts.push(ChunkedEncoder::crlf());
         }
     }
 }

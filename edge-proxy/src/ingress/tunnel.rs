@@ -9,10 +9,10 @@
 //!   (F18), so usage is always accounted and the client's stream is exactly
 //!   what it asked for.
 //! - Body frames are `Bytes` slices of the node connection's receive buffer;
-//!   each goes to the client as one chunk (size line + slice + CRLF) the
-//!   moment it arrives — nothing is copied, and nothing waits: frames that
-//!   arrived together leave in one `writev` (a small answer's head, body
-//!   and end are one write). Credit for the stream is returned to the Node
+//!   each goes to the client the moment it arrives — nothing is copied, and
+//!   nothing waits: frames that arrived together leave in one `writev`, as
+//!   one chunk (one size line, the slices, one CRLF), and a small answer's
+//!   head, body and end are one write. Credit for the stream is returned to the Node
 //!   after each write, so a client that stops reading pauses only its own
 //!   provider read.
 //! - Hop-by-hop and framing headers of the provider are dropped; the Edge

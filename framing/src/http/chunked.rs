@@ -84,25 +84,37 @@ impl ChunkedEncoder {
     /// Frame `body` as one chunk, or `None` if it is empty (an empty chunk
     /// would end the body; use [`ChunkedEncoder::last_chunk`] for that).
     pub fn encode(&mut self, body: Bytes) -> Option<ChunkFrame> {
-        if body.is_empty() {
+        let head = self.size_line(body.len() as u64)?;
+        Some(ChunkFrame {
+            head,
+            body,
+            tail: Bytes::from_static(CRLF),
+        })
+    }
+
+    /// The size line (hex size + CRLF) of a chunk of `len` bytes whose body
+    /// the caller writes as several slices, followed by [`Self::crlf`]; or
+    /// `None` for 0 (which would end the body).
+    pub fn size_line(&mut self, len: u64) -> Option<Bytes> {
+        if len == 0 {
             return None;
         }
         if self.scratch.capacity() < SIZE_LINE_MAX {
             self.scratch = BytesMut::with_capacity(SCRATCH_BLOCK);
         }
-        let n = body.len() as u64;
-        let digits = (64 - n.leading_zeros()).div_ceil(4) as usize;
+        let digits = (64 - len.leading_zeros()).div_ceil(4) as usize;
         let mut line = [0u8; SIZE_LINE_MAX];
         for (k, slot) in line[..digits].iter_mut().enumerate() {
-            *slot = HEX[((n >> (4 * (digits - 1 - k))) & 0xf) as usize];
+            *slot = HEX[((len >> (4 * (digits - 1 - k))) & 0xf) as usize];
         }
         line[digits..digits + 2].copy_from_slice(CRLF);
         self.scratch.extend_from_slice(&line[..digits + 2]);
-        Some(ChunkFrame {
-            head: self.scratch.split().freeze(),
-            body,
-            tail: Bytes::from_static(CRLF),
-        })
+        Some(self.scratch.split().freeze())
+    }
+
+    /// The CRLF that ends a chunk's data, as a static `Bytes`.
+    pub fn crlf() -> Bytes {
+        Bytes::from_static(CRLF)
     }
 
     /// [`LAST_CHUNK`] as a static `Bytes` (no allocation).

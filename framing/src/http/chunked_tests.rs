@@ -56,6 +56,28 @@ fn encoder_writes_hex_sizes_beside_the_body() {
 }
 
 #[test]
+fn a_chunk_of_several_slices_decodes_as_their_concatenation() {
+    let mut enc = ChunkedEncoder::new();
+    let slices = [&b"data: a"[..], b"bc\n", b"\n"];
+    let len = slices.iter().map(|s| s.len() as u64).sum();
+    let mut wire = enc.size_line(len).unwrap().to_vec();
+    assert_eq!(&wire[..], b"b\r\n");
+    for slice in slices {
+        wire.extend_from_slice(slice);
+    }
+    wire.extend_from_slice(&ChunkedEncoder::crlf());
+    wire.extend_from_slice(LAST_CHUNK);
+    let (body, ended, rest) = decode_all(&wire).unwrap();
+    assert_eq!(body, b"data: abc\n\n");
+    assert!(ended && rest.is_empty());
+    assert_eq!(
+        enc.size_line(0),
+        None,
+        "a zero size line would end the body"
+    );
+}
+
+#[test]
 fn size_lines_share_one_scratch_block() {
     let mut enc = ChunkedEncoder::new();
     let a = enc.encode(Bytes::from_static(b"abc")).unwrap();
