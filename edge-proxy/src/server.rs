@@ -130,7 +130,11 @@ impl EdgeServer {
             .unzip();
         let core_inboxes = inboxes.clone();
         let drain = Arc::new(crate::ops::drain::DrainSwitch::new());
-        let dispatcher = Dispatcher::new(Arc::clone(&shared.registry), inboxes);
+        let dispatcher = Dispatcher::new(
+            Arc::clone(&shared.registry),
+            inboxes,
+            link.initial_stream_window,
+        );
         let pools = Arc::new(Pools::new(&shared.registry.directory()));
         // The stall handoff and recovery validate against live generations.
         pools.attach_generations(shared.registry.clone());

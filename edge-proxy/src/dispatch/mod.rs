@@ -141,6 +141,10 @@ pub struct Dispatcher<D> {
     inboxes: Arc<[UnboundedSender<CoreMsg>]>,
     run_ids: Arc<RunIds>,
     stream_ids: Arc<StreamIds>,
+    /// The credit window each run and tunnel is opened with
+    /// (`link.initial_stream_window`), named in its request so that the
+    /// node and the Edge's grants agree on it (see [`stream::grant_threshold`]).
+    stream_window: u32,
 }
 
 impl<D> Clone for Dispatcher<D> {
@@ -150,6 +154,7 @@ impl<D> Clone for Dispatcher<D> {
             inboxes: Arc::clone(&self.inboxes),
             run_ids: Arc::clone(&self.run_ids),
             stream_ids: Arc::clone(&self.stream_ids),
+            stream_window: self.stream_window,
         }
     }
 }
@@ -163,16 +168,21 @@ struct Target {
 }
 
 impl<D: NodeDirectory> Dispatcher<D> {
-    /// A dispatcher over `registry`, reaching core `i` through `inboxes[i]`.
+    /// A dispatcher over `registry`, reaching core `i` through `inboxes[i]`,
+    /// opening runs and tunnels with a credit window of `stream_window`
+    /// bytes (0: the node's configured window, granted back in the
+    /// smallest updates).
     pub(crate) fn new(
         registry: Arc<NodeRegistry<D>>,
         inboxes: Vec<UnboundedSender<CoreMsg>>,
+        stream_window: u32,
     ) -> Self {
         Self {
             registry,
             inboxes: inboxes.into(),
             run_ids: Arc::new(RunIds::new()),
             stream_ids: Arc::new(StreamIds::new()),
+            stream_window,
         }
     }
 
@@ -279,10 +289,15 @@ impl<D: NodeDirectory> Dispatcher<D> {
         request.tunnel_id = tunnel_id.to_string();
         request.adapter = lease.provider().adapter.clone();
         request.target = lease.target().to_owned();
+        if request.initial_window == 0 {
+            request.initial_window = self.stream_window;
+        }
+        let window = request.initial_window;
         let handle = self.open(
             target,
             StreamKind::Tunnel,
             Some(Arc::clone(&tunnel_id)),
+            window,
             Msg::ProviderTunnelRequest(request),
         )?;
         Ok(TunnelStream {
@@ -329,12 +344,13 @@ impl<D: NodeDirectory> Dispatcher<D> {
             response_stall_timeout_ms: run.response_stall_timeout_ms,
             hard_timeout_ms: run.hard_timeout_ms,
             merge_deltas: run.merge_deltas,
-            ..RunRequest::default()
+            initial_window: self.stream_window,
         };
         let handle = self.open(
             target,
             StreamKind::Run,
             Some(Arc::clone(&run_id)),
+            self.stream_window,
             Msg::RunRequest(request),
         )?;
         Ok(RunStream {
@@ -359,6 +375,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Command,
             None,
+            0,
             Msg::NodeCommandRequest(request),
         )?;
         Ok(CommandStream { handle, kind })
@@ -407,6 +424,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             node,
             StreamKind::Command,
             None,
+            0,
             Msg::NodeCommandRequest(request),
         )?;
         Ok(CommandStream {
@@ -441,6 +459,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target_node,
             StreamKind::Cancel,
             None,
+            0,
             Msg::CancelRequest(request),
         )?;
         Ok(cancel_answer(handle).await)
@@ -480,11 +499,13 @@ impl<D: NodeDirectory> Dispatcher<D> {
     /// at once, with the stream's id chosen here. Should the connection no
     /// longer be current when the open reaches its core, the stream's first
     /// item is [`StreamItem::NotSent`](crate::link::streams::StreamItem).
+    /// `window` is the stream's credit window (0 for a stream without one).
     fn open(
         &self,
         target: Target,
         kind: StreamKind,
         run_id: Option<Arc<str>>,
+        window: u32,
         msg: Msg,
     ) -> Result<StreamHandle, SubmitError> {
         let inbox = self
@@ -513,6 +534,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             inbox,
             ended: false,
             taken: 0,
+            grant_at: stream::grant_threshold(window),
         })
     }
 }

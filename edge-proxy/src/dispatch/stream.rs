@@ -28,6 +28,9 @@ pub(crate) struct StreamHandle {
     /// Credit taken (run events handed out, tunnel body written) and not
     /// granted back to the node yet; see [`grant_taken`](Self::grant_taken).
     pub(crate) taken: u32,
+    /// The credit given back in one update ([`grant_threshold`] of the
+    /// stream's window).
+    pub(crate) grant_at: u32,
 }
 
 impl StreamHandle {
@@ -47,10 +50,11 @@ impl StreamHandle {
         self.taken = self.taken.saturating_add(n);
     }
 
-    /// Grants the node the credit taken so far once it adds up to
-    /// [`GRANT_AT_LEAST`] (nothing after the terminal: the stream is over).
+    /// Grants the node the credit taken so far once it adds up to the
+    /// stream's [`grant_threshold`] (nothing after the terminal: the stream
+    /// is over).
     pub(crate) fn grant_taken(&mut self) {
-        if let Some(increment) = grant_due(&mut self.taken, 0)
+        if let Some(increment) = grant_due(&mut self.taken, 0, self.grant_at)
             && !self.ended
         {
             self.send(Msg::WindowUpdate(WindowUpdate { increment }));
@@ -206,20 +210,31 @@ impl RunStream {
 
 /// The least credit a stream grants in one `WindowUpdate`: half the
 /// smallest window a link may configure (`link.initial_stream_window`,
-/// 1 KiB), so a token stream's small events cost one update per 512 bytes,
-/// not one each, while a node that waits is always granted again. The
-/// bound: a node that took its whole window back from the Edge sees
-/// `window − (ungranted < GRANT_AT_LEAST)` of credit, and it resumes at a
-/// tunnel's first byte or at a quarter of a run's window
-/// (`node_runner::tunnel::Credit::resume_point`), so `GRANT_AT_LEAST` must
-/// stay at most ¾ of the smallest window (768 bytes).
+/// 1 KiB). A stream whose window the Edge does not know (0) grants in
+/// updates of this size, which suits any window.
 pub(crate) const GRANT_AT_LEAST: u32 = (crate::config::MIN_INITIAL_STREAM_WINDOW / 2) as u32;
 
+/// The credit a stream of `window` bytes gives back in one `WindowUpdate`:
+/// a quarter of its window, at least [`GRANT_AT_LEAST`]. A token stream's
+/// small events then cost one update per quarter window, and a bulk
+/// stream's one per few client writes, not one per write (each update is a
+/// link write and a wake-up of the Node).
+///
+/// The bound that keeps a waiting node from being starved: a node that took
+/// its whole window back from the Edge sees `window − (ungranted <
+/// threshold)` of credit, and it resumes at a tunnel's first byte or at a
+/// quarter of a run's window (`node_runner::tunnel::Credit::resume_point`),
+/// so the threshold must stay at most ¾ of the window: a quarter is, and
+/// 512 bytes is for the smallest window (1 KiB).
+pub(crate) fn grant_threshold(window: u32) -> u32 {
+    (window / 4).max(GRANT_AT_LEAST)
+}
+
 /// Adds `more` to the credit `pending` grant; returns it (and starts over)
-/// once it is at least [`GRANT_AT_LEAST`].
-pub(crate) fn grant_due(pending: &mut u32, more: u32) -> Option<u32> {
+/// once it is at least `at_least`.
+pub(crate) fn grant_due(pending: &mut u32, more: u32, at_least: u32) -> Option<u32> {
     *pending = pending.saturating_add(more);
-    if *pending < GRANT_AT_LEAST {
+    if *pending < at_least {
         return None;
     }
     Some(std::mem::take(pending))

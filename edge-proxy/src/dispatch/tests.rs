@@ -1,6 +1,6 @@
 //! The dispatcher's run ids and a run stream's credit grants.
 
-use super::stream::{GRANT_AT_LEAST, grant_due};
+use super::stream::{GRANT_AT_LEAST, grant_due, grant_threshold};
 use super::*;
 use crate::link::streams::{StreamItem, stream_channel};
 use crate::runtime::{IoDriver, block_on};
@@ -33,17 +33,35 @@ fn granted(inbox: &mut tokio::sync::mpsc::UnboundedReceiver<CoreMsg>) -> Vec<u32
 }
 
 #[test]
-fn credit_is_granted_back_in_updates_of_at_least_half_a_kilobyte() {
-    // A node waiting on the smallest window (1 KiB) for a quarter of it
-    // back is always granted again.
-    let smallest = crate::config::MIN_INITIAL_STREAM_WINDOW as u32;
-    assert!(GRANT_AT_LEAST <= smallest - smallest / 4);
+fn credit_is_granted_back_in_updates_of_a_quarter_window() {
     let mut pending = 0;
-    assert_eq!(grant_due(&mut pending, 500), None);
-    assert_eq!(grant_due(&mut pending, 12), Some(512));
+    assert_eq!(grant_due(&mut pending, 500, GRANT_AT_LEAST), None);
+    assert_eq!(grant_due(&mut pending, 12, GRANT_AT_LEAST), Some(512));
     assert_eq!(pending, 0, "granted: it starts over");
-    assert_eq!(grant_due(&mut pending, 1), None);
-    assert_eq!(grant_due(&mut pending, 70_000), Some(70_001));
+    assert_eq!(grant_due(&mut pending, 1, GRANT_AT_LEAST), None);
+    assert_eq!(
+        grant_due(&mut pending, 70_000, GRANT_AT_LEAST),
+        Some(70_001)
+    );
+    assert_eq!(grant_threshold(256 * 1024), 64 * 1024);
+    assert_eq!(grant_threshold(0), GRANT_AT_LEAST, "a window not known");
+    assert_eq!(grant_threshold(1024), 512);
+    // A node that took its whole window back sees more than `window −
+    // threshold` of credit, and a run resumes at a quarter of its window,
+    // at most 64 KiB (node_runner::tunnel::Credit::resume_point, restated
+    // here as the contract): it is always granted again.
+    let smallest = crate::config::MIN_INITIAL_STREAM_WINDOW as u32;
+    let largest = crate::config::MAX_INITIAL_STREAM_WINDOW as u32;
+    let windows = (smallest..=smallest + 4100).chain([256 * 1024, 300_001, 1 << 20, largest]);
+    for window in windows {
+        let resume = (window / 4).clamp(1, 64 * 1024);
+        let threshold = grant_threshold(window);
+        assert!(threshold >= GRANT_AT_LEAST);
+        assert!(
+            window - threshold >= resume,
+            "window {window}: a node may wait for {resume} with {threshold} held back"
+        );
+    }
 }
 
 #[test]
@@ -59,6 +77,7 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
             inbox,
             ended: false,
             taken: 0,
+            grant_at: GRANT_AT_LEAST,
         },
         run_id: "r".into(),
         last_seq: 0,

@@ -73,9 +73,9 @@ impl TunnelStream {
     }
 
     /// Gives the node `bytes` more credit for this stream's body (the
-    /// client socket drained that much), in updates of at least
-    /// [`GRANT_AT_LEAST`](super::stream::GRANT_AT_LEAST) bytes: a node
-    /// whose window is spent has always been granted again.
+    /// client socket drained that much), in updates of a quarter of its
+    /// window ([`grant_threshold`](super::stream::grant_threshold)): a
+    /// node whose window is spent has always been granted again.
     pub fn grant(&mut self, bytes: u32) {
         self.handle.take_credit(bytes);
         self.handle.grant_taken();

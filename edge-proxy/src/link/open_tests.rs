@@ -37,7 +37,7 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     assert!(registry.mark_ready("n1", generation));
     let (core0, mut inbox0) = unbounded_channel();
     let (core1, mut inbox1) = unbounded_channel();
-    let dispatcher = Dispatcher::new(Arc::clone(&registry), vec![core0, core1]);
+    let dispatcher = Dispatcher::new(Arc::clone(&registry), vec![core0, core1], 4096);
 
     // Nothing runs core 1 yet: both submits return at once, each with the
     // next id, and their opens wait in core 1's inbox.
@@ -63,6 +63,11 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
         panic!("the open of the first run, stream 1: {open:?}");
     };
     assert_eq!((g, request.run_id.as_str()), (generation, first.run_id()));
+    assert_eq!(
+        request.initial_window, 4096,
+        "the run names the window its grants are sized for"
+    );
+    assert_eq!(first.handle.grant_at, 1024, "a quarter of it");
     assert!(
         !request.merge_deltas,
         "a streaming caller's deltas stay apart"
