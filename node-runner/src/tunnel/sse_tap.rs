@@ -2,12 +2,17 @@
 //! cuts the provider's usage-only event out of it — by slicing, never by
 //! copying.
 //!
-//! Two scanners look at every byte of the provider's stream, whatever is
-//! relayed: framing's [`SseObserver`] parses the events (data lines,
-//! comments, CR/LF rules), and a small boundary scanner here finds where each
-//! event ends (the blank line that dispatches it). Each chunk is fed to the
-//! observer one event at a time, so when the observer dispatches an event,
-//! its byte range in the stream is known.
+//! A small boundary scanner here looks at every byte of the provider's
+//! stream and finds where each event ends (the blank line that dispatches
+//! it). An event that lies whole in one chunk, has one data line, and does
+//! not show a non-null `"usage":` in its bytes is not shown to the observer
+//! at all: its data (that line's value) could not report usage either
+//! (`usage::observe` reads only events that do), and the observer's parse
+//! (its own scan, and a copy of the event's data) was most of what the tap
+//! cost a token stream. Every other event is fed to framing's
+//! [`SseObserver`] (data lines, comments, CR/LF rules), one event at a
+//! time, so when the observer dispatches an event, its byte range in the
+//! stream is known.
 //!
 //! # Stripping
 //! With `strip`, an event whose data is a JSON object with a `usage` object
@@ -42,7 +47,7 @@ use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use memchr::memmem::Finder;
 use proto::v1::Usage;
 
-use super::usage::{Observed, observe, values_of};
+use super::usage::{Observed, mentions_usage, observe, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
 pub const MAX_HELD_EVENT: usize = 64 * 1024;
@@ -78,6 +83,9 @@ pub(crate) struct SseTap {
     passthrough: bool,
     /// The unfinished event began in an earlier chunk.
     event_open: bool,
+    /// The observer holds part of an event (or a CR whose LF may follow):
+    /// the next bytes must be shown to it.
+    observer_open: bool,
     /// The observer failed: relay everything unchanged from now on.
     failed: bool,
     /// The last usage any event reported.
@@ -100,6 +108,7 @@ impl SseTap {
             held_len: 0,
             passthrough: false,
             event_open: false,
+            observer_open: false,
             failed: false,
             last: None,
         }
@@ -120,6 +129,10 @@ impl SseTap {
     /// `out` (slices of `chunk` and of earlier held chunks, in stream order)
     /// and records usage in `seen`.
     pub(crate) fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>, seen: &mut Seen) {
+        // An empty chunk changes nothing (and must not drop a pending CR).
+        if chunk.is_empty() {
+            return;
+        }
         if self.failed {
             push(out, chunk);
             return;
@@ -140,7 +153,11 @@ impl SseTap {
         // Where the unfinished event starts in this chunk; `None` when it
         // began in an earlier one.
         let mut event_start = (!self.event_open).then_some(pos);
+        // Data lines of the event being scanned (counted only for an event
+        // that lies whole in this chunk).
+        let mut data_lines = 0;
         while pos < len {
+            let line_start = pos;
             let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) else {
                 self.line_empty = false;
                 break;
@@ -158,12 +175,23 @@ impl SseTap {
                 }
             }
             if !std::mem::replace(&mut self.line_empty, true) {
+                data_lines += usize::from(chunk[line_start..at].starts_with(b"data"));
                 continue;
             }
-            // A blank line: an event ends at `pos`.
-            let Some(observed) = self.observe(&chunk[fed..pos]) else {
-                return self.give_up(chunk, emit_from, out);
+            // A blank line: an event ends at `pos`. One that lies whole in
+            // this chunk and cannot carry usage skips the observer.
+            let event = &chunk[fed..pos];
+            let whole = !self.observer_open && !self.after_cr && data_lines <= 1;
+            data_lines = 0;
+            let observed = if whole && !mentions_usage(event) {
+                None
+            } else {
+                let Some(observed) = self.observe(event) else {
+                    return self.give_up(chunk, emit_from, out);
+                };
+                observed
             };
+            self.observer_open = false;
             fed = pos;
             let usage_only = observed.as_ref().is_some_and(|o| o.usage_only);
             if let Some(o) = observed {
@@ -189,6 +217,7 @@ impl SseTap {
         if self.observe(&chunk[fed..]).is_none() {
             return self.give_up(chunk, emit_from, out);
         }
+        self.observer_open |= fed < len || self.after_cr;
         // The tail: the unfinished event's bytes in this chunk (from
         // `emit_from` when it began in an earlier chunk).
         let tail_start = event_start.unwrap_or(emit_from);

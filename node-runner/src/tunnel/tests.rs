@@ -113,6 +113,36 @@ fn an_observer_failure_relays_the_rest_unchanged() {
     assert!(usages.is_empty());
 }
 
+#[test]
+fn an_event_without_usage_whole_in_one_chunk_is_not_parsed() {
+    // Longer than the observer takes: parsed, it would end the observation
+    // (as above); skipped, the usage event after it is still found.
+    let line = format!("data: {}", "y".repeat(super::OBSERVER_LIMIT + 1));
+    let input = format!("{line}\n\n{USAGE_EVENT}\n\n");
+    let mut tap = SseTap::new(true);
+    let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &[line.len() + 2]);
+    assert_eq!(out, format!("{line}\n\n").as_bytes());
+    assert_eq!(usages, [usage()]);
+    assert!(uncopied);
+}
+
+#[test]
+fn usage_is_found_whatever_the_events_around_it_look_like() {
+    // Token events with `"usage":null` (what providers send once usage is
+    // asked for), a comment, and the usage event's JSON split over two data
+    // lines between the key and its colon: no line shows `"usage":`.
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"t\"}}],\"usage\":null}\n\n";
+    let split = "data: {\"choices\":[],\"usage\"\ndata: :{\"prompt_tokens\":2,\
+        \"completion_tokens\":3,\"completion_tokens_details\":{\"reasoning_tokens\":1}}}\n\n";
+    let input = format!("{token}: keep-alive\n\n{token}{split}data: [DONE]\n\n");
+    let expected = format!("{token}: keep-alive\n\n{token}data: [DONE]\n\n");
+    let mut tap = SseTap::new(true);
+    let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &[]);
+    assert_eq!(String::from_utf8(out).unwrap(), expected);
+    assert_eq!(usages, [usage()]);
+    assert!(uncopied);
+}
+
 proptest! {
     #[test]
     fn stripping_is_split_point_independent(

@@ -188,7 +188,7 @@ impl<'de> Visitor<'de> for CountVisitor {
 
 /// Whether `json` contains `"usage"` followed (after optional whitespace) by
 /// `:` and something other than `null`.
-fn mentions_usage(json: &[u8]) -> bool {
+pub(super) fn mentions_usage(json: &[u8]) -> bool {
     static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
     values_of(json, &KEY).any(|value| !value.starts_with(b"null"))
 }
