@@ -288,6 +288,8 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         // and looping on it would starve the core.
         while !self.closing.get() && !self.session.borrow().is_closed() {
             decoder.reserve_read(&mut buf, want, want);
+            // A large frame's last piece comes with what follows it.
+            decoder.set_read_ahead(want);
             let room = buf.capacity() - buf.len();
             let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).

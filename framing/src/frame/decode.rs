@@ -20,6 +20,8 @@ enum State {
 pub struct FrameDecoder {
     max_frame_len: usize,
     state: State,
+    /// Room reserved beyond the rest of a frame (see [`Self::with_read_ahead`]).
+    read_ahead: usize,
 }
 
 impl Default for FrameDecoder {
@@ -35,7 +37,19 @@ impl FrameDecoder {
         Self {
             max_frame_len: clamp_max_frame_len(max_frame_len),
             state: State::Head,
+            read_ahead: 0,
         }
+    }
+
+    /// When the rest of a frame does not fit the buffer's free room, reserve
+    /// `bytes` more than that rest: the read that finishes the frame can
+    /// bring the frames after it too. With none (the default) a stream of
+    /// large frames costs two reads a frame, the second sized to the
+    /// frame's remainder, however little that is. The buffer may then hold
+    /// up to `max_frame_len + bytes`. A reader may change it between reads
+    /// (e.g. to its next read size).
+    pub fn set_read_ahead(&mut self, bytes: usize) {
+        self.read_ahead = bytes;
     }
 
     /// The largest envelope this decoder accepts, in bytes.
@@ -68,8 +82,10 @@ impl FrameDecoder {
                     });
                 }
                 buf.advance(LENGTH_PREFIX_LEN);
-                if let Some(missing) = len.checked_sub(buf.len()).filter(|m| *m > 0) {
-                    buf.reserve(missing);
+                if let Some(missing) = len.checked_sub(buf.len()).filter(|m| *m > 0)
+                    && buf.capacity() - buf.len() < missing
+                {
+                    buf.reserve(missing.saturating_add(self.read_ahead));
                 }
                 self.state = State::Body { len };
                 len

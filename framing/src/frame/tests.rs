@@ -163,6 +163,39 @@ fn the_last_piece_of_a_long_frame_does_not_move_it() {
 }
 
 #[test]
+fn read_ahead_leaves_room_for_the_frames_after_a_long_one() {
+    let mut enc = FrameEncoder::default();
+    let frame = enc
+        .encode_tunnel_body(9, Bytes::from(vec![3u8; 100_000]))
+        .unwrap();
+    let wire = [&frame.head[..], &frame.body[..]].concat();
+    let mut dec = FrameDecoder::default();
+    dec.set_read_ahead(128 * 1024);
+    let mut rx = BytesMut::with_capacity(64 * 1024);
+    rx.put_slice(&wire[..60_000]);
+    assert_eq!(dec.decode(&mut rx).unwrap(), None);
+    let missing = wire.len() - 60_000;
+    assert!(rx.capacity() - rx.len() >= missing + 128 * 1024);
+    // Room that already fits the rest is left as it is.
+    let mut dec = FrameDecoder::default();
+    dec.set_read_ahead(128 * 1024);
+    let mut rx = BytesMut::with_capacity(256 * 1024);
+    rx.put_slice(&wire[..60_000]);
+    let end = rx.as_ptr() as usize + rx.capacity();
+    assert_eq!(dec.decode(&mut rx).unwrap(), None);
+    assert_eq!(
+        rx.as_ptr() as usize + rx.capacity(),
+        end,
+        "the frame was moved"
+    );
+    rx.put_slice(&wire[60_000..]);
+    assert_eq!(
+        body_of(&dec.decode(&mut rx).unwrap().unwrap()).len(),
+        100_000
+    );
+}
+
+#[test]
 fn oversize_prefix_is_refused_and_buffer_left_alone() {
     let mut dec = FrameDecoder::new(1024);
     let mut rx = BytesMut::new();
