@@ -124,13 +124,15 @@ fn frame_len_is_the_accepting_envelope_at_its_largest() {
     for generation in [0, 1, 1 << 35, u64::MAX] {
         let frame = Envelope {
             stream_id: 0,
-            msg: Some(envelope::Msg::RegisterResponse(RegisterResponse {
-                accepted: true,
-                node_id: node.id.clone(),
-                generation,
-                config: Some(payload.clone()),
-                ..Default::default()
-            })),
+            msg: Some(envelope::Msg::RegisterResponse(Box::new(
+                RegisterResponse {
+                    accepted: true,
+                    node_id: node.id.clone(),
+                    generation,
+                    config: Some(payload.clone()),
+                    ..Default::default()
+                },
+            ))),
         };
         assert!(frame.encoded_len() <= len);
         if generation == u64::MAX {

@@ -20,7 +20,7 @@ use framing::timer::{ClockSource, SharedManualClock};
 use proto::Envelope;
 use proto::v1::{
     HeartbeatPong, NodeReadyRequest, RegisterRejectReason, RegisterRequest, RegisterResponse,
-    RunEvent, envelope::Msg,
+    envelope::Msg,
 };
 use tokio::sync::broadcast;
 
@@ -186,11 +186,11 @@ impl FakeNode {
     fn send_register(&mut self, token: &str) {
         self.send(
             0,
-            Msg::RegisterRequest(RegisterRequest {
+            Msg::RegisterRequest(Box::new(RegisterRequest {
                 token: token.into(),
                 max_frame_len: 1 << 20,
                 ..Default::default()
-            }),
+            })),
         );
     }
 
@@ -204,7 +204,7 @@ impl FakeNode {
     fn register(&mut self, token: &str) -> RegisterResponse {
         self.send_register(token);
         match self.recv().and_then(|e| e.msg) {
-            Some(Msg::RegisterResponse(r)) => r,
+            Some(Msg::RegisterResponse(r)) => *r,
             other => panic!("expected RegisterResponse, got {other:?}"),
         }
     }
@@ -322,11 +322,11 @@ fn config_that_does_not_fit_the_nodes_frame_limit_is_rejected() {
         let mut node = FakeNode::connect(&edge);
         node.send(
             0,
-            Msg::RegisterRequest(RegisterRequest {
+            Msg::RegisterRequest(Box::new(RegisterRequest {
                 token: "tok-a".into(),
                 max_frame_len: 16, // far too small for any config payload
                 ..Default::default()
-            }),
+            })),
         );
         let Some(Msg::RegisterResponse(response)) = node.recv().and_then(|e| e.msg) else {
             panic!("no response")
@@ -458,7 +458,7 @@ fn hostile_input_is_closed_and_leaves_no_state() {
 
         // A valid frame of the wrong type before Register.
         let mut node = FakeNode::connect(&edge);
-        node.send(5, Msg::RunEvent(RunEvent::default()));
+        node.send(5, Msg::RunEvent(Box::default()));
         assert!(node.recv_until_closed().is_empty());
 
         // A truncated frame, then the node goes away.

@@ -96,12 +96,12 @@ fn encode(c: &mut Criterion) {
     }
     let event = Envelope {
         stream_id: 77,
-        msg: Some(Msg::RunEvent(RunEvent {
+        msg: Some(Msg::RunEvent(Box::new(RunEvent {
             kind: RunEventKind::Delta as i32,
             seq: 12,
             text: "hello".into(),
             ..Default::default()
-        })),
+        }))),
     };
     group.throughput(Throughput::Elements(1));
     group.bench_function("run_event_delta", |b| {

@@ -98,9 +98,9 @@ pub fn refusal(msg: &Msg) -> Option<Msg> {
         )
     };
     match msg {
-        Msg::RunRequest(_) => Some(Msg::RunEvent(
+        Msg::RunRequest(_) => Some(Msg::RunEvent(Box::new(
             RuntimeEvent::Error(refused()).into_run_event(1),
-        )),
+        ))),
         Msg::ProviderTunnelRequest(_) => Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
             frame: Some(provider_tunnel_frame::Frame::Error(refused())),
         })),
@@ -203,7 +203,6 @@ impl OperatorSignals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::v1::{ProviderTunnelRequest, RunRequest};
 
     #[test]
     fn waits_for_in_flight_until_the_grace_is_spent() {
@@ -225,7 +224,7 @@ mod tests {
 
     #[test]
     fn new_work_is_refused_with_a_typed_terminal() {
-        let Some(Msg::RunEvent(event)) = refusal(&Msg::RunRequest(RunRequest::default())) else {
+        let Some(Msg::RunEvent(event)) = refusal(&Msg::RunRequest(Box::default())) else {
             panic!("a run event");
         };
         assert_eq!(event.seq, 1);
@@ -233,7 +232,7 @@ mod tests {
         assert_eq!(failure.code(), FailureCode::Unsupported);
         assert_eq!(failure.side(), FailureSide::Node);
         let Some(Msg::ProviderTunnelFrame(frame)) =
-            refusal(&Msg::ProviderTunnelRequest(ProviderTunnelRequest::default()))
+            refusal(&Msg::ProviderTunnelRequest(Box::default()))
         else {
             panic!("a tunnel frame");
         };

@@ -207,10 +207,10 @@ fn a_busy_node_that_answers_within_the_wait_is_never_closed() {
         };
         send(
             &mut stream,
-            Msg::RegisterRequest(RegisterRequest {
+            Msg::RegisterRequest(Box::new(RegisterRequest {
                 token: "tok-a".into(),
                 ..Default::default()
-            }),
+            })),
         );
         assert!(
             matches!(recv_within(&mut stream, PATIENCE).expect("an envelope from the edge").msg, Some(Msg::RegisterResponse(r)) if r.accepted)

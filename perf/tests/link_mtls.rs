@@ -228,10 +228,10 @@ fn a_client_without_a_certificate_is_rejected_before_registration() {
         let frame = FrameEncoder::new(1 << 20)
             .encode(&Envelope {
                 stream_id: 0,
-                msg: Some(Msg::RegisterRequest(RegisterRequest {
+                msg: Some(Msg::RegisterRequest(Box::new(RegisterRequest {
                     token: "tok-a".into(),
                     ..RegisterRequest::default()
-                })),
+                }))),
             })
             .unwrap();
         let _ = tls.write_all(&frame);

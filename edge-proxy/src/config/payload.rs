@@ -52,14 +52,16 @@ impl PayloadError {
 pub fn register_response_frame_len(node_id: &str, config: &NodeConfigPayload) -> usize {
     Envelope {
         stream_id: 0,
-        msg: Some(envelope::Msg::RegisterResponse(RegisterResponse {
-            accepted: true,
-            reject_reason: RegisterRejectReason::Unspecified.into(),
-            message: String::new(),
-            node_id: node_id.to_owned(),
-            generation: u64::MAX,
-            config: Some(config.clone()),
-        })),
+        msg: Some(envelope::Msg::RegisterResponse(Box::new(
+            RegisterResponse {
+                accepted: true,
+                reject_reason: RegisterRejectReason::Unspecified.into(),
+                message: String::new(),
+                node_id: node_id.to_owned(),
+                generation: u64::MAX,
+                config: Some(config.clone()),
+            },
+        ))),
     }
     .encoded_len()
 }

@@ -298,7 +298,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             StreamKind::Tunnel,
             Some(Arc::clone(&tunnel_id)),
             window,
-            Msg::ProviderTunnelRequest(request),
+            Msg::ProviderTunnelRequest(Box::new(request)),
         )?;
         Ok(TunnelStream {
             handle,
@@ -351,7 +351,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             StreamKind::Run,
             Some(Arc::clone(&run_id)),
             self.stream_window,
-            Msg::RunRequest(request),
+            Msg::RunRequest(Box::new(request)),
         )?;
         Ok(RunStream {
             handle,
@@ -376,7 +376,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             StreamKind::Command,
             None,
             0,
-            Msg::NodeCommandRequest(request),
+            Msg::NodeCommandRequest(Box::new(request)),
         )?;
         Ok(CommandStream { handle, kind })
     }
@@ -425,7 +425,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             StreamKind::Command,
             None,
             0,
-            Msg::NodeCommandRequest(request),
+            Msg::NodeCommandRequest(Box::new(request)),
         )?;
         Ok(CommandStream {
             handle,
@@ -460,7 +460,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             StreamKind::Cancel,
             None,
             0,
-            Msg::CancelRequest(request),
+            Msg::CancelRequest(Box::new(request)),
         )?;
         Ok(cancel_answer(handle).await)
     }

@@ -166,7 +166,7 @@ impl RunStream {
     /// end or a lost connection becomes the synthesized terminal.
     fn event_of(&mut self, item: Option<StreamItem>) -> Option<RunEvent> {
         let event = match item {
-            Some(StreamItem::Frame(msg)) => match *msg {
+            Some(StreamItem::Frame(msg)) => match msg {
                 Msg::RunEvent(event) => {
                     self.handle.take_credit(proto::run_event_credit(&event));
                     event
@@ -174,13 +174,13 @@ impl RunStream {
                 // The node's answer to our cancel: the terminal follows.
                 _ => return None,
             },
-            other => self.synthesized(other),
+            other => Box::new(self.synthesized(other)),
         };
         self.last_seq = event.seq;
         if is_terminal(&event) {
             self.handle.ended = true;
         }
-        Some(event)
+        Some(*event)
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the
@@ -194,7 +194,7 @@ impl RunStream {
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::CancelRun);
-        self.handle.send(Msg::CancelRequest(request));
+        self.handle.send(Msg::CancelRequest(Box::new(request)));
     }
 
     fn synthesized(&self, item: Option<StreamItem>) -> RunEvent {
@@ -267,16 +267,16 @@ impl CommandStream {
     pub async fn next(&mut self) -> Option<NodeCommandResponse> {
         while !self.handle.ended {
             let response = match self.handle.rx.recv().await {
-                Some(StreamItem::Frame(msg)) => match *msg {
+                Some(StreamItem::Frame(msg)) => match msg {
                     Msg::NodeCommandResponse(response) => response,
                     _ => continue,
                 },
-                other => self.lost(other),
+                other => Box::new(self.lost(other)),
             };
             if response.r#final {
                 self.handle.ended = true;
             }
-            return Some(response);
+            return Some(*response);
         }
         None
     }
@@ -306,7 +306,7 @@ impl CommandStream {
 pub(crate) async fn cancel_answer(mut handle: StreamHandle) -> CancelResponse {
     let answer = loop {
         match handle.rx.recv().await {
-            Some(StreamItem::Frame(msg)) => match *msg {
+            Some(StreamItem::Frame(msg)) => match msg {
                 Msg::CancelResponse(response) => break response,
                 _ => continue,
             },

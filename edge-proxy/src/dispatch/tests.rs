@@ -13,7 +13,7 @@ fn event(seq: u64, kind: RunEventKind, text: &str) -> StreamItem {
         ..RunEvent::default()
     };
     event.set_kind(kind);
-    StreamItem::Frame(Box::new(Msg::RunEvent(event)))
+    StreamItem::Frame(Msg::RunEvent(Box::new(event)))
 }
 
 /// The credit a run stream has granted so far (its window updates).

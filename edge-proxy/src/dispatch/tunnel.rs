@@ -60,7 +60,7 @@ impl TunnelStream {
     /// terminal.
     fn frame_of(&mut self, item: Option<StreamItem>) -> Option<Frame> {
         let frame = match item {
-            Some(StreamItem::Frame(msg)) => match *msg {
+            Some(StreamItem::Frame(msg)) => match msg {
                 Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) }) => frame,
                 _ => return None,
             },
@@ -91,6 +91,6 @@ impl TunnelStream {
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::CancelRun);
-        self.handle.send(Msg::CancelRequest(request));
+        self.handle.send(Msg::CancelRequest(Box::new(request)));
     }
 }

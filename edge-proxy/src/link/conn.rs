@@ -202,7 +202,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             if self.session.borrow().is_ready() {
                 self.send_envelope(&Envelope {
                     stream_id,
-                    msg: Some(Msg::CancelRequest(cancel)),
+                    msg: Some(Msg::CancelRequest(Box::new(cancel))),
                 });
             }
         }
@@ -252,7 +252,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                         run_id,
                         node_id: node_id.to_owned(),
                         generation,
-                        event,
+                        event: *event,
                     });
                 }
             }

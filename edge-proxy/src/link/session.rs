@@ -300,13 +300,13 @@ impl EdgeSession {
                 generation,
                 config,
             }) => {
-                self.send(Msg::RegisterResponse(RegisterResponse {
+                self.send(Msg::RegisterResponse(Box::new(RegisterResponse {
                     accepted: true,
                     node_id: node_id.clone(),
                     generation,
                     config: Some(config),
                     ..Default::default()
-                }));
+                })));
                 self.out
                     .push_back(Output::Event(LifecycleEvent::Registered {
                         node_id: node_id.clone(),
@@ -323,12 +323,12 @@ impl EdgeSession {
                 reason,
                 message,
             }) => {
-                self.send(Msg::RegisterResponse(RegisterResponse {
+                self.send(Msg::RegisterResponse(Box::new(RegisterResponse {
                     accepted: false,
                     reject_reason: reason as i32,
                     message,
                     ..Default::default()
-                }));
+                })));
                 self.out
                     .push_back(Output::Event(LifecycleEvent::Rejected { node_id, reason }));
                 self.close(CloseReason::Rejected, registrar);

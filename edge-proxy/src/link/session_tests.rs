@@ -2,7 +2,7 @@ use framing::link::{CloseReason, HeartbeatConfig};
 use proto::Envelope;
 use proto::v1::{
     HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyRequest, RegisterRejectReason,
-    RegisterRequest, RunEvent, envelope::Msg,
+    RegisterRequest, envelope::Msg,
 };
 
 use super::*;
@@ -50,10 +50,10 @@ fn env(stream_id: u64, msg: Msg) -> Envelope {
 fn register(token: &str) -> Envelope {
     env(
         0,
-        Msg::RegisterRequest(RegisterRequest {
+        Msg::RegisterRequest(Box::new(RegisterRequest {
             token: token.into(),
             ..Default::default()
-        }),
+        })),
     )
 }
 
@@ -191,7 +191,7 @@ fn anything_before_register_is_a_protocol_violation() {
     for msg in [
         Msg::NodeReadyRequest(NodeReadyRequest::default()),
         Msg::HeartbeatPing(HeartbeatPing { seq: 1 }),
-        Msg::RunEvent(RunEvent::default()),
+        Msg::RunEvent(Box::default()),
     ] {
         let mut s = EdgeSession::new(CFG, 0);
         s.handle_envelope(env(0, msg), 0, &conn(&registry));
@@ -298,11 +298,7 @@ fn work_frames_are_delivered_only_when_ready() {
     let mut s = EdgeSession::new(CFG, 0);
     s.handle_envelope(register("tok-a"), 0, &conn(&registry));
     drain(&mut s);
-    s.handle_envelope(
-        env(5, Msg::RunEvent(RunEvent::default())),
-        1,
-        &conn(&registry),
-    );
+    s.handle_envelope(env(5, Msg::RunEvent(Box::default())), 1, &conn(&registry));
     let out = drain(&mut s);
     assert_eq!(
         out.last(),
@@ -315,11 +311,7 @@ fn work_frames_are_delivered_only_when_ready() {
     );
 
     let mut s = ready_session(&registry);
-    s.handle_envelope(
-        env(5, Msg::RunEvent(RunEvent::default())),
-        2,
-        &conn(&registry),
-    );
+    s.handle_envelope(env(5, Msg::RunEvent(Box::default())), 2, &conn(&registry));
     assert!(matches!(drain(&mut s).as_slice(), [Output::Deliver(_)]));
 }
 
@@ -351,7 +343,7 @@ fn a_drain_notice_stops_dispatch_and_keeps_the_connection() {
     assert_eq!(registry.dispatchable("a"), None, "no new work");
     assert_eq!(registry.live_count(), 1, "its streams continue");
     // Frames of open streams are still delivered.
-    let event = env(5, Msg::RunEvent(RunEvent::default()));
+    let event = env(5, Msg::RunEvent(Box::default()));
     s.handle_envelope(event.clone(), 3, &conn(&registry));
     assert_eq!(drain(&mut s), vec![Output::Deliver(event)]);
     // On a work stream it is a protocol violation.

@@ -206,9 +206,9 @@ fn push_payloads(server: &EdgeServer, diff: &ConfigDiff) -> usize {
                             node_id: node_id.clone(),
                             generation,
                             stream_id: 0,
-                            msg: Msg::NodeConfigUpdate(NodeConfigUpdate {
+                            msg: Msg::NodeConfigUpdate(Box::new(NodeConfigUpdate {
                                 config: Some(payload),
-                            }),
+                            })),
                         })
                         .is_ok()
                 });

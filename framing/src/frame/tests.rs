@@ -101,7 +101,7 @@ fn a_request_with_its_body_last_decodes_as_the_whole_request() {
     };
     let whole = Envelope {
         stream_id: 300,
-        msg: Some(Msg::ProviderTunnelRequest(request.clone())),
+        msg: Some(Msg::ProviderTunnelRequest(Box::new(request.clone()))),
     };
     let without_body = ProviderTunnelRequest {
         body: Bytes::new(),
@@ -253,10 +253,10 @@ fn frame_exactly_at_the_limit_is_accepted_one_past_is_not() {
 fn encoder_refuses_oversize_control_frames() {
     let env = Envelope {
         stream_id: 1,
-        msg: Some(Msg::RunEvent(RunEvent {
+        msg: Some(Msg::RunEvent(Box::new(RunEvent {
             text: "x".repeat(200),
             ..Default::default()
-        })),
+        }))),
     };
     assert!(matches!(
         FrameEncoder::new(100).encode(&env),
@@ -340,7 +340,7 @@ fn arb_envelope() -> impl Strategy<Value = Envelope> {
         )
             .prop_map(|(id, text, out, reasoning)| Envelope {
                 stream_id: id,
-                msg: Some(Msg::RunEvent(RunEvent {
+                msg: Some(Msg::RunEvent(Box::new(RunEvent {
                     kind: RunEventKind::Delta as i32,
                     seq: out,
                     text,
@@ -351,7 +351,7 @@ fn arb_envelope() -> impl Strategy<Value = Envelope> {
                         cached_input_tokens: None,
                     }),
                     ..Default::default()
-                })),
+                }))),
             }),
         (any::<u64>(), 100u32..600).prop_map(|(id, code)| Envelope {
             stream_id: id,

@@ -97,7 +97,7 @@ impl NodeSession {
         now: u64,
         lease_public_key: Option<[u8; 32]>,
     ) -> Self {
-        let register = Msg::RegisterRequest(RegisterRequest {
+        let register = Msg::RegisterRequest(Box::new(RegisterRequest {
             token: config.token.clone(),
             node_version: env!("CARGO_PKG_VERSION").into(),
             instance_id: config.instance_id.clone(),
@@ -105,7 +105,7 @@ impl NodeSession {
             lease_public_key: lease_public_key
                 .map(|key| bytes::Bytes::copy_from_slice(&key))
                 .unwrap_or_default(),
-        });
+        }));
         let deadline = now.saturating_add(config.handshake_timeout_ms);
         let mut session = Self {
             config,
@@ -142,7 +142,7 @@ impl NodeSession {
             (State::Registering { .. }, Msg::RegisterResponse(response))
                 if envelope.stream_id == 0 =>
             {
-                self.on_register_response(response.clone(), now);
+                self.on_register_response(*response.clone(), now);
             }
             (State::Registering { .. }, _) => self.close(CloseReason::ProtocolViolation),
             (_, Msg::HeartbeatPing(HeartbeatPing { seq })) => {

@@ -2,7 +2,7 @@ use framing::link::{CloseReason, HeartbeatConfig};
 use proto::Envelope;
 use proto::v1::{
     HeartbeatPing, HeartbeatPong, NodeConfigPayload, NodeReadyResponse, RegisterRejectReason,
-    RegisterResponse, RunRequest, envelope::Msg,
+    RegisterResponse, envelope::Msg,
 };
 
 use super::*;
@@ -31,7 +31,7 @@ fn drain(s: &mut NodeSession) -> Vec<NodeOutput> {
 fn accepted() -> Envelope {
     env(
         0,
-        Msg::RegisterResponse(RegisterResponse {
+        Msg::RegisterResponse(Box::new(RegisterResponse {
             accepted: true,
             node_id: "node-1".into(),
             generation: 4,
@@ -40,7 +40,7 @@ fn accepted() -> Envelope {
                 ..Default::default()
             }),
             ..Default::default()
-        }),
+        })),
     )
 }
 
@@ -106,12 +106,12 @@ fn unknown_token_is_a_permanent_rejection_duplicate_is_not() {
         s.handle_envelope(
             env(
                 0,
-                Msg::RegisterResponse(RegisterResponse {
+                Msg::RegisterResponse(Box::new(RegisterResponse {
                     accepted: false,
                     reject_reason: reason as i32,
                     message: "no".into(),
                     ..Default::default()
-                }),
+                })),
             ),
             1,
         );
@@ -149,14 +149,14 @@ fn work_before_ready_is_a_violation_and_after_is_delivered() {
     let mut s = NodeSession::new(config(), 0);
     s.handle_envelope(accepted(), 1);
     drain(&mut s);
-    s.handle_envelope(env(3, Msg::RunRequest(RunRequest::default())), 2);
+    s.handle_envelope(env(3, Msg::RunRequest(Box::default())), 2);
     assert_eq!(
         drain(&mut s),
         vec![NodeOutput::Close(CloseReason::ProtocolViolation)]
     );
 
     let mut s = ready_session();
-    s.handle_envelope(env(3, Msg::RunRequest(RunRequest::default())), 3);
+    s.handle_envelope(env(3, Msg::RunRequest(Box::default())), 3);
     assert!(matches!(drain(&mut s).as_slice(), [NodeOutput::Deliver(_)]));
 }
 

@@ -85,11 +85,11 @@ impl RunManager {
                 client: manager.client.clone(),
                 limits: CommandLimits::default(),
             };
-            let mut emit = |response| {
+            let mut emit = |response: proto::v1::NodeCommandResponse| {
                 if !manager.closed.get() {
                     manager
                         .outbox
-                        .send_msg(stream_id, Msg::NodeCommandResponse(response));
+                        .send_msg(stream_id, Msg::NodeCommandResponse(Box::new(response)));
                 }
             };
             // F29: a probe's lease opens with exactly a run's rules.

@@ -41,7 +41,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use proto::Envelope;
-use proto::v1::{CancelKind, NodeConfigPayload, ProviderTunnelRequest, RunRequest, envelope::Msg};
+use proto::v1::{CancelKind, NodeConfigPayload, envelope::Msg};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::{FrameTx, GenShared, Outbox, RunManager, RunnerConfig};
@@ -354,32 +354,34 @@ impl Router {
     /// Where `envelope` goes.
     pub fn route(&mut self, envelope: &Envelope) -> Route {
         let stream_id = envelope.stream_id;
+        let opened = match &envelope.msg {
+            Some(Msg::RunRequest(request)) => Some(&request.run_id),
+            Some(Msg::ProviderTunnelRequest(request)) => Some(&request.tunnel_id),
+            _ => None,
+        };
+        if let Some(run_id) = opened {
+            let core = match self.owners.get_mut(&stream_id) {
+                Some(owner) => {
+                    owner.pending += 1;
+                    owner.core
+                }
+                None => {
+                    let core = pick_core(&self.load, &mut self.cursor, self.slack);
+                    self.owners.insert(
+                        stream_id,
+                        Owner {
+                            core,
+                            run_id: run_id.clone(),
+                            pending: 1,
+                        },
+                    );
+                    core
+                }
+            };
+            self.load[core] += 1;
+            return Route::Core(core);
+        }
         match &envelope.msg {
-            Some(Msg::RunRequest(RunRequest { run_id, .. }))
-            | Some(Msg::ProviderTunnelRequest(ProviderTunnelRequest {
-                tunnel_id: run_id, ..
-            })) => {
-                let core = match self.owners.get_mut(&stream_id) {
-                    Some(owner) => {
-                        owner.pending += 1;
-                        owner.core
-                    }
-                    None => {
-                        let core = pick_core(&self.load, &mut self.cursor, self.slack);
-                        self.owners.insert(
-                            stream_id,
-                            Owner {
-                                core,
-                                run_id: run_id.clone(),
-                                pending: 1,
-                            },
-                        );
-                        core
-                    }
-                };
-                self.load[core] += 1;
-                Route::Core(core)
-            }
             Some(Msg::CancelRequest(cancel)) if cancel.kind() == CancelKind::CancelRun => {
                 // The Edge cancels on the run's own stream; a cancel on
                 // another stream names the run by id.

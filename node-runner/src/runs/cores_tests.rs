@@ -2,19 +2,17 @@
 //! round-robin, cancels to the owner until it reports the stream done.
 
 use proto::Envelope;
-use proto::v1::{
-    CancelKind, CancelRequest, NodeCommandRequest, RunRequest, WindowUpdate, envelope::Msg,
-};
+use proto::v1::{CancelKind, CancelRequest, RunRequest, WindowUpdate, envelope::Msg};
 
 use super::*;
 
 fn run(stream_id: u64, run_id: &str) -> Envelope {
     Envelope {
         stream_id,
-        msg: Some(Msg::RunRequest(RunRequest {
+        msg: Some(Msg::RunRequest(Box::new(RunRequest {
             run_id: run_id.into(),
             ..RunRequest::default()
-        })),
+        }))),
     }
 }
 
@@ -26,14 +24,14 @@ fn cancel(stream_id: u64, kind: CancelKind, run_id: &str) -> Envelope {
     request.set_kind(kind);
     Envelope {
         stream_id,
-        msg: Some(Msg::CancelRequest(request)),
+        msg: Some(Msg::CancelRequest(Box::new(request))),
     }
 }
 
 fn command(stream_id: u64) -> Envelope {
     Envelope {
         stream_id,
-        msg: Some(Msg::NodeCommandRequest(NodeCommandRequest::default())),
+        msg: Some(Msg::NodeCommandRequest(Box::default())),
     }
 }
 

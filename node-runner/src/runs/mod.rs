@@ -313,10 +313,10 @@ impl RunManager {
         }
         let stream_id = envelope.stream_id;
         match envelope.msg {
-            Some(Msg::RunRequest(request)) => self.start_run(stream_id, request),
+            Some(Msg::RunRequest(request)) => self.start_run(stream_id, *request),
             Some(Msg::CancelRequest(request)) => match request.kind() {
                 CancelKind::CancelRun => self.cancel_run(stream_id, &request),
-                CancelKind::TerminateSession => self.terminate(stream_id, request),
+                CancelKind::TerminateSession => self.terminate(stream_id, *request),
                 CancelKind::Unspecified => self.answer_cancel(
                     stream_id,
                     CancelKind::Unspecified,
@@ -324,8 +324,8 @@ impl RunManager {
                     "cancel kind not set".into(),
                 ),
             },
-            Some(Msg::NodeCommandRequest(request)) => self.command(stream_id, request),
-            Some(Msg::ProviderTunnelRequest(request)) => self.start_tunnel(stream_id, request),
+            Some(Msg::NodeCommandRequest(request)) => self.command(stream_id, *request),
+            Some(Msg::ProviderTunnelRequest(request)) => self.start_tunnel(stream_id, *request),
             Some(Msg::WindowUpdate(update)) => self.grant(stream_id, update.increment),
             _ => tracing::debug!(stream_id, "unexpected work frame ignored"),
         }

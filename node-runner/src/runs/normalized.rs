@@ -47,7 +47,8 @@ impl RunManager {
                     },
                 );
                 let event = RuntimeEvent::Error(refusal).into_run_event(1);
-                self.outbox.send_msg(stream_id, Msg::RunEvent(event));
+                self.outbox
+                    .send_msg(stream_id, Msg::RunEvent(Box::new(event)));
                 let _ = self.done.send(stream_id);
                 return;
             }
@@ -119,7 +120,9 @@ impl RunManager {
             Some(credit),
             move |event| {
                 if !emitter.closed.get() {
-                    emitter.outbox.send_msg(stream_id, Msg::RunEvent(event));
+                    emitter
+                        .outbox
+                        .send_msg(stream_id, Msg::RunEvent(Box::new(event)));
                 }
             },
         ));

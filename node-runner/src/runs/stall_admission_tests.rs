@@ -60,13 +60,13 @@ fn manager(h: &Harness, base_url: String) -> (Rc<RunManager>, UnboundedReceiver<
 fn run(stall_ms: u64) -> Envelope {
     Envelope {
         stream_id: 1,
-        msg: Some(Msg::RunRequest(RunRequest {
+        msg: Some(Msg::RunRequest(Box::new(RunRequest {
             run_id: "r".into(),
             adapter: "chat".into(),
             target: "m".into(),
             response_stall_timeout_ms: stall_ms,
             ..RunRequest::default()
-        })),
+        }))),
     }
 }
 
@@ -80,7 +80,7 @@ fn events(rx: &mut UnboundedReceiver<Outgoing>) -> Vec<RunEvent> {
             ..
         })) = decoder.decode(&mut buf)
         {
-            out.push(event);
+            out.push(*event);
         }
     }
     out

@@ -462,13 +462,13 @@ async fn handshake(
     buf: &mut BytesMut,
 ) -> Handshake {
     let shared = &ctx.shared;
-    let register = Msg::RegisterRequest(RegisterRequest {
+    let register = Msg::RegisterRequest(Box::new(RegisterRequest {
         token: node_name(index),
         node_version: concat!("iop-link-load/", env!("CARGO_PKG_VERSION")).to_owned(),
         instance_id: format!("link-load-{index}"),
         max_frame_len: shared.config.max_frame_len,
         ..RegisterRequest::default()
-    });
+    }));
     if let Err(error) = send(ctx, stream, register).await {
         return Handshake::Failed(format!("register: {error}"));
     }
