@@ -169,18 +169,18 @@ impl RunStream {
             Some(StreamItem::Frame(msg)) => match msg {
                 Msg::RunEvent(event) => {
                     self.handle.take_credit(proto::run_event_credit(&event));
-                    event
+                    *event
                 }
                 // The node's answer to our cancel: the terminal follows.
                 _ => return None,
             },
-            other => Box::new(self.synthesized(other)),
+            other => self.synthesized(other),
         };
         self.last_seq = event.seq;
         if is_terminal(&event) {
             self.handle.ended = true;
         }
-        Some(*event)
+        Some(event)
     }
 
     /// Asks the node to cancel the run (F12). The stream then ends with the
@@ -268,15 +268,15 @@ impl CommandStream {
         while !self.handle.ended {
             let response = match self.handle.rx.recv().await {
                 Some(StreamItem::Frame(msg)) => match msg {
-                    Msg::NodeCommandResponse(response) => response,
+                    Msg::NodeCommandResponse(response) => *response,
                     _ => continue,
                 },
-                other => Box::new(self.lost(other)),
+                other => self.lost(other),
             };
             if response.r#final {
                 self.handle.ended = true;
             }
-            return Some(*response);
+            return Some(response);
         }
         None
     }

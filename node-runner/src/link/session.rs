@@ -142,7 +142,7 @@ impl NodeSession {
             (State::Registering { .. }, Msg::RegisterResponse(response))
                 if envelope.stream_id == 0 =>
             {
-                self.on_register_response(*response.clone(), now);
+                self.on_register_response(response.as_ref().clone(), now);
             }
             (State::Registering { .. }, _) => self.close(CloseReason::ProtocolViolation),
             (_, Msg::HeartbeatPing(HeartbeatPing { seq })) => {
