@@ -4,9 +4,7 @@
 //! client whole — the Edge's grants and the Node's resume points never
 //! leave a stream waiting (docs/wire.md, "Flow control").
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
 mod support;
 use support::stack::*;
@@ -60,33 +58,6 @@ model_groups:
     )
 }
 
-/// Streams a chat of `model` and returns the raw response (the Edge closes
-/// after it); a stream left waiting fails the read's timeout.
-fn stream(addr: SocketAddr, model: &str) -> String {
-    let body = format!(
-        r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
-    );
-    let mut socket = TcpStream::connect(addr).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        socket,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    socket.read_to_end(&mut out).unwrap_or_else(|e| {
-        panic!(
-            "{model}: the stream stopped ({e}) after {} bytes",
-            out.len()
-        )
-    });
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[test]
 fn long_streams_cross_the_smallest_window_whole_on_both_paths() {
     for driver in drivers() {
@@ -94,7 +65,12 @@ fn long_streams_cross_the_smallest_window_whole_on_both_paths() {
         stack.start_node();
         let ingress = stack.edge.ingress_addr;
         for (model, tokens) in [("tunnel", TOKENS), ("run", TOKENS), ("run-big", BIG_TOKENS)] {
-            let response = stream(ingress, model);
+            let response = post_chat(
+                ingress,
+                &format!(
+                    r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+                ),
+            );
             assert!(
                 response.starts_with("HTTP/1.1 200"),
                 "{model} ({driver:?}): {}",

@@ -292,12 +292,10 @@ impl<D: NodeDirectory> Dispatcher<D> {
         if request.initial_window == 0 {
             request.initial_window = self.stream_window;
         }
-        let window = request.initial_window;
         let handle = self.open(
             target,
             StreamKind::Tunnel,
             Some(Arc::clone(&tunnel_id)),
-            window,
             Msg::ProviderTunnelRequest(Box::new(request)),
         )?;
         Ok(TunnelStream {
@@ -350,7 +348,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Run,
             Some(Arc::clone(&run_id)),
-            self.stream_window,
             Msg::RunRequest(Box::new(request)),
         )?;
         Ok(RunStream {
@@ -375,7 +372,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Command,
             None,
-            0,
             Msg::NodeCommandRequest(Box::new(request)),
         )?;
         Ok(CommandStream { handle, kind })
@@ -424,7 +420,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
             node,
             StreamKind::Command,
             None,
-            0,
             Msg::NodeCommandRequest(Box::new(request)),
         )?;
         Ok(CommandStream {
@@ -459,7 +454,6 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target_node,
             StreamKind::Cancel,
             None,
-            0,
             Msg::CancelRequest(Box::new(request)),
         )?;
         Ok(cancel_answer(handle).await)
@@ -499,15 +493,20 @@ impl<D: NodeDirectory> Dispatcher<D> {
     /// at once, with the stream's id chosen here. Should the connection no
     /// longer be current when the open reaches its core, the stream's first
     /// item is [`StreamItem::NotSent`](crate::link::streams::StreamItem).
-    /// `window` is the stream's credit window (0 for a stream without one).
+    /// A run's or a tunnel's grants are sized to the window its request
+    /// names (other streams have none).
     fn open(
         &self,
         target: Target,
         kind: StreamKind,
         run_id: Option<Arc<str>>,
-        window: u32,
         msg: Msg,
     ) -> Result<StreamHandle, SubmitError> {
+        let window = match &msg {
+            Msg::RunRequest(request) => request.initial_window,
+            Msg::ProviderTunnelRequest(request) => request.initial_window,
+            _ => 0,
+        };
         let inbox = self
             .inboxes
             .get(target.core)

@@ -186,7 +186,6 @@ struct Plan {
     streams: u64,
     /// Index into [`BACKGROUND`].
     pacing: usize,
-    delay_us: u64,
     planned: f64,
 }
 
@@ -199,13 +198,20 @@ impl Plan {
         } else {
             pick_background(target)
         };
-        let delay_us = BACKGROUND[pacing].0;
         Self {
             streams,
             pacing,
-            delay_us,
-            planned: streams as f64 * 1e6 / delay_us as f64,
+            planned: streams as f64 * 1e6 / BACKGROUND[pacing].0 as f64,
         }
+    }
+
+    /// What the plan runs, for the report (`share`: its fraction of what).
+    fn describe(&self, share: &str) -> String {
+        format!(
+            "  background: {} stream(s) × 1 event / {} µs through the tunnel = {:.0} events/s \
+             planned ({share})",
+            self.streams, BACKGROUND[self.pacing].0, self.planned
+        )
     }
 }
 
@@ -381,13 +387,7 @@ fn load_average() -> String {
 pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], sizes: LoadSizes) {
     let driver = stack.driver.as_str();
     let peak = peak(stack, unpaced, sizes.peak_rounds);
-    let Plan {
-        streams,
-        pacing,
-        delay_us,
-        planned,
-    } = Plan::near(peak * sizes.fraction, sizes.quick);
-    let background = &load[1 + pacing];
+    let half_peak = Plan::near(peak * sizes.fraction, sizes.quick);
     let probe_scenario = &load[0];
     println!(
         "s2-load/{driver}: one-way latency of stamped ~128 B events (client read − mock send, \
@@ -398,10 +398,11 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
         sizes.peak_rounds
     );
     println!(
-        "  background: {streams} stream(s) × 1 event / {delay_us} µs through the tunnel = {:.0} \
-         events/s planned ({:.2}× peak; 1 ms bursts)",
-        planned,
-        planned / peak
+        "{}",
+        half_peak.describe(&format!(
+            "{:.2}× peak; 1 ms bursts",
+            half_peak.planned / peak
+        ))
     );
     let capacity = paced_capacity(stack, &load[1], sizes.capacity_window);
     println!(
@@ -448,27 +449,22 @@ pub(crate) fn load_report(stack: &Stack, unpaced: &Scenario, load: &[Scenario], 
     );
     let settle = Duration::from_millis(if sizes.quick { 10 } else { 200 });
     run("no load", None, 0.0);
-    let bg = Background::start(stack, background, streams);
-    // Let the background streams get going before the probe starts.
-    std::thread::sleep(settle);
-    run("half load", Some(&bg), planned);
-    bg.stop();
-
-    let Plan {
-        streams,
-        pacing,
-        delay_us,
-        planned,
-    } = Plan::near(capacity * sizes.fraction, sizes.quick);
+    let mut under = |label: &str, plan: &Plan| {
+        let bg = Background::start(stack, &load[1 + plan.pacing], plan.streams);
+        // Let the background streams get going before the probe starts.
+        std::thread::sleep(settle);
+        run(label, Some(&bg), plan.planned);
+        bg.stop();
+    };
+    under("half load", &half_peak);
+    let half_paced = Plan::near(capacity * sizes.fraction, sizes.quick);
     println!(
-        "  background: {streams} stream(s) × 1 event / {delay_us} µs through the tunnel = {:.0} \
-         events/s planned ({:.2}× paced capacity, {:.2}× peak)",
-        planned,
-        planned / capacity.max(1.0),
-        planned / peak
+        "{}",
+        half_paced.describe(&format!(
+            "{:.2}× paced capacity, {:.2}× peak",
+            half_paced.planned / capacity.max(1.0),
+            half_paced.planned / peak
+        ))
     );
-    let bg = Background::start(stack, &load[1 + pacing], streams);
-    std::thread::sleep(settle);
-    run("half paced", Some(&bg), planned);
-    bg.stop();
+    under("half paced", &half_paced);
 }
