@@ -26,8 +26,18 @@ pub const MIN_MAX_FRAME_LEN: u64 = 1024;
 /// Largest `link.max_frame_len` (64 MiB).
 pub const MAX_MAX_FRAME_LEN: u64 = 64 * 1024 * 1024;
 
-/// Default per-stream credit (256 KiB), the wire's meaning of 0.
-pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
+/// Default per-stream credit (1 MiB). The Edge always names it (in the
+/// node's config payload and in every request), so the wire's meaning of 0
+/// (256 KiB, `node_runner::tunnel::DEFAULT_INITIAL_WINDOW`) does not apply.
+///
+/// A stream moves at most a window per round trip from its Node through
+/// the Edge to its client and back as a grant, and on a busy box that round
+/// trip waits for the other processes. At 256 KiB, four k6 clients reading
+/// 16 MiB streams on the 2-core box got 411–475 MiB/s with 15 % of the
+/// cores idle; at 1 MiB 447–498 MiB/s, 12 % idle; the in-process S1 bench
+/// went from 409–555 to 633–844 MiB/s (issue 8). The price: a stream whose
+/// client reads slowly holds up to its window on the Edge.
+pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 1024 * 1024;
 /// Smallest `link.initial_stream_window` (1 KiB).
 pub const MIN_INITIAL_STREAM_WINDOW: u64 = 1024;
 /// Largest `link.initial_stream_window` (64 MiB).
