@@ -69,7 +69,7 @@ fn every_field_is_mapped() {
             },
         ],
         max_frame_len: 4 * 1024 * 1024,
-        initial_stream_window: 1024 * 1024,
+        initial_stream_window: 256 * 1024,
         max_body_chunk: 64 * 1024,
         // F29: set at registration by the lease authority, not here.
         lease_verifying_key: Default::default(),

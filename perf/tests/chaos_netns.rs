@@ -364,12 +364,7 @@ fn slow_clients(name: &str, kind: &'static str) {
             .with(r#"headers: {x-mock-tokens: "8192", x-mock-event-bytes: "1024"}"#),
         ProviderSpec::new("small", "small", at).kind(kind),
     ]];
-    // A 256 KiB window, not the 1 MiB default: the bound below then tells
-    // a held window (8 × 256 KiB) from a held answer (8 × 8 MiB) by a wide
-    // margin. With the default, the growth measured Edge 10.2–10.5 MiB and
-    // Node 9.7–17.1 MiB (issue 8, the eighteenth session).
-    let yaml = edge_yaml(&specs) + "link:\n  initial_stream_window: 262144\n";
-    let mut edge = Edge::start(&yaml);
+    let mut edge = Edge::start(&edge_yaml(&specs));
     let node = start_node(&bed, &mut edge, 1);
     let fds_before = own_fds();
     let rss_edge = chaos::rss_kib(std::process::id());

@@ -26,18 +26,18 @@ pub const MIN_MAX_FRAME_LEN: u64 = 1024;
 /// Largest `link.max_frame_len` (64 MiB).
 pub const MAX_MAX_FRAME_LEN: u64 = 64 * 1024 * 1024;
 
-/// Default per-stream credit (1 MiB). The Edge always names it (in the
-/// node's config payload and in every request), so the wire's meaning of 0
-/// (256 KiB, `node_runner::tunnel::DEFAULT_INITIAL_WINDOW`) does not apply.
+/// Default per-stream credit (256 KiB), the wire's meaning of 0.
 ///
-/// A stream moves at most a window per round trip from its Node through
-/// the Edge to its client and back as a grant, and on a busy box that round
-/// trip waits for the other processes. At 256 KiB, four k6 clients reading
-/// 16 MiB streams on the 2-core box got 411–475 MiB/s with 15 % of the
-/// cores idle; at 1 MiB 447–498 MiB/s, 12 % idle; the in-process S1 bench
-/// went from 409–555 to 633–844 MiB/s (issue 8). The price: a stream whose
-/// client reads slowly holds up to its window on the Edge.
-pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 1024 * 1024;
+/// A trade-off, measured on the 2-core box (issue 8). A stream moves at
+/// most a window per round trip (Node → Edge → client → grant), so a
+/// larger window relays a large response faster: at 1 MiB, four k6
+/// clients reading 16 MiB streams got 447–498 against 411–475 MiB/s. But
+/// a link carries its streams' bytes in order, and a stream may have its
+/// whole window queued on it: with the relay saturated by token streams,
+/// another stream's events on the same link waited 42–44 ms at p99 with
+/// 1 MiB windows against 9–13 ms with 256 KiB (`s2-load`, half load).
+/// The default favours the token streams.
+pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// Smallest `link.initial_stream_window` (1 KiB).
 pub const MIN_INITIAL_STREAM_WINDOW: u64 = 1024;
 /// Largest `link.initial_stream_window` (64 MiB).

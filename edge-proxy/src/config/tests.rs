@@ -52,7 +52,7 @@ fn defaults_agree_with_the_wire_and_framing() {
     );
     assert_eq!(MAX_PROVIDER_TIMEOUT_MS, 86_400_000);
     let link = LinkConfig::default();
-    assert_eq!(link.initial_stream_window, 1024 * 1024);
+    assert_eq!(link.initial_stream_window, 256 * 1024);
 }
 
 #[test]

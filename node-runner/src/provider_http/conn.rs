@@ -35,7 +35,7 @@
 //! stream cost a read, a frame and a link write per 16 KiB, and the Node
 //! spent 2.2–2.7 ms of CPU a MiB relayed; at 128 KiB, 1.4–1.6 ms (the
 //! in-process `cpu` bench, issue 8). A busy stream holds at most that much
-//! more than before, within its flow-control window (1 MiB by default).
+//! more than before, within its 256 KiB flow-control window.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
