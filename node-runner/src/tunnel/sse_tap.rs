@@ -213,11 +213,10 @@ impl SseTap {
             let event = &chunk[fed..pos];
             let skip = !self.observer_open
                 && !self.after_cr
-                && std::mem::take(&mut self.data_lines) <= 1
+                && self.data_lines <= 1
                 && !parts_mention_usage(&self.unobserved, event);
             let observed = if skip {
-                self.unobserved.clear();
-                self.unobserved_len = 0;
+                self.let_go_unobserved();
                 None
             } else {
                 let Some(observed) = self.observe_unobserved().and_then(|()| self.observe(event))
@@ -297,6 +296,7 @@ impl SseTap {
     /// provider's bytes too) and ends the observation.
     pub(crate) fn finish(&mut self, out: &mut Vec<Bytes>) {
         self.flush(out);
+        self.let_go_unobserved();
         self.observer.finish();
     }
 
@@ -304,11 +304,19 @@ impl SseTap {
     /// `None` when it failed. Those parts end before any blank line, so
     /// they dispatch nothing.
     fn observe_unobserved(&mut self) -> Option<()> {
+        let parts = std::mem::take(&mut self.unobserved);
+        let shown = parts
+            .iter()
+            .try_for_each(|part| self.observe(part).map(drop));
+        self.unobserved = parts;
+        self.let_go_unobserved();
+        shown
+    }
+
+    /// Lets go of the unobserved parts (keeping the list's allocation).
+    fn let_go_unobserved(&mut self) {
+        self.unobserved.clear();
         self.unobserved_len = 0;
-        for part in std::mem::take(&mut self.unobserved) {
-            self.observe(&part)?;
-        }
-        Some(())
     }
 
     /// Shows `bytes` to the observer; `None` when it failed, else the usage
