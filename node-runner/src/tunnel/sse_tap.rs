@@ -20,8 +20,12 @@
 //! line that began in an earlier chunk counts as a data line, and the key
 //! is looked for across the seams (`usage::parts_mention_usage`, which errs
 //! towards observing). An event the observer must see is then shown to it
-//! whole, its earlier parts first. Waiting slices delay nothing: the
-//! relay's output is the same.
+//! whole, its earlier parts first. Waiting parts delay nothing: the
+//! relay's output is the same. A waiting slice keeps its chunk's receive
+//! buffer referenced, so the client's next read would go to a fresh
+//! buffer (see below); a part that is a small share of its chunk (at most
+//! a quarter) is copied aside instead, into a buffer of the tap's own that
+//! is reused, and the receive buffer is reused too.
 //!
 //! # Stripping
 //! With `strip`, an event whose data is a JSON object with a `usage` object
@@ -51,7 +55,7 @@
 
 use std::sync::LazyLock;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use memchr::memmem::Finder;
 use proto::v1::Usage;
@@ -67,6 +71,10 @@ pub const OBSERVER_LIMIT: usize = 1024 * 1024;
 /// Most bytes of an unfinished event kept unobserved (as slices) until its
 /// end shows whether the observer must parse it; see the module docs.
 pub const MAX_UNOBSERVED_EVENT: usize = 256 * 1024;
+
+/// An unobserved part at most this share of its chunk (1/4) is copied, not
+/// kept as a slice: see the module docs.
+const UNOBSERVED_COPY_SHARE: usize = 4;
 
 /// What the tap reports besides the bytes to relay.
 #[derive(Debug, Default)]
@@ -103,6 +111,9 @@ pub(crate) struct SseTap {
     /// of earlier chunks), while it may still skip the observer.
     unobserved: Vec<Bytes>,
     unobserved_len: usize,
+    /// Where small unobserved parts are copied (reused once they are let
+    /// go of).
+    copied: BytesMut,
     /// Data lines of the unfinished event so far (a line that began in an
     /// earlier chunk counts as one: it may be).
     data_lines: usize,
@@ -131,6 +142,7 @@ impl SseTap {
             observer_open: false,
             unobserved: Vec::new(),
             unobserved_len: 0,
+            copied: BytesMut::new(),
             data_lines: 0,
             failed: false,
             last: None,
@@ -257,7 +269,13 @@ impl SseTap {
             && self.data_lines <= 1
             && self.unobserved_len + rest <= MAX_UNOBSERVED_EVENT
         {
-            self.unobserved.push(chunk.slice(fed..));
+            let part = if rest <= len / UNOBSERVED_COPY_SHARE {
+                self.copied.extend_from_slice(&chunk[fed..]);
+                self.copied.split().freeze()
+            } else {
+                chunk.slice(fed..)
+            };
+            self.unobserved.push(part);
             self.unobserved_len += rest;
         } else {
             if self

@@ -175,6 +175,24 @@ fn an_event_without_usage_that_spans_chunks_is_not_parsed() {
 }
 
 #[test]
+fn a_small_unobserved_part_does_not_pin_its_chunk() {
+    // The next event's first bytes end the chunk: a small share of it, so
+    // they are copied aside and the chunk (the client's receive buffer)
+    // is free again once its relayed slices are.
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"t\"}}]}\n\n".repeat(8);
+    let chunk = Bytes::from(format!("{token}data: {{\"cho"));
+    let mut tap = SseTap::new(false);
+    let mut out = Vec::new();
+    let mut seen = Seen::default();
+    tap.feed(chunk.clone(), &mut out, &mut seen);
+    drop(out);
+    assert!(chunk.is_unique(), "the tap holds no slice of the chunk");
+    let mut out = Vec::new();
+    tap.feed(Bytes::from_static(b"ices\":[]}\n\n"), &mut out, &mut seen);
+    assert_eq!(tap.observer_buffered(), 0);
+}
+
+#[test]
 fn an_unobserved_event_is_shown_to_the_observer_past_its_bound() {
     // Longer than the tap keeps unobserved: the observer gets it, and a
     // usage event at its end is still found.
