@@ -32,11 +32,11 @@ pub const MAX_MAX_FRAME_LEN: u64 = 64 * 1024 * 1024;
 /// most a window per round trip (Node → Edge → client → grant), so a
 /// larger window relays a large response faster: at 1 MiB, four k6
 /// clients reading 16 MiB streams got 447–498 against 411–475 MiB/s. But
-/// a link carries its streams' bytes in order, and a stream may have its
-/// whole window queued on it: with the relay saturated by token streams,
-/// another stream's events on the same link waited 42–44 ms at p99 with
-/// 1 MiB windows against 9–13 ms with 256 KiB (`s2-load`, half load).
-/// The default favours the token streams.
+/// a stream then has up to its window in flight ahead of its client, and
+/// with the relay saturated by token streams another stream's events on
+/// the same link waited 42–44 ms at p99 with 1 MiB windows against
+/// 9–13 ms with 256 KiB (`s2-load`, half load). The default favours the
+/// token streams.
 pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// Smallest `link.initial_stream_window` (1 KiB).
 pub const MIN_INITIAL_STREAM_WINDOW: u64 = 1024;
