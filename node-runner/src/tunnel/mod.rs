@@ -108,7 +108,7 @@ use proto::v1::{
 
 pub use credit::{Credit, RESUME_AT_MOST};
 pub use request::{DEFAULT_STALL_TIMEOUT_MS, MAX_STALL_TIMEOUT_MS};
-pub use sse_tap::{MAX_HELD_EVENT, MAX_UNOBSERVED_EVENT, OBSERVER_LIMIT};
+pub use sse_tap::{MAX_HELD_EVENT, OBSERVER_LIMIT};
 pub use usage::MAX_JSON_USAGE_BODY;
 
 use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};

@@ -4,28 +4,15 @@
 //!
 //! A small boundary scanner here looks at every byte of the provider's
 //! stream and finds where each event ends (the blank line that dispatches
-//! it). An event that has at most one data line and does not show a
-//! non-null `"usage":` in its bytes is not shown to the observer at all:
-//! its data (that line's value) could not report usage either
+//! it). An event that lies whole in one chunk, has one data line, and does
+//! not show a non-null `"usage":` in its bytes is not shown to the observer
+//! at all: its data (that line's value) could not report usage either
 //! (`usage::observe` reads only events that do), and the observer's parse
 //! (its own scan, and a copy of the event's data) was most of what the tap
-//! cost a token stream, and ~10 % of the Node's CPU on 64 KiB events. Every
-//! other event is fed to framing's [`SseObserver`] (data lines, comments,
-//! CR/LF rules), one event at a time, so when the observer dispatches an
-//! event, its byte range in the stream is known.
-//!
-//! An event that spans chunks is judged at its end, by all its parts: they
-//! wait unobserved as slices (refcounts, never copies; at most
-//! [`MAX_UNOBSERVED_EVENT`] bytes, past which the observer gets them), a
-//! line that began in an earlier chunk counts as a data line, and the key
-//! is looked for across the seams (`usage::parts_mention_usage`, which errs
-//! towards observing). An event the observer must see is then shown to it
-//! whole, its earlier parts first. Waiting parts delay nothing: the
-//! relay's output is the same. A waiting slice keeps its chunk's receive
-//! buffer referenced, so the client's next read would go to a fresh
-//! buffer (see below); a part that is a small share of its chunk (at most
-//! a quarter) is copied aside instead, into a buffer of the tap's own that
-//! is reused, and the receive buffer is reused too.
+//! cost a token stream. Every other event is fed to framing's
+//! [`SseObserver`] (data lines, comments, CR/LF rules), one event at a
+//! time, so when the observer dispatches an event, its byte range in the
+//! stream is known.
 //!
 //! # Stripping
 //! With `strip`, an event whose data is a JSON object with a `usage` object
@@ -55,26 +42,18 @@
 
 use std::sync::LazyLock;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use memchr::memmem::Finder;
 use proto::v1::Usage;
 
-use super::usage::{Observed, observe, parts_mention_usage, values_of};
+use super::usage::{Observed, mentions_usage, observe, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
 pub const MAX_HELD_EVENT: usize = 64 * 1024;
 
 /// The observer's line and data limits, per tunnel.
 pub const OBSERVER_LIMIT: usize = 1024 * 1024;
-
-/// Most bytes of an unfinished event kept unobserved (as slices) until its
-/// end shows whether the observer must parse it; see the module docs.
-pub const MAX_UNOBSERVED_EVENT: usize = 256 * 1024;
-
-/// An unobserved part at most this share of its chunk (1/4) is copied, not
-/// kept as a slice: see the module docs.
-const UNOBSERVED_COPY_SHARE: usize = 4;
 
 /// What the tap reports besides the bytes to relay.
 #[derive(Debug, Default)]
@@ -107,16 +86,6 @@ pub(crate) struct SseTap {
     /// The observer holds part of an event (or a CR whose LF may follow):
     /// the next bytes must be shown to it.
     observer_open: bool,
-    /// The unfinished event's parts not shown to the observer yet (slices
-    /// of earlier chunks), while it may still skip the observer.
-    unobserved: Vec<Bytes>,
-    unobserved_len: usize,
-    /// Where small unobserved parts are copied (reused once they are let
-    /// go of).
-    copied: BytesMut,
-    /// Data lines of the unfinished event so far (a line that began in an
-    /// earlier chunk counts as one: it may be).
-    data_lines: usize,
     /// The observer failed: relay everything unchanged from now on.
     failed: bool,
     /// The last usage any event reported.
@@ -140,10 +109,6 @@ impl SseTap {
             passthrough: false,
             event_open: false,
             observer_open: false,
-            unobserved: Vec::new(),
-            unobserved_len: 0,
-            copied: BytesMut::new(),
-            data_lines: 0,
             failed: false,
             last: None,
         }
@@ -158,12 +123,6 @@ impl SseTap {
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.held_len
-    }
-
-    /// Bytes the observer has copied aside.
-    #[cfg(test)]
-    pub(crate) fn observer_buffered(&self) -> usize {
-        self.observer.buffered()
     }
 
     /// Takes the next chunk of the stream: pushes what to relay now onto
@@ -194,8 +153,9 @@ impl SseTap {
         // Where the unfinished event starts in this chunk; `None` when it
         // began in an earlier one.
         let mut event_start = (!self.event_open).then_some(pos);
-        // The first line ending here began in an earlier chunk.
-        let mut line_began_earlier = !self.line_empty;
+        // Data lines of the event being scanned (counted only for an event
+        // that lies whole in this chunk).
+        let mut data_lines = 0;
         while pos < len {
             let line_start = pos;
             let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) else {
@@ -214,30 +174,23 @@ impl SseTap {
                     pos += 1;
                 }
             }
-            let began_earlier = std::mem::take(&mut line_began_earlier);
             if !std::mem::replace(&mut self.line_empty, true) {
-                self.data_lines +=
-                    usize::from(began_earlier || chunk[line_start..at].starts_with(b"data"));
+                data_lines += usize::from(chunk[line_start..at].starts_with(b"data"));
                 continue;
             }
-            // A blank line: an event ends at `pos`. One that cannot carry
-            // usage skips the observer (its unobserved parts are let go of).
+            // A blank line: an event ends at `pos`. One that lies whole in
+            // this chunk and cannot carry usage skips the observer.
             let event = &chunk[fed..pos];
-            let skip = !self.observer_open
-                && !self.after_cr
-                && self.data_lines <= 1
-                && !parts_mention_usage(&self.unobserved, event);
-            let observed = if skip {
-                self.let_go_unobserved();
+            let whole = !self.observer_open && !self.after_cr && data_lines <= 1;
+            data_lines = 0;
+            let observed = if whole && !mentions_usage(event) {
                 None
             } else {
-                let Some(observed) = self.observe_unobserved().and_then(|()| self.observe(event))
-                else {
+                let Some(observed) = self.observe(event) else {
                     return self.give_up(chunk, emit_from, out);
                 };
                 observed
             };
-            self.data_lines = 0;
             self.observer_open = false;
             fed = pos;
             let usage_only = observed.as_ref().is_some_and(|o| o.usage_only);
@@ -261,32 +214,10 @@ impl SseTap {
             self.passthrough = false;
             event_start = Some(pos);
         }
-        // The unfinished event's part in this chunk: kept unobserved while
-        // it may still skip the observer, else shown to it.
-        let rest = len - fed;
-        if !self.observer_open
-            && rest > 0
-            && self.data_lines <= 1
-            && self.unobserved_len + rest <= MAX_UNOBSERVED_EVENT
-        {
-            let part = if rest <= len / UNOBSERVED_COPY_SHARE {
-                self.copied.extend_from_slice(&chunk[fed..]);
-                self.copied.split().freeze()
-            } else {
-                chunk.slice(fed..)
-            };
-            self.unobserved.push(part);
-            self.unobserved_len += rest;
-        } else {
-            if self
-                .observe_unobserved()
-                .and_then(|()| self.observe(&chunk[fed..]))
-                .is_none()
-            {
-                return self.give_up(chunk, emit_from, out);
-            }
-            self.observer_open |= rest > 0 || self.after_cr;
+        if self.observe(&chunk[fed..]).is_none() {
+            return self.give_up(chunk, emit_from, out);
         }
+        self.observer_open |= fed < len || self.after_cr;
         // The tail: the unfinished event's bytes in this chunk (from
         // `emit_from` when it began in an earlier chunk).
         let tail_start = event_start.unwrap_or(emit_from);
@@ -314,27 +245,7 @@ impl SseTap {
     /// provider's bytes too) and ends the observation.
     pub(crate) fn finish(&mut self, out: &mut Vec<Bytes>) {
         self.flush(out);
-        self.let_go_unobserved();
         self.observer.finish();
-    }
-
-    /// Shows the observer the unobserved parts of the unfinished event;
-    /// `None` when it failed. Those parts end before any blank line, so
-    /// they dispatch nothing.
-    fn observe_unobserved(&mut self) -> Option<()> {
-        let parts = std::mem::take(&mut self.unobserved);
-        let shown = parts
-            .iter()
-            .try_for_each(|part| self.observe(part).map(drop));
-        self.unobserved = parts;
-        self.let_go_unobserved();
-        shown
-    }
-
-    /// Lets go of the unobserved parts (keeping the list's allocation).
-    fn let_go_unobserved(&mut self) {
-        self.unobserved.clear();
-        self.unobserved_len = 0;
     }
 
     /// Shows `bytes` to the observer; `None` when it failed, else the usage

@@ -186,68 +186,11 @@ impl<'de> Visitor<'de> for CountVisitor {
     }
 }
 
-/// The usage key, quoted.
-const USAGE_KEY_BYTES: &[u8] = b"\"usage\"";
-static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(USAGE_KEY_BYTES));
-/// The most bytes of the key one side of a seam can hold.
-const KEY_PART: usize = USAGE_KEY_BYTES.len() - 1;
-
 /// Whether `json` contains `"usage"` followed (after optional whitespace) by
 /// `:` and something other than `null`.
 pub(super) fn mentions_usage(json: &[u8]) -> bool {
-    values_of(json, &USAGE_KEY).any(|value| !value.starts_with(b"null"))
-}
-
-/// [`mentions_usage`] for an event that arrived in parts (slices of
-/// successive reads: `earlier`, then `last`), without joining them. A part
-/// that ends after the key but before its value shows (the value is in the
-/// next part) counts, and so does a key that straddles a seam: it may say
-/// yes where the joined bytes would say no, never the reverse.
-pub(super) fn parts_mention_usage(earlier: &[Bytes], last: &[u8]) -> bool {
-    if earlier.is_empty() {
-        return mentions_usage(last);
-    }
-    // The last bytes of the parts so far (at most `KEY_PART`).
-    let mut tail = [0u8; KEY_PART];
-    let mut tail_len = 0;
-    for part in earlier.iter().map(|p| &p[..]).chain([last]) {
-        if part_mentions_usage(part) {
-            return true;
-        }
-        // A key straddling the seam lies in the tail and the part's start.
-        let head = &part[..part.len().min(KEY_PART)];
-        let mut joined = [0u8; 2 * KEY_PART];
-        joined[..tail_len].copy_from_slice(&tail[..tail_len]);
-        joined[tail_len..tail_len + head.len()].copy_from_slice(head);
-        let seam = &joined[..tail_len + head.len()];
-        if USAGE_KEY.find(seam).is_some() {
-            return true;
-        }
-        // The new tail: the part's last bytes, or all of a short part
-        // after the old tail (`seam` holds both then).
-        let last = if part.len() >= KEY_PART { part } else { seam };
-        tail_len = last.len().min(KEY_PART);
-        tail[..tail_len].copy_from_slice(&last[last.len() - tail_len..]);
-    }
-    false
-}
-
-/// [`mentions_usage`] for a part cut off at its end: a key followed only
-/// by whitespace counts too (its colon and value may follow). One pass.
-fn part_mentions_usage(part: &[u8]) -> bool {
-    let mut rest = part;
-    while let Some(at) = USAGE_KEY.find(rest) {
-        rest = rest[at + USAGE_KEY_BYTES.len()..].trim_ascii_start();
-        if rest.is_empty() {
-            return true;
-        }
-        if let Some(value) = rest.strip_prefix(b":")
-            && !value.trim_ascii_start().starts_with(b"null")
-        {
-            return true;
-        }
-    }
-    false
+    static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+    values_of(json, &KEY).any(|value| !value.starts_with(b"null"))
 }
 
 /// The bytes after each `key` (a finder of a quoted member name) that is
@@ -386,67 +329,6 @@ mod tests {
         assert_eq!(o.usage.output_tokens, 4);
         // Not an object at the top: no usage.
         assert_eq!(observe(br#"["usage", {"usage":{}}]"#), None);
-    }
-
-    #[test]
-    fn usage_in_parts_is_found_across_every_seam() {
-        let json = br#"{"choices":[],"usage" :{"prompt_tokens":1}}"#;
-        let null = br#"{"choices":[],"usage" : null,"x":1}"#;
-        // Every split into three parts, each seam at every byte.
-        for a in 0..=json.len() {
-            for b in a..=json.len() {
-                let earlier = [
-                    Bytes::copy_from_slice(&json[..a]),
-                    Bytes::copy_from_slice(&json[a..b]),
-                ];
-                assert!(parts_mention_usage(&earlier, &json[b..]), "{a} {b}");
-            }
-        }
-        let parts = |cuts: &[usize]| -> Vec<Bytes> {
-            let mut from = 0;
-            let mut parts = Vec::new();
-            for &cut in cuts {
-                parts.push(Bytes::copy_from_slice(&null[from..cut]));
-                from = cut;
-            }
-            parts
-        };
-        assert!(!parts_mention_usage(&[], null));
-        assert!(!parts_mention_usage(&parts(&[8]), &null[8..]));
-        assert!(!parts_mention_usage(&parts(&[8, null.len()]), b""));
-        assert!(
-            parts_mention_usage(&parts(&[22]), &null[22..]),
-            "cut at the colon"
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn parts_never_miss_what_the_joined_bytes_show(
-            pieces in proptest::collection::vec(
-                proptest::sample::select(vec![
-                    "\"usage\"", " ", ":", "null", "{", "}", "1", "\"", "u", "sage", "\n",
-                ]),
-                0..24,
-            ),
-            cuts in proptest::collection::vec(0usize..64, 0..6),
-        ) {
-            let joined = pieces.concat().into_bytes();
-            let mut cuts = cuts;
-            cuts.push(joined.len());
-            cuts.sort_unstable();
-            let mut earlier = Vec::new();
-            let mut start = 0;
-            for cut in cuts {
-                let cut = cut.clamp(start, joined.len());
-                earlier.push(Bytes::copy_from_slice(&joined[start..cut]));
-                start = cut;
-            }
-            let last = earlier.pop().unwrap();
-            if mentions_usage(&joined) {
-                proptest::prop_assert!(parts_mention_usage(&earlier, &last));
-            }
-        }
     }
 
     #[test]
