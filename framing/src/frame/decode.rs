@@ -20,7 +20,7 @@ enum State {
 pub struct FrameDecoder {
     max_frame_len: usize,
     state: State,
-    /// Room reserved beyond the rest of a frame (see [`Self::with_read_ahead`]).
+    /// Room reserved beyond the rest of a frame (see [`Self::set_read_ahead`]).
     read_ahead: usize,
 }
 

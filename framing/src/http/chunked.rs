@@ -88,7 +88,7 @@ impl ChunkedEncoder {
         Some(ChunkFrame {
             head,
             body,
-            tail: Bytes::from_static(CRLF),
+            tail: Self::crlf(),
         })
     }
 
