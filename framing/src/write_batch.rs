@@ -6,9 +6,10 @@
 //!   messages, run events, tunnel status/headers/usage/terminals) are copied
 //!   into one buffer, so a burst of them costs one iovec, not one each.
 //! - A tunnel body frame ([`Outgoing::Body`]) puts its head (length prefix and
-//!   protobuf head, a few bytes) into that buffer and its body `Bytes` becomes
-//!   an iovec of its own: the provider's bytes are **never copied** on the
-//!   send side (`tests::body_slices_are_the_callers_bytes` checks pointers).
+//!   protobuf head, a few bytes) into that buffer and each of its body slices
+//!   becomes an iovec of its own: the provider's bytes are **never copied**
+//!   on the send side (`tests::body_slices_are_the_callers_bytes` checks
+//!   pointers).
 //! - A frame longer than [`COPY_MAX`] is also passed as its own slice: copying
 //!   it would cost more than the iovec.
 //!
@@ -66,6 +67,7 @@ use std::io::IoSlice;
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::frame::{BodyFrame, MAX_BODY_PARTS};
 use crate::link::Outgoing;
 
 /// Frames up to this many bytes are copied into the batch buffer; longer ones
@@ -119,9 +121,12 @@ impl WriteBatch {
             Outgoing::Body(frame) => {
                 self.len += frame.len();
                 self.buf.extend_from_slice(&frame.head);
-                if !frame.body.is_empty() {
-                    self.seal();
-                    self.slices.push(frame.body);
+                let BodyFrame { body, more, .. } = frame;
+                for part in std::iter::once(body).chain(more) {
+                    if !part.is_empty() {
+                        self.seal();
+                        self.slices.push(part);
+                    }
                 }
             }
             Outgoing::Close => {
@@ -154,9 +159,9 @@ impl WriteBatch {
     /// another body could exceed [`MAX_IOVECS`], or it holds
     /// [`MAX_BATCH_BYTES`].
     pub fn is_full(&self) -> bool {
-        // A command adds at most two slices (sealed buffer + body), and the
-        // open buffer becomes one more at `take`.
-        self.slices.len() + 3 > MAX_IOVECS || self.len >= MAX_BATCH_BYTES
+        // A command adds at most one sealed buffer and `MAX_BODY_PARTS`
+        // body slices, and the open buffer becomes one more at `take`.
+        self.slices.len() + MAX_BODY_PARTS + 2 > MAX_IOVECS || self.len >= MAX_BATCH_BYTES
     }
 
     /// Bytes to write in this batch.
@@ -334,7 +339,7 @@ impl WriteSlices {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{BodyFrame, FrameEncoder};
+    use crate::frame::FrameEncoder;
     use proptest::prelude::*;
 
     fn concat(slices: &[Bytes]) -> Vec<u8> {
@@ -344,9 +349,21 @@ mod tests {
     fn wire(command: &Outgoing) -> Vec<u8> {
         match command {
             Outgoing::Frame(f) => f.to_vec(),
-            Outgoing::Body(b) => [&b.head[..], &b.body[..]].concat(),
+            Outgoing::Body(b) => {
+                let mut wire = b.head.to_vec();
+                b.parts().for_each(|p| wire.extend_from_slice(p));
+                wire
+            }
             Outgoing::Close => Vec::new(),
         }
+    }
+
+    fn parts_frame(stream: u64, parts: &[Vec<u8>]) -> BodyFrame {
+        let mut parts = parts.iter().map(|p| Bytes::copy_from_slice(p));
+        let body = parts.next().unwrap_or_default();
+        FrameEncoder::default()
+            .encode_tunnel_body_parts(stream, body, parts.collect())
+            .unwrap()
     }
 
     fn body_frame(stream: u64, body: &[u8]) -> BodyFrame {
@@ -373,6 +390,47 @@ mod tests {
             let slice = &slices.slices()[2 * i + 1];
             assert_eq!(slice.as_ptr_range(), body.as_ptr_range(), "body {i} copied");
         }
+    }
+
+    #[test]
+    fn a_body_of_several_slices_is_one_frame_of_uncopied_slices() {
+        let parts: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 50])).collect();
+        let mut enc = FrameEncoder::default();
+        let frame = enc
+            .encode_tunnel_body_parts(9, parts[0].clone(), parts[1..].to_vec())
+            .unwrap();
+        let one = enc
+            .encode_tunnel_body(9, Bytes::from(parts.concat()))
+            .unwrap();
+        assert_eq!(frame.head, one.head, "the head counts every slice");
+        assert_eq!(frame.len(), one.len());
+        let mut batch = WriteBatch::new();
+        batch.push(Outgoing::Body(frame));
+        let slices = batch.take();
+        // [head] then each slice.
+        assert_eq!(slices.slices().len(), 4);
+        for (slice, part) in slices.slices()[1..].iter().zip(&parts) {
+            assert_eq!(
+                slice.as_ptr_range(),
+                part.as_ptr_range(),
+                "a slice was copied"
+            );
+        }
+        assert_eq!(concat(slices.slices()), concat(&[one.head, one.body]));
+    }
+
+    #[test]
+    fn a_frame_carries_at_most_max_body_parts_slices() {
+        let mut enc = FrameEncoder::default();
+        let part = Bytes::from_static(b"x");
+        let more = vec![part.clone(); MAX_BODY_PARTS - 1];
+        assert!(enc.encode_tunnel_body_parts(1, part.clone(), more).is_ok());
+        let more = vec![part.clone(); MAX_BODY_PARTS];
+        assert!(matches!(
+            enc.encode_tunnel_body_parts(1, part, more),
+            Err(crate::frame::FrameError::TooManyParts { parts, max })
+                if parts == MAX_BODY_PARTS + 1 && max == MAX_BODY_PARTS
+        ));
     }
 
     #[test]
@@ -509,6 +567,14 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..300)
             )
                 .prop_map(|(s, b)| Outgoing::Body(body_frame(s, &b))),
+            (
+                1u64..1 << 40,
+                proptest::collection::vec(
+                    proptest::collection::vec(any::<u8>(), 0..40),
+                    1..=MAX_BODY_PARTS
+                )
+            )
+                .prop_map(|(s, parts)| Outgoing::Body(parts_frame(s, &parts))),
         ]
     }
 
@@ -529,9 +595,10 @@ mod tests {
             let bodies: Vec<Bytes> = commands
                 .iter()
                 .filter_map(|c| match c {
-                    Outgoing::Body(b) if !b.body.is_empty() => Some(b.body.clone()),
+                    Outgoing::Body(b) => Some(b.parts().filter(|p| !p.is_empty()).cloned()),
                     _ => None,
                 })
+                .flatten()
                 .collect();
             let mut queue = commands.into_iter();
             let mut out = Vec::new();

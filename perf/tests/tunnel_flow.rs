@@ -1,14 +1,18 @@
 //! The raw provider tunnel's flow control, stops and zero copy, against the
 //! mock provider under both monoio drivers: a spent window pauses the
 //! provider read, cancel and hard timeout end the tunnel and close the
-//! provider stream, relaying allocates nothing per body byte, and a long
+//! provider stream, relaying allocates nothing per body byte, the chunks of
+//! one provider read go out as one frame of uncopied slices, and a long
 //! tunnel holds no reference to its request once the provider answered.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use bytes::Bytes;
+use framing::frame::MAX_BODY_PARTS;
+use node_runner::provider_http::BaseUrl;
 use node_runner::tunnel::{Credit, TunnelLimits, TunnelOutcome, TunnelTarget, run_tunnel};
 use proto::v1::{AdapterKind, FailureCode, Header, ProviderTunnelRequest};
 
@@ -16,8 +20,8 @@ mod support;
 use support::{each_driver, start};
 mod tunnel_support;
 use tunnel_support::{
-    Recorder, chat_body, client, direct_count, error_code, eventually, spawn_tunnel, target_config,
-    tunnel_request,
+    Item, Recorder, chat_body, client, direct_count, error_code, eventually, spawn_tunnel,
+    target_config, tunnel, tunnel_request,
 };
 
 /// Counts bytes allocated by the current thread (the mock provider runs on
@@ -208,6 +212,73 @@ fn body_bytes_are_not_copied() {
         assert!(
             spent < baseline + body / 16,
             "allocated {spent} bytes for a {body} byte body (plain reads: {baseline})"
+        );
+    });
+}
+
+/// A provider on a thread of its own that answers one request with `body`'s
+/// pieces as HTTP chunks, all in one write.
+fn one_write_provider(pieces: Vec<String>) -> BaseUrl {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The request's head and its short body arrive together or soon.
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the client left before its request");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let mut response = String::from(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+             transfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+        );
+        for piece in &pieces {
+            response.push_str(&format!("{:x}\r\n{piece}\r\n", piece.len()));
+        }
+        response.push_str("0\r\n\r\n");
+        stream.write_all(response.as_bytes()).unwrap();
+        // Keep the socket open until the client has read it all.
+        let _ = stream.read(&mut buf);
+    });
+    BaseUrl::parse(&format!("http://{addr}")).unwrap()
+}
+
+#[test]
+fn the_chunks_of_one_read_go_out_as_one_frame_of_uncopied_slices() {
+    each_driver(|| async {
+        let events = 100;
+        let pieces: Vec<String> = (0..events)
+            .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i}\"}}}}]}}\n\n"))
+            .collect();
+        let config = target_config(&one_write_provider(pieces.clone()), &[]);
+        let (outcome, sink) = tunnel(&config, tunnel_request(chat_body(true, false))).await;
+        assert!(matches!(
+            outcome,
+            TunnelOutcome::Completed { status: 200, .. }
+        ));
+        assert_eq!(
+            sink.body(),
+            pieces.concat().as_bytes(),
+            "every byte, in order"
+        );
+        let frames = sink.body_frames.get();
+        let slices = sink
+            .items
+            .borrow()
+            .iter()
+            .filter(|i| matches!(i, Item::Body(_)))
+            .count();
+        // At least a slice a chunk (the chunk framing is not relayed; a
+        // chunk cut by a read is two), gathered into frames of up to
+        // MAX_BODY_PARTS: the provider wrote ~5 KB at once, which the
+        // client takes in a few reads.
+        assert!(slices >= events, "{slices} slices for {events} chunks");
+        assert!(
+            frames >= events.div_ceil(MAX_BODY_PARTS) && frames <= events / 4,
+            "{frames} frames for {events} chunks"
         );
     });
 }

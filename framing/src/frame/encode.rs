@@ -1,6 +1,6 @@
 //! Frame encoding: whole envelopes, and tunnel body frames as head + body.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut, buf::Chain};
+use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use proto::v1::ProviderTunnelFrame;
@@ -15,22 +15,35 @@ use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_fram
 /// when the last head cut from them is dropped.
 const SCRATCH_BLOCK: usize = 8 * 1024;
 
-/// A tunnel body frame ready for a vectored write: `head` then `body`.
+/// Most slices one tunnel body frame carries ([`BodyFrame::more`] holds at
+/// most one less): each is an iovec of the link's vectored write, so the
+/// bound keeps a frame well inside a write batch's
+/// [`MAX_IOVECS`](crate::write_batch::MAX_IOVECS).
+pub const MAX_BODY_PARTS: usize = 32;
+
+/// A tunnel body frame ready for a vectored write: `head`, then `body`, then
+/// each of `more`.
 ///
-/// `body` is the caller's `Bytes`, untouched; `head` is the length prefix and
-/// the protobuf bytes that precede the body.
+/// The slices are the caller's `Bytes`, untouched; their concatenation is
+/// the frame's `body` field. `head` is the length prefix and the protobuf
+/// bytes that precede the body. Several slices make one frame when a sender
+/// has several pieces at once (the provider's HTTP chunks of one read): the
+/// receiver then handles one frame, not one a piece, and nothing is copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyFrame {
     /// Length prefix + envelope head, ending with the `body` field's length.
     pub head: Bytes,
-    /// The raw body bytes.
+    /// The body's first (often only) slice.
     pub body: Bytes,
+    /// The body's further slices, in order (empty for a one-slice body: no
+    /// allocation); at most [`MAX_BODY_PARTS`] − 1.
+    pub more: Vec<Bytes>,
 }
 
 impl BodyFrame {
     /// Total bytes on the wire (prefix included).
     pub fn len(&self) -> usize {
-        self.head.len() + self.body.len()
+        self.head.len() + self.body.len() + self.more.iter().map(Bytes::len).sum::<usize>()
     }
 
     /// Always false: a frame has at least its length prefix.
@@ -38,14 +51,9 @@ impl BodyFrame {
         false
     }
 
-    /// The two slices in wire order, for `writev`.
-    pub fn slices(&self) -> [&[u8]; 2] {
-        [&self.head, &self.body]
-    }
-
-    /// The frame as one [`Buf`] (head chained to body), still without a copy.
-    pub fn into_buf(self) -> Chain<Bytes, Bytes> {
-        self.head.chain(self.body)
+    /// The body's slices in wire order (after `head`), empty ones included.
+    pub fn parts(&self) -> impl Iterator<Item = &Bytes> {
+        std::iter::once(&self.body).chain(&self.more)
     }
 }
 
@@ -99,13 +107,34 @@ impl FrameEncoder {
         stream_id: u64,
         body: Bytes,
     ) -> Result<BodyFrame, FrameError> {
-        self.encode_with_trailing_bytes(
+        self.encode_tunnel_body_parts(stream_id, body, Vec::new())
+    }
+
+    /// Encodes a `ProviderTunnelFrame{body}` on `stream_id` whose body is
+    /// `body` followed by each of `more`, copying none of them: the
+    /// receiver sees one frame with their concatenation. At most
+    /// [`MAX_BODY_PARTS`] slices in all ([`FrameError::TooManyParts`]).
+    pub fn encode_tunnel_body_parts(
+        &mut self,
+        stream_id: u64,
+        body: Bytes,
+        more: Vec<Bytes>,
+    ) -> Result<BodyFrame, FrameError> {
+        if more.len() >= MAX_BODY_PARTS {
+            return Err(FrameError::TooManyParts {
+                parts: more.len() + 1,
+                max: MAX_BODY_PARTS,
+            });
+        }
+        let body_len = body.len() + more.iter().map(Bytes::len).sum::<usize>();
+        let head = self.encode_head(
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,
             &ProviderTunnelFrame::default(),
             TUNNEL_FRAME_BODY_FIELD,
-            body,
-        )
+            body_len,
+        )?;
+        Ok(BodyFrame { head, body, more })
     }
 
     /// Encodes the envelope `{stream_id, <msg_field>: msg + {<bytes_field>:
@@ -124,10 +153,28 @@ impl FrameEncoder {
         bytes_field: u32,
         bytes: Bytes,
     ) -> Result<BodyFrame, FrameError> {
+        let head = self.encode_head(stream_id, msg_field, msg, bytes_field, bytes.len())?;
+        Ok(BodyFrame {
+            head,
+            body: bytes,
+            more: Vec::new(),
+        })
+    }
+
+    /// The head of [`encode_with_trailing_bytes`](Self::encode_with_trailing_bytes)
+    /// for trailing bytes of `bytes_len`.
+    fn encode_head<M: Message>(
+        &mut self,
+        stream_id: u64,
+        msg_field: u32,
+        msg: &M,
+        bytes_field: u32,
+        bytes_len: usize,
+    ) -> Result<Bytes, FrameError> {
         let inner_len = msg.encoded_len()
             + key_len(bytes_field)
-            + encoded_len_varint(bytes.len() as u64)
-            + bytes.len();
+            + encoded_len_varint(bytes_len as u64)
+            + bytes_len;
         let stream_len = if stream_id == 0 {
             0
         } else {
@@ -137,7 +184,7 @@ impl FrameEncoder {
             stream_len + key_len(msg_field) + encoded_len_varint(inner_len as u64) + inner_len;
         self.check_len(envelope_len)?;
 
-        let head_len = LENGTH_PREFIX_LEN + envelope_len - bytes.len();
+        let head_len = LENGTH_PREFIX_LEN + envelope_len - bytes_len;
         self.reserve(head_len);
         self.put_prefix(envelope_len);
         // prost encodes `stream_id` only when it is not the default.
@@ -154,12 +201,9 @@ impl FrameEncoder {
         msg.encode(&mut self.scratch)
             .map_err(|e| FrameError::Malformed(e.to_string()))?;
         encode_key(bytes_field, WireType::LengthDelimited, &mut self.scratch);
-        encode_varint(bytes.len() as u64, &mut self.scratch);
+        encode_varint(bytes_len as u64, &mut self.scratch);
         debug_assert_eq!(self.scratch.len(), head_len);
-        Ok(BodyFrame {
-            head: self.scratch.split().freeze(),
-            body: bytes,
-        })
+        Ok(self.scratch.split().freeze())
     }
 
     fn check_len(&self, len: usize) -> Result<(), FrameError> {

@@ -44,7 +44,7 @@ mod decode;
 mod encode;
 
 pub use decode::FrameDecoder;
-pub use encode::{BodyFrame, FrameEncoder};
+pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
 
 /// Bytes of the big-endian `u32` length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;
@@ -90,6 +90,14 @@ pub enum FrameError {
         buffered: usize,
         /// Bytes the frame needed (prefix included).
         expected: usize,
+    },
+    /// A tunnel body frame was given more slices than one frame carries.
+    #[error("a body frame of {parts} slices exceeds the maximum of {max}")]
+    TooManyParts {
+        /// The slices given.
+        parts: usize,
+        /// [`MAX_BODY_PARTS`].
+        max: usize,
     },
 }
 

@@ -68,13 +68,14 @@ impl Outbox {
         self.tx.send(Outgoing::Frame(frame)).is_ok()
     }
 
-    /// Queues a tunnel body frame: its head is encoded here, the body goes
-    /// to the writer as its own slice, never copied.
-    pub fn send_body(&self, stream_id: u64, body: Bytes) -> bool {
+    /// Queues a tunnel body frame whose body is `body` then each of `more`:
+    /// its head is encoded here, the slices go to the writer as they are,
+    /// never copied.
+    pub fn send_body(&self, stream_id: u64, body: Bytes, more: Vec<Bytes>) -> bool {
         match self
             .encoder
             .borrow_mut()
-            .encode_tunnel_body(stream_id, body)
+            .encode_tunnel_body_parts(stream_id, body, more)
         {
             Ok(frame) => self.tx.send(Outgoing::Body(frame)).is_ok(),
             Err(error) => {

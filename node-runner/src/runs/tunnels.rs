@@ -59,9 +59,9 @@ impl TunnelSink for FrameSink<'_> {
         }
     }
 
-    fn body(&mut self, body: Bytes) {
+    fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if !self.closed.get() {
-            self.outbox.send_body(self.stream_id, body);
+            self.outbox.send_body(self.stream_id, body, more);
         }
     }
 }

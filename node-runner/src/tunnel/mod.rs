@@ -16,7 +16,13 @@
 //!    `Content-Length` present is exactly the sum of the body frames;
 //! 3. `body` × 0..n — via [`TunnelSink::body`]: the provider's de-chunked
 //!    bytes, as zero-copy slices of the HTTP client's receive buffer, at most
-//!    [`TunnelLimits::max_body_chunk`] each and never beyond the [`Credit`];
+//!    [`TunnelLimits::max_body_chunk`] a frame and never beyond the
+//!    [`Credit`]. The HTTP chunks one provider read delivered go out
+//!    together, as one frame of several slices (at most
+//!    [`MAX_BODY_PARTS`]): a provider that fell behind and sends many small
+//!    events at once costs the link and the Edge a frame a read, not a
+//!    frame an event; nothing waits to be gathered (a frame goes out before
+//!    the tunnel waits for anything);
 //! 4. `usage` × 0..n — a provider usage-only SSE event seen (F18);
 //! 5. exactly one terminal: `end` (with the last usage seen) or `error`
 //!    (a typed `ExecutionFailure`). Nothing follows it.
@@ -100,6 +106,7 @@ use std::future::{Future, pending};
 use std::time::Duration;
 
 use bytes::Bytes;
+use framing::frame::MAX_BODY_PARTS;
 use proto::v1::{
     AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
     ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
@@ -133,8 +140,10 @@ const BODY_FRAME_OVERHEAD: usize = 64;
 pub trait TunnelSink {
     /// A non-body frame: status, headers, usage, end or error.
     fn frame(&mut self, frame: ProviderTunnelFrame);
-    /// A body slice: provider bytes, uncopied.
-    fn body(&mut self, body: Bytes);
+    /// A body frame: `body`, then each of `more` (at most
+    /// [`MAX_BODY_PARTS`] − 1 slices), provider bytes, uncopied. The
+    /// frame's body is their concatenation; `body` is never empty.
+    fn body(&mut self, body: Bytes, more: Vec<Bytes>);
     /// The tunnel waits for credit (`true`) or got it again (`false`): the
     /// client, not the provider, holds the stream, so the stall watchdog
     /// is held too.
@@ -421,14 +430,14 @@ impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
         self.sink.frame(frame);
     }
 
-    fn body(&mut self, body: Bytes) {
+    fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if self.fenced.get() {
             return;
         }
         if let Some(activity) = self.activity {
             activity.touch();
         }
-        self.sink.body(body);
+        self.sink.body(body, more);
     }
 
     fn hold(&mut self, waiting: bool) {
@@ -506,19 +515,30 @@ impl<S: TunnelSink> Relay<'_, S> {
             sink,
             credit,
             max_chunk,
+            first: None,
+            more: Vec::new(),
+            len: 0,
         };
         let mut out = Vec::new();
         let mut seen = Seen::default();
         loop {
-            // Read only with credit: a spent window pauses this provider.
-            // Pinned here and lent to `or_close`: passed by value, it would
-            // be laid out twice in this (idle stream's) future.
-            let next = {
-                let read = std::pin::pin!(async {
-                    wait_credit(credit, send.sink).await;
-                    response.next_chunk().await
-                });
-                close.or_close(read).await
+            // What the last read brought is taken without waiting, and its
+            // pieces gathered into one frame; the frame goes out before the
+            // next read.
+            let next = match response.next_chunk_now() {
+                Some(next) => Some(next),
+                None => {
+                    send.flush();
+                    // Read only with credit: a spent window pauses this
+                    // provider. Pinned here and lent to `or_close`: passed
+                    // by value, it would be laid out twice in this (idle
+                    // stream's) future.
+                    let read = std::pin::pin!(async {
+                        wait_credit(credit, send.sink).await;
+                        response.next_chunk().await
+                    });
+                    close.or_close(read).await
+                }
             };
             let Some(next) = next else {
                 drop(response);
@@ -535,6 +555,9 @@ impl<S: TunnelSink> Relay<'_, S> {
                     for piece in out.drain(..) {
                         send.body(piece).await;
                     }
+                    if !seen.usage_events.is_empty() {
+                        send.flush();
+                    }
                     for usage in seen.usage_events.drain(..) {
                         send.sink.frame(frame(Frame::Usage(usage)));
                     }
@@ -547,6 +570,7 @@ impl<S: TunnelSink> Relay<'_, S> {
                             send.body(piece).await;
                         }
                     }
+                    send.flush();
                     drop(response);
                     return fail(send.sink, transport_failure(&error));
                 }
@@ -564,6 +588,7 @@ impl<S: TunnelSink> Relay<'_, S> {
                 sse.last_usage()
             }
         };
+        send.flush();
         drop(response);
         send.sink.frame(frame(Frame::End(TunnelEnd { usage })));
         TunnelOutcome::Completed { status, usage }
@@ -580,24 +605,55 @@ async fn wait_credit(credit: &Credit, sink: &mut impl TunnelSink) {
     sink.hold(false);
 }
 
-/// Hands body bytes to the sink in slices that fit the credit and the
-/// chunk limit.
+/// Hands body bytes to the sink in frames that fit the credit and the
+/// chunk limit. Pieces given one after another without a wait in between
+/// (the chunks of one provider read) are gathered into one frame of
+/// several slices, sent when it is full or by [`Sender::flush`]; credit is
+/// spent as a piece is gathered.
+///
+/// Nothing stays gathered across a wait: [`body`](Self::body) flushes
+/// before it waits for credit, and the relay flushes before each read and
+/// before any other frame, so a cancel (which can only land at a wait)
+/// never drops gathered bytes, and no byte waits for a later one.
 struct Sender<'a, S> {
     sink: &'a mut S,
     credit: &'a Credit,
     max_chunk: usize,
+    /// The frame being gathered: its first slice, the others, their bytes.
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+    len: usize,
 }
 
 impl<S: TunnelSink> Sender<'_, S> {
     async fn body(&mut self, mut bytes: Bytes) {
         while !bytes.is_empty() {
-            wait_credit(self.credit, self.sink).await;
+            if self.credit.available() == 0 {
+                self.flush();
+                wait_credit(self.credit, self.sink).await;
+            }
             let credit = usize::try_from(self.credit.available()).unwrap_or(usize::MAX);
-            let n = bytes.len().min(self.max_chunk).min(credit);
+            // `len < max_chunk` holds between calls (a full frame is sent).
+            let n = bytes.len().min(self.max_chunk - self.len).min(credit);
             // `split_to` shares the buffer: no copy, also for the whole.
             let piece = bytes.split_to(n);
             self.credit.spend(n);
-            self.sink.body(piece);
+            self.len += n;
+            match self.first {
+                None => self.first = Some(piece),
+                Some(_) => self.more.push(piece),
+            }
+            if self.len >= self.max_chunk || self.more.len() + 1 >= MAX_BODY_PARTS {
+                self.flush();
+            }
+        }
+    }
+
+    /// Sends the frame being gathered, if any.
+    fn flush(&mut self) {
+        if let Some(first) = self.first.take() {
+            self.len = 0;
+            self.sink.body(first, std::mem::take(&mut self.more));
         }
     }
 }

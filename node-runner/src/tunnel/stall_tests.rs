@@ -42,7 +42,8 @@ impl TunnelSink for Recorder {
         self.0.borrow_mut().push(format!("frame:{kind}"));
     }
 
-    fn body(&mut self, body: Bytes) {
+    fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
+        let body: Vec<u8> = std::iter::once(body).chain(more).flatten().collect();
         self.0
             .borrow_mut()
             .push(format!("body:{}", String::from_utf8_lossy(&body)));

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use framing::frame::MAX_BODY_PARTS;
 use node_runner::adapter::AdapterConfig;
 use node_runner::provider_http::{BaseUrl, ProviderClient, ProviderClientConfig, ProviderRequest};
 use node_runner::tunnel::{
@@ -31,6 +32,8 @@ pub(crate) enum Item {
 pub(crate) struct Recorder {
     pub(crate) items: Rc<RefCell<Vec<Item>>>,
     pub(crate) body_bytes: Rc<Cell<usize>>,
+    /// Body frames (each of one or more slices).
+    pub(crate) body_frames: Rc<Cell<usize>>,
     /// Keep body slices (off: count only, so buffers are freed at once).
     pub(crate) keep: bool,
 }
@@ -41,11 +44,15 @@ impl TunnelSink for Recorder {
             .borrow_mut()
             .push(Item::Frame(frame.frame.unwrap()));
     }
-    fn body(&mut self, body: Bytes) {
-        assert!(!body.is_empty(), "empty body frame");
-        self.body_bytes.set(self.body_bytes.get() + body.len());
-        if self.keep {
-            self.items.borrow_mut().push(Item::Body(body));
+    fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
+        assert!(more.len() < MAX_BODY_PARTS, "{} slices", more.len() + 1);
+        self.body_frames.set(self.body_frames.get() + 1);
+        for part in std::iter::once(body).chain(more) {
+            assert!(!part.is_empty(), "empty body slice");
+            self.body_bytes.set(self.body_bytes.get() + part.len());
+            if self.keep {
+                self.items.borrow_mut().push(Item::Body(part));
+            }
         }
     }
 }
