@@ -35,8 +35,10 @@ pub const MAX_MAX_FRAME_LEN: u64 = 64 * 1024 * 1024;
 /// a stream then has up to its window in flight ahead of its client, and
 /// with the relay saturated by token streams another stream's events on
 /// the same link waited 42–44 ms at p99 with 1 MiB windows against
-/// 9–13 ms with 256 KiB (`s2-load`, half load). The default favours the
-/// token streams.
+/// 9–13 ms with 256 KiB (`s2-load`, half load). Since a provider read's
+/// events travel as one frame, the medians are close (4.4 against 4.1 ms
+/// over five runs) but 1 MiB still had a long tail in two of them (9 and
+/// 30 ms). The default favours the token streams.
 pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// Smallest `link.initial_stream_window` (1 KiB).
 pub const MIN_INITIAL_STREAM_WINDOW: u64 = 1024;
