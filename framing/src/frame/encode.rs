@@ -100,6 +100,19 @@ impl FrameEncoder {
         Ok(self.scratch.split().freeze())
     }
 
+    /// Encodes the envelope `{stream_id, <msg_field>: msg}` as one frame
+    /// from a borrowed message, byte-identical to [`encode`](Self::encode)
+    /// of the `Envelope` holding it: a caller with a message of a boxed
+    /// variant (a `RunEvent`) need not box it, nor move it, to send it.
+    pub fn encode_message<M: Message>(
+        &mut self,
+        stream_id: u64,
+        msg_field: u32,
+        msg: &M,
+    ) -> Result<Bytes, FrameError> {
+        self.encode_head(stream_id, msg_field, msg, None)
+    }
+
     /// Encodes a `ProviderTunnelFrame{body}` on `stream_id` without copying
     /// `body`: returns the head to write before it.
     pub fn encode_tunnel_body(
@@ -131,8 +144,7 @@ impl FrameEncoder {
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,
             &ProviderTunnelFrame::default(),
-            TUNNEL_FRAME_BODY_FIELD,
-            body_len,
+            Some((TUNNEL_FRAME_BODY_FIELD, body_len)),
         )?;
         Ok(BodyFrame { head, body, more })
     }
@@ -153,7 +165,7 @@ impl FrameEncoder {
         bytes_field: u32,
         bytes: Bytes,
     ) -> Result<BodyFrame, FrameError> {
-        let head = self.encode_head(stream_id, msg_field, msg, bytes_field, bytes.len())?;
+        let head = self.encode_head(stream_id, msg_field, msg, Some((bytes_field, bytes.len())))?;
         Ok(BodyFrame {
             head,
             body: bytes,
@@ -161,20 +173,22 @@ impl FrameEncoder {
         })
     }
 
-    /// The head of [`encode_with_trailing_bytes`](Self::encode_with_trailing_bytes)
-    /// for trailing bytes of `bytes_len`.
+    /// The frame `[length][envelope]` of `{stream_id, <msg_field>: msg}`,
+    /// or, with `trailing = Some((bytes_field, bytes_len))`, its head up to
+    /// the tag and length of that field of `msg`, whose `bytes_len` bytes
+    /// the caller writes after it.
     fn encode_head<M: Message>(
         &mut self,
         stream_id: u64,
         msg_field: u32,
         msg: &M,
-        bytes_field: u32,
-        bytes_len: usize,
+        trailing: Option<(u32, usize)>,
     ) -> Result<Bytes, FrameError> {
-        let inner_len = msg.encoded_len()
-            + key_len(bytes_field)
-            + encoded_len_varint(bytes_len as u64)
-            + bytes_len;
+        let (trailing_head, bytes_len) = match trailing {
+            Some((field, len)) => (key_len(field) + encoded_len_varint(len as u64), len),
+            None => (0, 0),
+        };
+        let inner_len = msg.encoded_len() + trailing_head + bytes_len;
         let stream_len = if stream_id == 0 {
             0
         } else {
@@ -200,8 +214,10 @@ impl FrameEncoder {
         encode_varint(inner_len as u64, &mut self.scratch);
         msg.encode(&mut self.scratch)
             .map_err(|e| FrameError::Malformed(e.to_string()))?;
-        encode_key(bytes_field, WireType::LengthDelimited, &mut self.scratch);
-        encode_varint(bytes_len as u64, &mut self.scratch);
+        if let Some((field, len)) = trailing {
+            encode_key(field, WireType::LengthDelimited, &mut self.scratch);
+            encode_varint(len as u64, &mut self.scratch);
+        }
         debug_assert_eq!(self.scratch.len(), head_len);
         Ok(self.scratch.split().freeze())
     }

@@ -262,6 +262,13 @@ fn encoder_refuses_oversize_control_frames() {
         FrameEncoder::new(100).encode(&env),
         Err(FrameError::TooLarge { max: 100, .. })
     ));
+    let Some(Msg::RunEvent(event)) = &env.msg else {
+        unreachable!("built above")
+    };
+    assert!(matches!(
+        FrameEncoder::new(100).encode_message(1, proto::ENVELOPE_RUN_EVENT_FIELD, &**event),
+        Err(FrameError::TooLarge { max: 100, .. })
+    ));
 }
 
 #[test]
@@ -382,6 +389,36 @@ fn encode_all(envelopes: &[Envelope]) -> Vec<u8> {
 }
 
 proptest! {
+    #[test]
+    fn a_borrowed_message_encodes_like_its_envelope(
+        id in prop_oneof![Just(0u64), any::<u64>()],
+        text in ".{0,300}",
+        seq in any::<u64>(),
+        reasoning in proptest::option::of(any::<u64>()),
+    ) {
+        let event = RunEvent {
+            kind: RunEventKind::Delta as i32,
+            seq,
+            text,
+            usage: Some(Usage {
+                input_tokens: 1,
+                output_tokens: seq,
+                reasoning_tokens: reasoning,
+                cached_input_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let mut enc = FrameEncoder::default();
+        let borrowed = enc
+            .encode_message(id, proto::ENVELOPE_RUN_EVENT_FIELD, &event)
+            .unwrap();
+        let envelope = Envelope {
+            stream_id: id,
+            msg: Some(Msg::RunEvent(Box::new(event))),
+        };
+        prop_assert_eq!(borrowed, enc.encode(&envelope).unwrap());
+    }
+
     #[test]
     fn body_frame_is_byte_identical_to_prost(id in any::<u64>(), body in proptest::collection::vec(any::<u8>(), 0..70_000)) {
         let body = Bytes::from(body);

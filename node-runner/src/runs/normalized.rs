@@ -47,8 +47,7 @@ impl RunManager {
                     },
                 );
                 let event = RuntimeEvent::Error(refusal).into_run_event(1);
-                self.outbox
-                    .send_msg(stream_id, Msg::RunEvent(Box::new(event)));
+                self.outbox.send_run_event(stream_id, &event);
                 let _ = self.done.send(stream_id);
                 return;
             }
@@ -120,9 +119,7 @@ impl RunManager {
             Some(credit),
             move |event| {
                 if !emitter.closed.get() {
-                    emitter
-                        .outbox
-                        .send_msg(stream_id, Msg::RunEvent(Box::new(event)));
+                    emitter.outbox.send_run_event(stream_id, &event);
                 }
             },
         ));

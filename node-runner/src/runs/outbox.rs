@@ -8,6 +8,7 @@ use bytes::Bytes;
 use framing::frame::FrameEncoder;
 use framing::link::Outgoing;
 use proto::Envelope;
+use proto::v1::RunEvent;
 use proto::v1::envelope::Msg;
 
 /// The connection writer's queue: `Send`, so every core can feed it.
@@ -80,6 +81,24 @@ impl Outbox {
             Ok(frame) => self.tx.send(Outgoing::Body(frame)).is_ok(),
             Err(error) => {
                 tracing::error!(%error, stream_id, "could not encode a tunnel body for the edge");
+                false
+            }
+        }
+    }
+
+    /// Queues a run's event on `stream_id`, encoded from the borrowed
+    /// event (no `Envelope` built, so no box for its variant); false if it
+    /// could not be encoded or the writer is gone.
+    pub fn send_run_event(&self, stream_id: u64, event: &RunEvent) -> bool {
+        let frame = self.encoder.borrow_mut().encode_message(
+            stream_id,
+            proto::ENVELOPE_RUN_EVENT_FIELD,
+            event,
+        );
+        match frame {
+            Ok(frame) => self.send_frame(frame),
+            Err(error) => {
+                tracing::error!(%error, stream_id, "could not encode a run event for the edge");
                 false
             }
         }
