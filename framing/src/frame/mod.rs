@@ -34,6 +34,10 @@
 //! and length of `body` — and returns it beside the untouched body, for a
 //! vectored write. Head + body is byte-identical to prost's encoding of the
 //! same `Envelope` (property-tested), so the receiver needs no special case.
+//! A body frame may carry several slices ([`MAX_BODY_PARTS`],
+//! [`FrameEncoder::encode_tunnel_body_parts`]): their concatenation is the
+//! body. [`FrameEncoder::encode_message`] encodes a borrowed message as the
+//! envelope holding it would be, without building (or boxing into) one.
 //!
 //! # Errors
 //! Oversize, malformed and message-less frames are typed [`FrameError`]s; the

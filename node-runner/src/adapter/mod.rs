@@ -22,7 +22,7 @@
 //!   parameters, HTTP error status) still come as `Start` + `Error`, so the
 //!   run manager sees one shape.
 //! - Provider bytes are pulled one chunk at a time
-//!   ([`ProviderResponse::next_chunk`]) and parsed incrementally; a delta is
+//!   ([`ProviderResponse::next_chunk`](crate::provider_http::ProviderResponse::next_chunk)) and parsed incrementally; a delta is
 //!   yielded as soon as its event is complete. Nothing is buffered beyond
 //!   the parser's partial line.
 //! - Errors are typed ([`ExecutionFailure`]): HTTP 4xx → `PROVIDER_HTTP_STATUS`
