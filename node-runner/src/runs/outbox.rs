@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use framing::frame::FrameEncoder;
+use framing::frame::{FrameEncoder, FrameError};
 use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::RunEvent;
@@ -55,13 +55,8 @@ impl Outbox {
 
     /// `envelope` encoded as a frame; `None` (logged) if it cannot be.
     pub fn encode(&self, envelope: &Envelope) -> Option<Bytes> {
-        match self.encoder.borrow_mut().encode(envelope) {
-            Ok(frame) => Some(frame),
-            Err(error) => {
-                tracing::error!(%error, stream_id = envelope.stream_id, "could not encode a frame for the edge");
-                None
-            }
-        }
+        let frame = self.encoder.borrow_mut().encode(envelope);
+        logged(frame, envelope.stream_id, "frame")
     }
 
     /// Queues an encoded frame.
@@ -73,17 +68,12 @@ impl Outbox {
     /// its head is encoded here, the slices go to the writer as they are,
     /// never copied.
     pub fn send_body(&self, stream_id: u64, body: Bytes, more: Vec<Bytes>) -> bool {
-        match self
+        let frame = self
             .encoder
             .borrow_mut()
-            .encode_tunnel_body_parts(stream_id, body, more)
-        {
-            Ok(frame) => self.tx.send(Outgoing::Body(frame)).is_ok(),
-            Err(error) => {
-                tracing::error!(%error, stream_id, "could not encode a tunnel body for the edge");
-                false
-            }
-        }
+            .encode_tunnel_body_parts(stream_id, body, more);
+        logged(frame, stream_id, "tunnel body")
+            .is_some_and(|frame| self.tx.send(Outgoing::Body(frame)).is_ok())
     }
 
     /// Queues a run's event on `stream_id`, encoded from the borrowed
@@ -95,13 +85,7 @@ impl Outbox {
             proto::ENVELOPE_RUN_EVENT_FIELD,
             event,
         );
-        match frame {
-            Ok(frame) => self.send_frame(frame),
-            Err(error) => {
-                tracing::error!(%error, stream_id, "could not encode a run event for the edge");
-                false
-            }
-        }
+        logged(frame, stream_id, "run event").is_some_and(|frame| self.send_frame(frame))
     }
 
     /// Asks the writer to flush and close the connection.
@@ -115,4 +99,14 @@ impl Outbox {
             msg: Some(msg),
         })
     }
+}
+
+/// The encoded frame, or `None` with the error logged: what failed to
+/// encode (`what`) is dropped, never sent half-made.
+fn logged<T>(encoded: Result<T, FrameError>, stream_id: u64, what: &str) -> Option<T> {
+    encoded
+        .inspect_err(|error| {
+            tracing::error!(%error, stream_id, "could not encode a {what} for the edge");
+        })
+        .ok()
 }

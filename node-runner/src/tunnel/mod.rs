@@ -555,11 +555,8 @@ impl<S: TunnelSink> Relay<'_, S> {
                     for piece in out.drain(..) {
                         send.body(piece).await;
                     }
-                    if !seen.usage_events.is_empty() {
-                        send.flush();
-                    }
                     for usage in seen.usage_events.drain(..) {
-                        send.sink.frame(frame(Frame::Usage(usage)));
+                        send.flushed().frame(frame(Frame::Usage(usage)));
                     }
                 }
                 (Some(Err(error)), _) => {
@@ -570,9 +567,8 @@ impl<S: TunnelSink> Relay<'_, S> {
                             send.body(piece).await;
                         }
                     }
-                    send.flush();
                     drop(response);
-                    return fail(send.sink, transport_failure(&error));
+                    return fail(send.flushed(), transport_failure(&error));
                 }
                 (None, _) => break,
             }
@@ -588,9 +584,8 @@ impl<S: TunnelSink> Relay<'_, S> {
                 sse.last_usage()
             }
         };
-        send.flush();
         drop(response);
-        send.sink.frame(frame(Frame::End(TunnelEnd { usage })));
+        send.flushed().frame(frame(Frame::End(TunnelEnd { usage })));
         TunnelOutcome::Completed { status, usage }
     }
 }
@@ -613,8 +608,9 @@ async fn wait_credit(credit: &Credit, sink: &mut impl TunnelSink) {
 ///
 /// Nothing stays gathered across a wait: [`body`](Self::body) flushes
 /// before it waits for credit, and the relay flushes before each read and
-/// before any other frame, so a cancel (which can only land at a wait)
-/// never drops gathered bytes, and no byte waits for a later one.
+/// before any other frame (through [`flushed`](Self::flushed)), so a
+/// cancel (which can only land at a wait) never drops gathered bytes, and
+/// no byte waits for a later one.
 struct Sender<'a, S> {
     sink: &'a mut S,
     credit: &'a Credit,
@@ -647,6 +643,13 @@ impl<S: TunnelSink> Sender<'_, S> {
                 self.flush();
             }
         }
+    }
+
+    /// The sink, once the frame being gathered is sent: every other frame
+    /// goes through here, so it follows the body bytes before it.
+    fn flushed(&mut self) -> &mut S {
+        self.flush();
+        self.sink
     }
 
     /// Sends the frame being gathered, if any.
