@@ -11,8 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
+# Each step names the seconds since the start, so a slow CI run shows where
+# its time went (the cold-run goal is 30 min).
+step() { printf '\n==> [%ss] %s\n' "$((SECONDS - started))" "$*"; }
 
 need() {
   # need CMD DEBIAN_PACKAGE: install the package when CMD is missing.
