@@ -4,13 +4,13 @@
 //! runtime; nothing is shared between them but what is explicitly `Send`.
 //! The driver choice (io_uring, or epoll where refused; `IOP_IO_DRIVER`
 //! forces one) is [`framing::io_driver`]'s, and so is the ring's set-up
-//! (cooperative task running where the kernel has it).
+//! (task work deferred to the ring's own thread where the kernel has it).
 
 use std::future::Future;
 use std::io;
 
-use framing::io_driver::with_cooperative_ring;
 pub use framing::io_driver::{IO_DRIVER_ENV, IoDriver};
+use framing::io_driver::{RingSetup, with_ring_setup};
 
 /// Resolves the driver from `IOP_IO_DRIVER` and what this kernel supports.
 pub fn driver_from_env() -> io::Result<IoDriver> {
@@ -31,13 +31,21 @@ pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output>
     })
 }
 
-/// A monoio runtime on io_uring with timers, its ring cooperative where the
-/// kernel allows ([`with_cooperative_ring`]).
+/// A monoio runtime on io_uring with timers, its ring set up as cheaply as
+/// the kernel allows ([`with_ring_setup`]).
 fn uring_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
-    with_cooperative_ring(|cooperative| {
+    with_ring_setup(|setup| {
         let mut ring = io_uring::IoUring::builder();
-        if cooperative {
-            ring.setup_coop_taskrun();
+        match setup {
+            RingSetup::Deferred => {
+                ring.setup_coop_taskrun()
+                    .setup_single_issuer()
+                    .setup_defer_taskrun();
+            }
+            RingSetup::Cooperative => {
+                ring.setup_coop_taskrun();
+            }
+            RingSetup::Plain => {}
         }
         monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
             .uring_builder(ring)

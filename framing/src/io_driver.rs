@@ -6,15 +6,23 @@
 //! refusing `io_uring_setup`). `IOP_IO_DRIVER=uring|epoll|auto` forces one;
 //! forcing `uring` where it is refused is an error, not a silent fallback.
 //!
-//! An io_uring ring is set up with `IORING_SETUP_COOP_TASKRUN` where the
-//! kernel has it (5.19+; [`with_cooperative_ring`]): a completion that
-//! another CPU makes ready while the ring's thread runs then waits for the
-//! thread's next `io_uring_enter` instead of interrupting it with a
-//! reschedule IPI. A thread-per-core loop enters the kernel whenever it runs
-//! out of tasks, so nothing waits long, while on a VM each IPI is an exit
-//! on both ends: at 16 connections closed loop they were ~0.75 a request,
-//! and the Edge and the Node each spent ~15 % less CPU a request without
-//! them (bench-results/profiles.md, round 12).
+//! An io_uring ring is set up as cheaply for the kernel as it allows
+//! ([`with_ring_setup`], [`RingSetup`]):
+//!
+//! - `IORING_SETUP_COOP_TASKRUN` (5.19+): a completion that another CPU
+//!   makes ready while the ring's thread runs then waits for the thread's
+//!   next `io_uring_enter` instead of interrupting it with a reschedule
+//!   IPI. A thread-per-core loop enters the kernel whenever it runs out of
+//!   tasks, so nothing waits long, while on a VM each IPI is an exit on
+//!   both ends: at 16 connections closed loop they were ~0.75 a request,
+//!   and the Edge and the Node each spent ~15 % less CPU a request without
+//!   them (bench-results/profiles.md, round 12).
+//! - With it, `IORING_SETUP_SINGLE_ISSUER` and `IORING_SETUP_DEFER_TASKRUN`
+//!   (6.1+): that work waits on a list of the ring's own until the thread
+//!   asks for completions (monoio does when its run queue is empty), and
+//!   then runs in one batch, without the kernel's shared task-work
+//!   machinery. One thread owns each ring (thread-per-core), which is what
+//!   single-issuer promises the kernel.
 
 use std::{fmt, io};
 
@@ -76,14 +84,39 @@ impl fmt::Display for IoDriver {
     }
 }
 
-/// `build(true)`: a ring set up cooperative (see the module docs); or
-/// `build(false)` when the kernel refuses that flag (`EINVAL`, before
-/// 5.19). Any other error (ring limits, a seccomp refusal) is the caller's.
-pub fn with_cooperative_ring<R>(build: impl Fn(bool) -> io::Result<R>) -> io::Result<R> {
-    match build(true) {
-        Err(e) if e.kind() == io::ErrorKind::InvalidInput => build(false),
-        other => other,
+/// How an io_uring ring is set up (see the module docs), from the most to
+/// the least the kernel must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSetup {
+    /// Cooperative, single issuer, task work deferred to the thread's own
+    /// wait for completions (6.1+).
+    Deferred,
+    /// Cooperative task running only (5.19+).
+    Cooperative,
+    /// No set-up flags.
+    Plain,
+}
+
+impl RingSetup {
+    /// From the most to the least the kernel must have: the order
+    /// [`with_ring_setup`] tries them in.
+    pub const PREFERRED: [Self; 3] = [Self::Deferred, Self::Cooperative, Self::Plain];
+}
+
+/// `build(setup)` for the first [`RingSetup`] the kernel accepts: a kernel
+/// that lacks a flag refuses the ring with `EINVAL`, and the next set-up is
+/// tried. Any other error (ring limits, a seccomp refusal) is the caller's.
+pub fn with_ring_setup<R>(build: impl Fn(RingSetup) -> io::Result<R>) -> io::Result<R> {
+    let (last, earlier) = RingSetup::PREFERRED
+        .split_last()
+        .expect("at least one set-up");
+    for &setup in earlier {
+        match build(setup) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => continue,
+            other => return other,
+        }
     }
+    build(*last)
 }
 
 #[cfg(test)]
@@ -91,23 +124,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_kernel_without_cooperative_task_running_gets_a_plain_ring() {
+    fn an_older_kernel_gets_the_most_its_flags_allow() {
         const EINVAL: i32 = 22;
-        let tried = std::cell::RefCell::new(Vec::new());
-        let built = with_cooperative_ring(|cooperative| {
-            tried.borrow_mut().push(cooperative);
-            if cooperative {
-                Err(io::Error::from_raw_os_error(EINVAL))
-            } else {
-                Ok("plain")
-            }
-        });
-        assert_eq!(built.unwrap(), "plain");
-        assert_eq!(*tried.borrow(), [true, false]);
+        for refused in 0..RingSetup::PREFERRED.len() {
+            let tried = std::cell::RefCell::new(Vec::new());
+            let built = with_ring_setup(|setup| {
+                tried.borrow_mut().push(setup);
+                if tried.borrow().len() <= refused {
+                    Err(io::Error::from_raw_os_error(EINVAL))
+                } else {
+                    Ok(setup)
+                }
+            });
+            assert_eq!(built.unwrap(), RingSetup::PREFERRED[refused]);
+            assert_eq!(*tried.borrow(), RingSetup::PREFERRED[..=refused]);
+        }
+
+        // A kernel refusing even a plain ring: its error is reported.
+        let refused =
+            with_ring_setup(|_| -> io::Result<()> { Err(io::Error::from_raw_os_error(EINVAL)) });
+        assert_eq!(refused.unwrap_err().kind(), io::ErrorKind::InvalidInput);
 
         // Other errors are reported, not retried.
         let tried = std::cell::Cell::new(0);
-        let refused = with_cooperative_ring(|_| -> io::Result<()> {
+        let refused = with_ring_setup(|_| -> io::Result<()> {
             tried.set(tried.get() + 1);
             Err(io::Error::from(io::ErrorKind::OutOfMemory))
         });

@@ -52,8 +52,8 @@
 //!   probe, `TRANSPORT_STATUS`, and the Ollama API tunnel (F14, F25).
 //! - [`metrics`] and [`admin`]: the F30 stall metrics and log event, served
 //!   as Prometheus text on the admin port (`--admin-addr`).
-//! - [`runtime`]: each worker's monoio runtime (io_uring rings set up
-//!   cooperative where the kernel has it, or epoll).
+//! - [`runtime`]: each worker's monoio runtime (io_uring rings set up as
+//!   cheaply as the kernel allows, or epoll).
 //!
 //! The tunnel handler and the stall watchdog come next.
 

@@ -1,6 +1,6 @@
 //! The Node's monoio runtimes: one per worker thread, on the I/O driver
-//! [`framing::io_driver`] resolves, io_uring rings set up cooperative where
-//! the kernel has it ([`with_cooperative_ring`]).
+//! [`framing::io_driver`] resolves, io_uring rings set up as cheaply as the
+//! kernel allows ([`with_ring_setup`]).
 //!
 //! The Edge has the same few lines (`edge-proxy/src/runtime.rs`): the Edge
 //! and the Node share no runtime code by design (DESIGN.md); the decisions
@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::io;
 
-use framing::io_driver::{IoDriver, with_cooperative_ring};
+use framing::io_driver::{IoDriver, RingSetup, with_ring_setup};
 
 /// Runs `future` on a new monoio runtime with `driver` (timers enabled) on
 /// this thread.
@@ -23,13 +23,21 @@ pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output>
     })
 }
 
-/// A monoio runtime on io_uring with timers, its ring cooperative where the
-/// kernel allows.
+/// A monoio runtime on io_uring with timers, its ring set up as cheaply as
+/// the kernel allows ([`with_ring_setup`]).
 fn uring_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
-    with_cooperative_ring(|cooperative| {
+    with_ring_setup(|setup| {
         let mut ring = io_uring::IoUring::builder();
-        if cooperative {
-            ring.setup_coop_taskrun();
+        match setup {
+            RingSetup::Deferred => {
+                ring.setup_coop_taskrun()
+                    .setup_single_issuer()
+                    .setup_defer_taskrun();
+            }
+            RingSetup::Cooperative => {
+                ring.setup_coop_taskrun();
+            }
+            RingSetup::Plain => {}
         }
         monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
             .uring_builder(ring)
