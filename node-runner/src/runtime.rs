@@ -14,6 +14,7 @@ use framing::io_driver::{IoDriver, RingSetup, with_ring_setup};
 /// Runs `future` on a new monoio runtime with `driver` (timers enabled) on
 /// this thread.
 pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output> {
+    ON_URING.set(driver == IoDriver::Uring);
     Ok(match driver {
         IoDriver::Uring => uring_runtime()?.block_on(future),
         IoDriver::Epoll => monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
@@ -21,6 +22,19 @@ pub fn block_on<F: Future>(driver: IoDriver, future: F) -> io::Result<F::Output>
             .build()?
             .block_on(future),
     })
+}
+
+thread_local! {
+    static ON_URING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's runtime (the last [`block_on`] here) is on
+/// io_uring. There every read is a ring operation, answered only when the
+/// run queue next empties, even when its bytes are already waiting; a
+/// reader that knows they are can take them at once instead (the epoll
+/// driver reads first and waits only for an empty socket).
+pub fn on_uring() -> bool {
+    ON_URING.get()
 }
 
 /// A monoio runtime on io_uring with timers, its ring set up as cheaply as

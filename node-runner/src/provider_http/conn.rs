@@ -25,6 +25,12 @@
 //! does not hold one each. Plain TCP only: rustls may hold decrypted bytes the
 //! socket's readiness does not show, so a TLS connection keeps its buffer.
 //!
+//! On io_uring, a read that knows its bytes are waiting (after a read that
+//! filled its room, or once the socket has shown them) takes them with a
+//! `recv(2)` that does not wait, not through the ring ([`recv_now`]): the
+//! epoll driver's way, so a busy tunnel's reads of one turn of the loop go
+//! out in one link write.
+//!
 //! Reads reserve [`READ_MIN`] after a short read and double up to
 //! [`READ_RESERVE`] while they fill: a token that wakes a slow stream takes
 //! a 2 KiB buffer, not a full reservation. Thousands of slow streams each
@@ -161,28 +167,59 @@ impl Connection {
     /// When the socket was drained and nothing is left unparsed, first
     /// releases the buffer and waits for readability (see the module docs).
     pub(crate) async fn read_more(&mut self) -> io::Result<usize> {
-        if self.drained && self.buf.is_empty() {
+        // Whether bytes are likely waiting: after a read that filled its
+        // room, or once the socket has shown them.
+        let mut waiting = !self.drained;
+        if self.drained
+            && self.buf.is_empty()
+            && let Transport::Plain(stream) = &self.io
+        {
             // Bytes already waiting (a busy stream read short): read them
             // into the buffer we hold, no churn. Holding none (the wait for
             // a response's head, or after a release), there is nothing to
             // keep: no poll(2) first, the wait below sees bytes already
             // there at once.
-            if let Transport::Plain(stream) = &self.io
-                && (self.buf.capacity() == 0 || !readable_now(stream))
-            {
+            if self.buf.capacity() == 0 || !readable_now(stream) {
                 self.buf = BytesMut::new();
                 // Not `busy`: no buffer is in flight, so dropping this wait
                 // leaves the framing position intact. Not relaxed: the
                 // epoll driver's cached readiness could be stale.
                 stream.readable(false).await?;
             }
+            waiting = true;
         }
         if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
             self.buf.reserve(self.read_size);
         }
+        let (len, capacity) = (self.buf.len(), self.buf.capacity());
+        let start = self.buf.as_ptr() as usize + len;
+        // On io_uring, bytes known to be waiting are taken without a trip
+        // through the ring (see `recv_now`).
+        let taken = match &self.io {
+            Transport::Plain(stream) if waiting && crate::runtime::on_uring() => {
+                recv_now(stream, &mut self.buf)
+            }
+            _ => None,
+        };
+        let result = match taken {
+            Some(result) => result,
+            None => self.read_into_spare().await,
+        };
+        let n = result?;
+        self.last_read = start..start + n;
+        self.drained = n < capacity - len;
+        self.read_size = if self.drained {
+            READ_MIN
+        } else {
+            (self.read_size * 2).min(READ_RESERVE)
+        };
+        Ok(n)
+    }
+
+    /// One read through the runtime into the spare capacity of `buf`.
+    async fn read_into_spare(&mut self) -> io::Result<usize> {
         self.busy = true;
         let buf = std::mem::take(&mut self.buf);
-        let start = buf.as_ptr() as usize + buf.len();
         let (len, capacity) = (buf.len(), buf.capacity());
         let spare = buf.slice_mut(len..capacity);
         let (result, spare) = match &mut self.io {
@@ -199,15 +236,7 @@ impl Connection {
         };
         self.buf = SliceMut::into_inner(spare);
         self.busy = false;
-        let n = result?;
-        self.last_read = start..start + n;
-        self.drained = n < capacity - len;
-        self.read_size = if self.drained {
-            READ_MIN
-        } else {
-            (self.read_size * 2).min(READ_RESERVE)
-        };
-        Ok(n)
+        result
     }
 
     /// Gives up the receive buffer if it holds nothing unparsed: its
@@ -241,6 +270,52 @@ fn readable_now(stream: &TcpStream) -> bool {
     // Tested by `readable_now_sees_waiting_bytes_without_waiting`.
     let ready = unsafe { libc::poll(&mut fd, 1, 0) };
     ready > 0
+}
+
+/// Reads what `stream` already holds into the spare capacity of `buf`,
+/// after its bytes, without waiting: `recv(2)` with `MSG_DONTWAIT`. `None`
+/// when nothing is waiting (or `buf` has no spare room): the caller then
+/// reads through the runtime. `Some(Ok(0))` is the end of the stream.
+///
+/// For io_uring, where every read is a ring operation: its completion is
+/// taken only when the run queue next empties, so a stream whose bytes are
+/// already there would hand out one read per turn of the loop, and the
+/// link writer would send one read's frame at a time. Read at once, as the
+/// epoll driver does, a busy tunnel's reads of one turn go out in one link
+/// write (issue 8: the Node's link writes in the `s1` bench went from
+/// ~70 KB to ~170 KB, and the Edge's reads with them).
+#[allow(unsafe_code)]
+fn recv_now(stream: &impl AsRawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
+    let spare = buf.spare_capacity_mut();
+    if spare.is_empty() {
+        return None;
+    }
+    // SAFETY: `spare` is `buf`'s spare capacity: `spare.len()` bytes valid
+    // for writes while it is borrowed here, and recv(2) writes at most that
+    // many. Tested by `recv_now_takes_waiting_bytes_and_never_waits`.
+    let read = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    match usize::try_from(read) {
+        Ok(n) => {
+            // SAFETY: recv(2) initialized the first `n` bytes of the spare
+            // capacity, right after the buffer's `len()` bytes.
+            unsafe { buf.set_len(buf.len() + n) };
+            Some(Ok(n))
+        }
+        Err(_) => {
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
+                _ => Some(Err(error)),
+            }
+        }
+    }
 }
 
 /// The TLS handshake on a connected `stream`, for `base`'s host.
@@ -324,5 +399,54 @@ mod tests {
                 drop(peer);
                 assert!(readable_now(&ours), "an end of stream is readable too");
             });
+    }
+
+    #[test]
+    fn recv_now_takes_waiting_bytes_and_never_waits() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let mut buf = BytesMut::with_capacity(64);
+        buf.extend_from_slice(b"kept|");
+        // Nothing sent yet: no read, no wait (the socket is blocking).
+        assert!(recv_now(&ours, &mut buf).is_none());
+        assert_eq!(&buf[..], b"kept|");
+
+        peer.write_all(b"waiting bytes").unwrap();
+        // Loopback delivers at once; retry until it shows (bounded).
+        let read = (0..1000)
+            .find_map(|_| {
+                recv_now(&ours, &mut buf).or_else(|| {
+                    std::thread::yield_now();
+                    None
+                })
+            })
+            .expect("the bytes arrive");
+        assert_eq!(read.unwrap(), 13);
+        // Appended after the bytes the buffer held.
+        assert_eq!(&buf[..], b"kept|waiting bytes");
+
+        // No spare room: nothing is read (a 0 would read as the end).
+        peer.write_all(b"more").unwrap();
+        let mut full = BytesMut::new();
+        assert!(recv_now(&ours, &mut full).is_none());
+
+        // The end of the stream reads as 0, after what was left.
+        drop(peer);
+        let mut rest = BytesMut::with_capacity(16);
+        let more = (0..1000)
+            .find_map(|_| recv_now(&ours, &mut rest))
+            .expect("bytes are waiting");
+        assert_eq!(more.unwrap(), 4);
+        let end = (0..1000)
+            .find_map(|_| {
+                recv_now(&ours, &mut rest).or_else(|| {
+                    std::thread::yield_now();
+                    None
+                })
+            })
+            .expect("the end arrives");
+        assert_eq!(end.unwrap(), 0);
+        assert_eq!(&rest[..], b"more");
     }
 }
