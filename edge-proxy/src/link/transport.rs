@@ -76,6 +76,7 @@ impl LinkStream {
                         tls: None,
                         fd,
                         filled: false,
+                        read_at_once: false,
                     },
                     LinkWriter {
                         half: write,
@@ -92,6 +93,7 @@ impl LinkStream {
                         half: read,
                         fd,
                         filled: false,
+                        read_at_once: false,
                         tls: Some(TlsRead {
                             session: Rc::clone(&session),
                             cipher: Vec::with_capacity(CIPHER_READ),
@@ -130,6 +132,10 @@ pub(crate) struct LinkReader {
     /// True when the last read filled the room it had: more bytes are
     /// likely waiting.
     filled: bool,
+    /// True when the last read took its bytes at once ([`recv_now`]): the
+    /// next one goes through the runtime, so the reader yields its turn of
+    /// the loop after at most two reads.
+    read_at_once: bool,
 }
 
 impl LinkReader {
@@ -144,12 +150,13 @@ impl LinkReader {
             None => {
                 let room = buf.capacity() - buf.len();
                 // On io_uring, bytes likely waiting are taken without a
-                // trip through the ring (see `recv_now`).
-                let taken = if self.filled && crate::runtime::on_uring() {
+                // trip through the ring (see `recv_now`), every other read.
+                let taken = if self.filled && !self.read_at_once && crate::runtime::on_uring() {
                     recv_now(self.fd, &mut buf)
                 } else {
                     None
                 };
+                self.read_at_once = taken.is_some();
                 let result = match taken {
                     Some(result) => result,
                     None => {
@@ -181,9 +188,15 @@ impl LinkReader {
 /// For io_uring, where every read is a ring operation: its completion is
 /// taken only when the run queue next empties, so a link whose bytes are
 /// already there would be read once a turn of the loop, and the streams'
-/// responders would write one read's frames at a time. Read at once, as
-/// the epoll driver does (issue 8: in the `s1` bench the Edge's reads went
-/// from ~51 KB to ~100 KB and its client writes from ~45 KB to ~97 KB).
+/// responders would write one read's frames at a time.
+///
+/// Only every other read is taken at once: read on while bytes kept coming,
+/// the reader would decode a busy link's whole backlog before any responder
+/// wrote (issue 8: unbounded, the `s2-load` bench's saturated probe's added
+/// p99 went from +2.4–3.5 ms to +3.4–4.9 ms with the Edge's end alone,
+/// +7–13 ms with both). Every other read,
+/// the Edge's reads in the `s1` bench went from ~57 KB to ~86 KB and its
+/// client writes from ~47 KB to ~82 KB, and the saturated tail stayed.
 ///
 /// The Node has the same few lines (`node-runner/src/provider_http/conn.rs`).
 #[allow(unsafe_code)] // a read into spare capacity; see the SAFETY notes

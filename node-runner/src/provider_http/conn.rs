@@ -27,9 +27,9 @@
 //!
 //! On io_uring, a read that knows its bytes are waiting (after a read that
 //! filled its room, or once the socket has shown them) takes them with a
-//! `recv(2)` that does not wait, not through the ring ([`recv_now`]): the
-//! epoll driver's way, so a busy tunnel's reads of one turn of the loop go
-//! out in one link write.
+//! `recv(2)` that does not wait, not through the ring ([`recv_now`]), if
+//! the read before it went through the runtime: a busy tunnel's two reads
+//! go out in one link write, and it still yields its turn.
 //!
 //! Reads reserve [`READ_MIN`] after a short read and double up to
 //! [`READ_RESERVE`] while they fill: a token that wakes a slow stream takes
@@ -100,6 +100,10 @@ pub(crate) struct Connection {
     /// Free space to reserve before the next read: [`READ_MIN`] after a
     /// short read, doubling up to [`READ_RESERVE`] while reads fill.
     read_size: usize,
+    /// True when the last read took its bytes at once ([`recv_now`]): the
+    /// next one goes through the runtime, so a busy stream yields its turn
+    /// of the loop after at most two reads.
+    read_at_once: bool,
 }
 
 impl Connection {
@@ -142,6 +146,7 @@ impl Connection {
             busy: false,
             last_read: 0..0,
             drained: true,
+            read_at_once: false,
         })
     }
 
@@ -185,6 +190,8 @@ impl Connection {
                 // leaves the framing position intact. Not relaxed: the
                 // epoll driver's cached readiness could be stale.
                 stream.readable(false).await?;
+                // The wait was this stream's turn through the runtime.
+                self.read_at_once = false;
             }
             waiting = true;
         }
@@ -194,13 +201,16 @@ impl Connection {
         let (len, capacity) = (self.buf.len(), self.buf.capacity());
         let start = self.buf.as_ptr() as usize + len;
         // On io_uring, bytes known to be waiting are taken without a trip
-        // through the ring (see `recv_now`).
+        // through the ring (see `recv_now`), every other read.
         let taken = match &self.io {
-            Transport::Plain(stream) if waiting && crate::runtime::on_uring() => {
+            Transport::Plain(stream)
+                if waiting && !self.read_at_once && crate::runtime::on_uring() =>
+            {
                 recv_now(stream, &mut self.buf)
             }
             _ => None,
         };
+        self.read_at_once = taken.is_some();
         let result = match taken {
             Some(result) => result,
             None => self.read_into_spare().await,
@@ -280,10 +290,15 @@ fn readable_now(stream: &TcpStream) -> bool {
 /// For io_uring, where every read is a ring operation: its completion is
 /// taken only when the run queue next empties, so a stream whose bytes are
 /// already there would hand out one read per turn of the loop, and the
-/// link writer would send one read's frame at a time. Read at once, as the
-/// epoll driver does, a busy tunnel's reads of one turn go out in one link
-/// write (issue 8: the Node's link writes in the `s1` bench went from
-/// ~70 KB to ~170 KB, and the Edge's reads with them).
+/// link writer would send one read's frame at a time.
+///
+/// Only every other read is taken at once: a stream that always found its
+/// bytes waiting would otherwise read on, turn after turn of its own, while
+/// every other stream's frames queued behind its frames on the link (issue
+/// 8: unbounded, the `s2-load` bench's saturated probe's added p99 went
+/// from +2.4–3.5 ms to +4.4–6.5 ms with the Node's end alone, +7–13 ms with
+/// both). Every other read, the Node's link writes in the `s1` bench went
+/// from ~73 KB to ~126 KB, and the saturated tail stayed.
 #[allow(unsafe_code)]
 fn recv_now(stream: &impl AsRawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
     let spare = buf.spare_capacity_mut();
