@@ -194,11 +194,13 @@ impl LinkReader {
 /// the reader would decode a busy link's whole backlog before any responder
 /// wrote (issue 8: unbounded, the `s2-load` bench's saturated probe's added
 /// p99 went from +2.4–3.5 ms to +3.4–4.9 ms with the Edge's end alone,
-/// +7–13 ms with both). Every other read,
-/// the Edge's reads in the `s1` bench went from ~57 KB to ~86 KB and its
-/// client writes from ~47 KB to ~82 KB, and the saturated tail stayed.
+/// +7–13 ms with both). Every other read, the Edge's reads in the `s1`
+/// bench went from ~57 KB to ~86 KB and its client writes from ~47 KB to
+/// ~82 KB, and the saturated tail stayed.
 ///
-/// The Node has the same few lines (`node-runner/src/provider_http/conn.rs`).
+/// The Node has the same few lines for its provider reads
+/// (`node-runner/src/provider_http/conn.rs`): the two share no runtime code
+/// by design, and `framing` does no I/O.
 #[allow(unsafe_code)] // a read into spare capacity; see the SAFETY notes
 fn recv_now(fd: RawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
     let spare = buf.spare_capacity_mut();
@@ -208,7 +210,7 @@ fn recv_now(fd: RawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
     // SAFETY: `spare` is `buf`'s spare capacity: `spare.len()` bytes valid
     // for writes while it is borrowed here, and recv(2) writes at most that
     // many. `fd` is the caller's open socket. Tested by
-    // `a_busy_link_takes_its_waiting_bytes_without_a_trip_through_the_runtime`.
+    // `a_busy_link_takes_waiting_bytes_at_once_every_other_read`.
     let read = unsafe {
         libc::recv(
             fd,

@@ -299,6 +299,10 @@ fn readable_now(stream: &TcpStream) -> bool {
 /// from +2.4–3.5 ms to +4.4–6.5 ms with the Node's end alone, +7–13 ms with
 /// both). Every other read, the Node's link writes in the `s1` bench went
 /// from ~73 KB to ~126 KB, and the saturated tail stayed.
+///
+/// The Edge has the same few lines for its link reads
+/// (`edge-proxy/src/link/transport.rs`): the two share no runtime code by
+/// design, and `framing` does no I/O.
 #[allow(unsafe_code)]
 fn recv_now(stream: &impl AsRawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
     let spare = buf.spare_capacity_mut();
