@@ -420,6 +420,19 @@ mod tests {
             });
     }
 
+    /// `recv_now` retried until it answers: loopback delivers at once, but
+    /// the peer's bytes may show a moment after its write (bounded).
+    fn answered(stream: &std::net::TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+        (0..1000)
+            .find_map(|_| {
+                recv_now(stream, buf).or_else(|| {
+                    std::thread::yield_now();
+                    None
+                })
+            })
+            .expect("recv_now answers")
+    }
+
     #[test]
     fn recv_now_takes_waiting_bytes_and_never_waits() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -432,16 +445,7 @@ mod tests {
         assert_eq!(&buf[..], b"kept|");
 
         peer.write_all(b"waiting bytes").unwrap();
-        // Loopback delivers at once; retry until it shows (bounded).
-        let read = (0..1000)
-            .find_map(|_| {
-                recv_now(&ours, &mut buf).or_else(|| {
-                    std::thread::yield_now();
-                    None
-                })
-            })
-            .expect("the bytes arrive");
-        assert_eq!(read.unwrap(), 13);
+        assert_eq!(answered(&ours, &mut buf).unwrap(), 13);
         // Appended after the bytes the buffer held.
         assert_eq!(&buf[..], b"kept|waiting bytes");
 
@@ -453,19 +457,8 @@ mod tests {
         // The end of the stream reads as 0, after what was left.
         drop(peer);
         let mut rest = BytesMut::with_capacity(16);
-        let more = (0..1000)
-            .find_map(|_| recv_now(&ours, &mut rest))
-            .expect("bytes are waiting");
-        assert_eq!(more.unwrap(), 4);
-        let end = (0..1000)
-            .find_map(|_| {
-                recv_now(&ours, &mut rest).or_else(|| {
-                    std::thread::yield_now();
-                    None
-                })
-            })
-            .expect("the end arrives");
-        assert_eq!(end.unwrap(), 0);
+        assert_eq!(answered(&ours, &mut rest).unwrap(), 4);
+        assert_eq!(answered(&ours, &mut rest).unwrap(), 0);
         assert_eq!(&rest[..], b"more");
     }
 }
