@@ -13,6 +13,7 @@
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
+//! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
 //! | `tls`      | the link's TLS record steps around a sans-IO `rustls::Connection` (F28; feature `tls`) |
 //!
 //! # What it does not do
@@ -37,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod fair_queue;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -80,6 +80,10 @@ pub const MAX_IOVECS: usize = 256;
 /// A batch stops taking commands once it holds this many bytes.
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
+/// A batch's limit while the peer is behind (see [`WriteBatch::paced`]):
+/// what a command queued during a write may have to wait for.
+pub const BEHIND_BATCH_BYTES: usize = 64 * 1024;
+
 /// Collects [`Outgoing`] commands into the slices of one vectored write; see
 /// the module docs.
 #[derive(Debug, Default)]
@@ -93,6 +97,8 @@ pub struct WriteBatch {
     /// Where each frame ends, in bytes from the batch's start.
     ends: Vec<usize>,
     closed: bool,
+    /// Bytes at which it is full; 0 for [`MAX_BATCH_BYTES`].
+    limit: usize,
 }
 
 impl WriteBatch {
@@ -157,11 +163,45 @@ impl WriteBatch {
 
     /// Whether the batch takes no more commands until [`take`](Self::take):
     /// another body could exceed [`MAX_IOVECS`], or it holds
-    /// [`MAX_BATCH_BYTES`].
+    /// its [limit](Self::limit) of bytes ([`MAX_BATCH_BYTES`] by default).
     pub fn is_full(&self) -> bool {
         // A command adds at most one sealed buffer and `MAX_BODY_PARTS`
         // body slices, and the open buffer becomes one more at `take`.
-        self.slices.len() + MAX_BODY_PARTS + 2 > MAX_IOVECS || self.len >= MAX_BATCH_BYTES
+        self.slices.len() + MAX_BODY_PARTS + 2 > MAX_IOVECS || self.len >= self.limit()
+    }
+
+    /// The bytes at which the batch is [full](Self::is_full):
+    /// [`MAX_BATCH_BYTES`] unless [`set_limit`](Self::set_limit) lowered it.
+    pub fn limit(&self) -> usize {
+        if self.limit == 0 {
+            MAX_BATCH_BYTES
+        } else {
+            self.limit
+        }
+    }
+
+    /// Makes the batch full at `bytes` (at least 1, at most
+    /// [`MAX_BATCH_BYTES`]). A writer whose peer reads slowly takes small
+    /// batches, so that what it queues meanwhile (a new stream's first
+    /// frame) does not wait behind a large one.
+    pub fn set_limit(&mut self, bytes: usize) {
+        self.limit = bytes.clamp(1, MAX_BATCH_BYTES);
+    }
+
+    /// Sets the next batch's limit from how the last write went: `whole`
+    /// (the kernel took every write at once) doubles it, up to
+    /// [`MAX_BATCH_BYTES`]; otherwise the peer or the network is behind and
+    /// the limit drops to [`BEHIND_BATCH_BYTES`], so that a stream's command
+    /// queued meanwhile waits behind at most that much of a batch already
+    /// taken. A new batch starts at the full limit; a writer that wants to
+    /// start careful calls this with `false` first.
+    pub fn paced(&mut self, whole: bool) {
+        let next = if whole {
+            self.limit().saturating_mul(2)
+        } else {
+            BEHIND_BATCH_BYTES
+        };
+        self.set_limit(next);
     }
 
     /// Bytes to write in this batch.
@@ -417,6 +457,37 @@ mod tests {
             );
         }
         assert_eq!(concat(slices.slices()), concat(&[one.head, one.body]));
+    }
+
+    #[test]
+    fn a_batch_behind_a_slow_peer_stays_small_until_writes_go_whole() {
+        let body = vec![7u8; 16 * 1024];
+        let fill = |batch: &mut WriteBatch| {
+            let mut frames = (0..200).map(|_| Outgoing::Body(body_frame(1, &body)));
+            let first = frames.next().unwrap();
+            batch.fill(first, || frames.next());
+            batch.take().len()
+        };
+        let mut batch = WriteBatch::new();
+        assert_eq!(batch.limit(), MAX_BATCH_BYTES);
+        // A write the kernel did not take whole: the next batch stops at
+        // the first frame that reaches the smaller limit.
+        batch.paced(false);
+        let taken = fill(&mut batch);
+        assert!(
+            (BEHIND_BATCH_BYTES..BEHIND_BATCH_BYTES + 17 * 1024).contains(&taken),
+            "{taken}"
+        );
+        // Whole writes double it back, never past the maximum.
+        let mut limits = vec![];
+        for _ in 0..6 {
+            batch.paced(true);
+            limits.push(batch.limit() / 1024);
+        }
+        assert_eq!(limits, [128, 256, 512, 1024, 1024, 1024]);
+        assert!(fill(&mut batch) >= MAX_BATCH_BYTES);
+        batch.set_limit(0);
+        assert_eq!(batch.limit(), 1, "at least a byte: a batch takes a command");
     }
 
     #[test]
