@@ -17,6 +17,7 @@ mod chaos;
 mod support;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chaos::client::{Outcome, Reader, stream_chat};
@@ -331,6 +332,66 @@ fn a_shaped_slow_link_keeps_its_heartbeat_and_its_streams() {
     assert_eq!(disconnects(&edge, "n1"), vec![], "the link stayed up");
     assert_eq!(count_ok(&outcomes), 10, "{outcomes:?}");
     assert_eq!(edge.generation("n1"), generation);
+    edge.assert_drained();
+    assert_fds_settle(fds_before + 4);
+}
+
+/// Bytes the bulk streams of the fair-link scenario have received.
+static BULK_RECEIVED: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn a_chat_beside_bulk_streams_on_a_slow_link_does_not_wait_for_their_windows() {
+    let Some(bed) = Bed::from_env("fair link") else {
+        return;
+    };
+    // Four bulk streams (8 MiB each) keep their windows queued at the Node
+    // on a 4 mbit/s link: 4 × 256 KiB (the Edge's default window) is ~2 s
+    // of it. A chat started meanwhile is its own stream in the Node's
+    // writer (framing::fair_queue): its frames go at the writer's next
+    // turn, behind at most a small batch, not behind that backlog. Counted
+    // in bytes, not seconds: what the bulk streams received while the chat
+    // ran, whatever the machine's speed.
+    const BULK_STREAMS: u64 = 4;
+    const BACKLOG: u64 = BULK_STREAMS * 256 * 1024;
+    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "20"]);
+    let specs = vec![vec![
+        ProviderSpec::new("big", "big", at)
+            .with(r#"headers: {x-mock-tokens: "8192", x-mock-event-bytes: "1024"}"#),
+        ProviderSpec::new("small", "small", at),
+    ]];
+    let mut edge = Edge::start_with(&edge_yaml(&specs), SLOW_LINK_HEARTBEAT);
+    let _node = start_node(&bed, &mut edge, 1);
+    let fds_before = own_fds();
+    bed.sh(&["shape", &bed.run_name(), "edge", "4mbit"]);
+    let bulk = burst_in_background(
+        edge.ingress(),
+        "big",
+        BULK_STREAMS as usize,
+        Reader::Counting(&BULK_RECEIVED),
+    );
+    edge.wait("the bulk streams", |e| e.metrics().leases >= BULK_STREAMS);
+    edge.wait("the bulk streams' windows to fill", |_| {
+        BULK_RECEIVED.load(Ordering::Relaxed) > 2 * BACKLOG
+    });
+    let before = BULK_RECEIVED.load(Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let chat = burst(edge.ingress(), "small", 1, Reader::Eager);
+    let during = BULK_RECEIVED.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "fair link: the chat took {:?}; the bulk streams received {during} bytes meanwhile \
+         (their backlog: {BACKLOG})",
+        started.elapsed()
+    );
+    bed.sh(&["clear", &bed.run_name(), "edge"]);
+    let bulk = bulk.join().expect("the bulk clients");
+    assert_eq!(count_ok(&chat), 1, "{chat:?}");
+    assert!(
+        during < BACKLOG / 2,
+        "the chat waited behind {during} bytes of the bulk streams' {BACKLOG}"
+    );
+    assert_one_terminal_each("fair link", &bulk);
+    assert_eq!(count_ok(&bulk), BULK_STREAMS as usize, "{bulk:?}");
+    edge.drain_events();
     edge.assert_drained();
     assert_fds_settle(fds_before + 4);
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use framing::fair_queue::FairQueue;
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing};
 use framing::timer::{ClockSource, TimerKey};
@@ -292,41 +293,67 @@ impl Link {
         }
     }
 
+    /// The link's single writer. Commands from every core join a
+    /// [`FairQueue`], one queue per stream taken in turn, so that a stream's
+    /// first frame does not wait behind other streams' windows; heartbeats
+    /// go first of all. While the Edge reads slower than the Node writes
+    /// (a write the kernel did not take whole), batches stay small
+    /// ([`WriteBatch::paced`]), so what is queued meanwhile waits behind
+    /// little of a batch already taken.
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: LinkWriter,
-        mut rx: UnboundedReceiver<Outgoing>,
+        mut rx: UnboundedReceiver<(u64, Outgoing)>,
         mut urgent: local_sync::mpsc::unbounded::Rx<Bytes>,
     ) {
         let mut batch = WriteBatch::new();
+        batch.paced(false);
+        let mut queue = FairQueue::new();
+        let mut open = true;
         loop {
-            let cmd = monoio::select! {
-                biased;
-                Some(frame) = urgent.recv() => Outgoing::Frame(frame),
-                cmd = rx.recv() => match cmd {
-                    Some(cmd) => cmd,
-                    None => break,
-                },
-            };
-            // Whatever else is already queued goes out in the same write:
-            // small frames copied together, tunnel bodies as their own
-            // slices, all in one `writev` (zero copy for bodies).
-            let close = batch.fill(cmd, || {
+            let mut waited = None;
+            if queue.is_empty() {
+                if !open {
+                    break;
+                }
+                monoio::select! {
+                    biased;
+                    Some(frame) = urgent.recv() => waited = Some(frame),
+                    cmd = rx.recv() => match cmd {
+                        Some((stream_id, cmd)) => queue.push(stream_id, cmd),
+                        None => open = false,
+                    },
+                }
+            }
+            // Whatever else is already queued joins the schedule, and goes
+            // out in this write as far as the batch takes it: small frames
+            // copied together, tunnel bodies as their own slices, all in one
+            // `writev` (zero copy for bodies).
+            while let Ok((stream_id, cmd)) = rx.try_recv() {
+                queue.push(stream_id, cmd);
+            }
+            let mut next = || {
                 urgent
                     .try_recv()
                     .ok()
                     .map(Outgoing::Frame)
-                    .or_else(|| rx.try_recv().ok())
-            });
+                    .or_else(|| queue.pop())
+            };
+            let Some(first) = waited.map(Outgoing::Frame).or_else(&mut next) else {
+                continue;
+            };
+            let close = batch.fill(first, next);
             if !batch.is_empty() {
-                let result = write_half.write_overtaking(batch.take(), &mut urgent).await;
-                if result.is_err() {
-                    self.session
-                        .borrow_mut()
-                        .handle_closed(CloseReason::IoError);
-                    self.pump();
-                    self.rearm();
-                    break;
+                match write_half.write_overtaking(batch.take(), &mut urgent).await {
+                    Ok(whole) => batch.paced(whole),
+                    Err(_) => {
+                        self.session
+                            .borrow_mut()
+                            .handle_closed(CloseReason::IoError);
+                        self.pump();
+                        self.rearm();
+                        break;
+                    }
                 }
             }
             if close {

@@ -11,8 +11,10 @@ use proto::Envelope;
 use proto::v1::RunEvent;
 use proto::v1::envelope::Msg;
 
-/// The connection writer's queue: `Send`, so every core can feed it.
-pub type FrameTx = tokio::sync::mpsc::UnboundedSender<Outgoing>;
+/// The connection writer's queue: `Send`, so every core can feed it. Each
+/// command names its stream (0: the link's own), so that the writer can take
+/// the streams in turn (`framing::fair_queue`).
+pub type FrameTx = tokio::sync::mpsc::UnboundedSender<(u64, Outgoing)>;
 
 /// Frames to the Edge on one connection, from one core: encodes on this
 /// core (one encoder per core and connection) and queues the frame for the
@@ -50,7 +52,7 @@ impl Outbox {
     /// gone.
     pub fn send(&self, envelope: &Envelope) -> bool {
         self.encode(envelope)
-            .is_some_and(|frame| self.send_frame(frame))
+            .is_some_and(|frame| self.send_frame(envelope.stream_id, frame))
     }
 
     /// `envelope` encoded as a frame; `None` (logged) if it cannot be.
@@ -59,9 +61,9 @@ impl Outbox {
         logged(frame, envelope.stream_id, "frame")
     }
 
-    /// Queues an encoded frame.
-    pub fn send_frame(&self, frame: Bytes) -> bool {
-        self.tx.send(Outgoing::Frame(frame)).is_ok()
+    /// Queues an encoded frame of `stream_id`.
+    pub fn send_frame(&self, stream_id: u64, frame: Bytes) -> bool {
+        self.tx.send((stream_id, Outgoing::Frame(frame))).is_ok()
     }
 
     /// Queues a tunnel body frame whose body is `body` then each of `more`:
@@ -73,7 +75,7 @@ impl Outbox {
             .borrow_mut()
             .encode_tunnel_body_parts(stream_id, body, more);
         logged(frame, stream_id, "tunnel body")
-            .is_some_and(|frame| self.tx.send(Outgoing::Body(frame)).is_ok())
+            .is_some_and(|frame| self.tx.send((stream_id, Outgoing::Body(frame))).is_ok())
     }
 
     /// Queues a run's event on `stream_id`, encoded from the borrowed
@@ -85,12 +87,12 @@ impl Outbox {
             proto::ENVELOPE_RUN_EVENT_FIELD,
             event,
         );
-        logged(frame, stream_id, "run event").is_some_and(|frame| self.send_frame(frame))
+        logged(frame, stream_id, "run event").is_some_and(|frame| self.send_frame(stream_id, frame))
     }
 
     /// Asks the writer to flush and close the connection.
     pub fn close(&self) {
-        let _ = self.tx.send(Outgoing::Close);
+        let _ = self.tx.send((0, Outgoing::Close));
     }
 
     pub(crate) fn send_msg(&self, stream_id: u64, msg: Msg) -> bool {

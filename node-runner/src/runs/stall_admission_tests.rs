@@ -33,7 +33,7 @@ fn payload(base_url: String) -> NodeConfigPayload {
     }
 }
 
-fn manager(h: &Harness, base_url: String) -> (Rc<RunManager>, UnboundedReceiver<Outgoing>) {
+fn manager(h: &Harness, base_url: String) -> (Rc<RunManager>, UnboundedReceiver<(u64, Outgoing)>) {
     let payload = payload(base_url);
     let identity = LinkIdentity {
         node_id: "n".into(),
@@ -70,10 +70,10 @@ fn run(stall_ms: u64) -> Envelope {
     }
 }
 
-fn events(rx: &mut UnboundedReceiver<Outgoing>) -> Vec<RunEvent> {
+fn events(rx: &mut UnboundedReceiver<(u64, Outgoing)>) -> Vec<RunEvent> {
     let mut decoder = FrameDecoder::new(MAX_FRAME);
     let mut out = Vec::new();
-    while let Ok(Outgoing::Frame(bytes)) = rx.try_recv() {
+    while let Ok((_, Outgoing::Frame(bytes))) = rx.try_recv() {
         let mut buf = BytesMut::from(&bytes[..]);
         if let Ok(Some(Envelope {
             msg: Some(Msg::RunEvent(event)),

@@ -3,6 +3,7 @@
 //! with. Async (tokio), so thousands of streams fit on one thread.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +17,9 @@ pub(crate) enum Reader {
     /// Reads the head, then stops reading for this long (a slow client
     /// whose socket buffers fill), then reads the rest.
     StallAfterHead(Duration),
+    /// Reads everything as it comes, adding each read's bytes to the
+    /// counter (what a group of streams has received so far).
+    Counting(&'static AtomicU64),
 }
 
 /// What one request ended with.
@@ -133,7 +137,12 @@ async fn exchange(addr: SocketAddr, model: &str, reader: Reader) -> Outcome {
         }
         match socket.read(&mut buf).await {
             Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                raw.extend_from_slice(&buf[..n]);
+                if let Reader::Counting(received) = reader {
+                    received.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
             Err(e) => {
                 out.io_error = Some(format!("read: {e}"));
                 break;
