@@ -293,12 +293,14 @@ impl Link {
         }
     }
 
-    /// The link's single writer. Commands from every core join a
-    /// [`FairQueue`], one queue per stream taken in turn, so that a stream's
-    /// first frame does not wait behind other streams' windows; heartbeats
-    /// go first of all. While the Edge reads slower than the Node writes
-    /// (a write the kernel did not take whole), batches stay small
-    /// ([`WriteBatch::paced`]), so what is queued meanwhile waits behind
+    /// The link's single writer. Heartbeats go first of all. While the
+    /// writer keeps up, commands go out in the order they came, as many as
+    /// a batch takes; what a full batch leaves waits in a [`FairQueue`],
+    /// one queue per stream taken in turn, and while anything waits there
+    /// every new command joins it, so a stream's first frame does not wait
+    /// behind other streams' windows. While the Edge reads slower than the
+    /// Node writes (a write the kernel did not take whole), batches stay
+    /// small ([`WriteBatch::paced`]), so what arrives meanwhile waits behind
     /// little of a batch already taken.
     async fn write_loop(
         self: Rc<Self>,
@@ -318,31 +320,39 @@ impl Link {
                 }
                 monoio::select! {
                     biased;
-                    Some(frame) = urgent.recv() => waited = Some(frame),
+                    Some(frame) = urgent.recv() => waited = Some(Outgoing::Frame(frame)),
                     cmd = rx.recv() => match cmd {
-                        Some((stream_id, cmd)) => queue.push(stream_id, cmd),
+                        Some((_, cmd)) => waited = Some(cmd),
                         None => open = false,
                     },
                 }
             }
-            // Whatever else is already queued joins the schedule, and goes
-            // out in this write as far as the batch takes it: small frames
-            // copied together, tunnel bodies as their own slices, all in one
-            // `writev` (zero copy for bodies).
+            // Nothing waits its turn: arrival order, as far as the batch
+            // takes it. Otherwise everything queued joins the turns first.
+            let in_turn = !queue.is_empty();
+            if in_turn {
+                while let Ok((stream_id, cmd)) = rx.try_recv() {
+                    queue.push(stream_id, cmd);
+                }
+            }
+            let mut next = || {
+                let urgent = urgent.try_recv().ok().map(Outgoing::Frame);
+                if in_turn {
+                    urgent.or_else(|| queue.pop())
+                } else {
+                    urgent.or_else(|| rx.try_recv().ok().map(|(_, cmd)| cmd))
+                }
+            };
+            let Some(first) = waited.or_else(&mut next) else {
+                continue;
+            };
+            // Small frames copied together, tunnel bodies as their own
+            // slices, all in one `writev` (zero copy for bodies).
+            let close = batch.fill(first, next);
+            // What the batch had no room for waits its turn.
             while let Ok((stream_id, cmd)) = rx.try_recv() {
                 queue.push(stream_id, cmd);
             }
-            let mut next = || {
-                urgent
-                    .try_recv()
-                    .ok()
-                    .map(Outgoing::Frame)
-                    .or_else(|| queue.pop())
-            };
-            let Some(first) = waited.map(Outgoing::Frame).or_else(&mut next) else {
-                continue;
-            };
-            let close = batch.fill(first, next);
             if !batch.is_empty() {
                 match write_half.write_overtaking(batch.take(), &mut urgent).await {
                     Ok(whole) => batch.paced(whole),
