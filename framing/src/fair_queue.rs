@@ -115,9 +115,11 @@ impl FairQueue {
                 (None, Some(&id)) => (false, id),
                 (None, None) => return self.pop_close(),
             };
-            let Some(flow) = self.flows.get_mut(&id) else {
-                // Not reachable: a listed stream always has its flow.
+            let Some(flow) = self.flows.get_mut(&id).filter(|f| !f.queue.is_empty()) else {
+                // Not reachable: a listed stream has its flow, and leaves
+                // the lists when it runs empty.
                 self.list(from_new).pop_front();
+                self.flows.remove(&id);
                 continue;
             };
             if flow.deficit <= 0 {
@@ -126,23 +128,19 @@ impl FairQueue {
                 self.old.push_back(id);
                 continue;
             }
-            let Some(command) = flow.queue.pop_front() else {
-                // Not reachable: a stream leaves when it runs empty.
-                self.list(from_new).pop_front();
-                self.flows.remove(&id);
-                continue;
-            };
-            flow.deficit -= wire_len(&command) as i64;
-            self.len -= 1;
-            if flow.queue.is_empty() {
-                self.list(from_new).pop_front();
-                if let Some(flow) = self.flows.remove(&id)
-                    && self.spare.len() < SPARE_QUEUES
-                {
-                    self.spare.push(flow.queue);
+            if let Some(command) = flow.queue.pop_front() {
+                flow.deficit -= wire_len(&command) as i64;
+                self.len -= 1;
+                if flow.queue.is_empty() {
+                    self.list(from_new).pop_front();
+                    if let Some(flow) = self.flows.remove(&id)
+                        && self.spare.len() < SPARE_QUEUES
+                    {
+                        self.spare.push(flow.queue);
+                    }
                 }
+                return Some(command);
             }
-            return Some(command);
         }
     }
 

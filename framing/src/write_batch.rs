@@ -86,7 +86,7 @@ pub const BEHIND_BATCH_BYTES: usize = 64 * 1024;
 
 /// Collects [`Outgoing`] commands into the slices of one vectored write; see
 /// the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriteBatch {
     /// The copy segment being built (small frames, body heads).
     buf: BytesMut,
@@ -97,8 +97,21 @@ pub struct WriteBatch {
     /// Where each frame ends, in bytes from the batch's start.
     ends: Vec<usize>,
     closed: bool,
-    /// Bytes at which it is full; 0 for [`MAX_BATCH_BYTES`].
+    /// Bytes at which it is full ([`WriteBatch::limit`]).
     limit: usize,
+}
+
+impl Default for WriteBatch {
+    fn default() -> Self {
+        Self {
+            buf: BytesMut::new(),
+            slices: Vec::new(),
+            len: 0,
+            ends: Vec::new(),
+            closed: false,
+            limit: MAX_BATCH_BYTES,
+        }
+    }
 }
 
 impl WriteBatch {
@@ -167,17 +180,13 @@ impl WriteBatch {
     pub fn is_full(&self) -> bool {
         // A command adds at most one sealed buffer and `MAX_BODY_PARTS`
         // body slices, and the open buffer becomes one more at `take`.
-        self.slices.len() + MAX_BODY_PARTS + 2 > MAX_IOVECS || self.len >= self.limit()
+        self.slices.len() + MAX_BODY_PARTS + 2 > MAX_IOVECS || self.len >= self.limit
     }
 
     /// The bytes at which the batch is [full](Self::is_full):
     /// [`MAX_BATCH_BYTES`] unless [`set_limit`](Self::set_limit) lowered it.
     pub fn limit(&self) -> usize {
-        if self.limit == 0 {
-            MAX_BATCH_BYTES
-        } else {
-            self.limit
-        }
+        self.limit
     }
 
     /// Makes the batch full at `bytes` (at least 1, at most
