@@ -34,6 +34,10 @@ pub const TUNNEL_FRAME_BODY_FIELD: u32 = 15;
 pub const ENVELOPE_TUNNEL_REQUEST_FIELD: u32 = 30;
 /// Field number of `ProviderTunnelRequest.body`.
 pub const TUNNEL_REQUEST_BODY_FIELD: u32 = 7;
+/// Field number of `Envelope.envelope_piece`.
+pub const ENVELOPE_PIECE_FIELD: u32 = 70;
+/// Field number of `EnvelopePiece.bytes`.
+pub const PIECE_BYTES_FIELD: u32 = 2;
 
 /// The default response-stall timeout (F20), used when the wire carries 0.
 pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;

@@ -2,8 +2,9 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
-use proto::Envelope;
+use proto::{Envelope, Msg};
 
+use super::pieces::Gathering;
 use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_frame_len};
 
 /// Where the decoder is within the current frame.
@@ -22,6 +23,8 @@ pub struct FrameDecoder {
     state: State,
     /// Room reserved beyond the rest of a frame (see [`Self::set_read_ahead`]).
     read_ahead: usize,
+    /// Frames coming in pieces, by stream.
+    pieces: Gathering,
 }
 
 impl Default for FrameDecoder {
@@ -38,6 +41,7 @@ impl FrameDecoder {
             max_frame_len: clamp_max_frame_len(max_frame_len),
             state: State::Head,
             read_ahead: 0,
+            pieces: Gathering::default(),
         }
     }
 
@@ -120,12 +124,25 @@ impl FrameDecoder {
     ///
     /// `bytes` fields of the result (tunnel bodies, request bodies, leases) are
     /// slices of `buf`'s memory, not copies. An envelope without a message is
-    /// [`FrameError::MissingMessage`].
+    /// [`FrameError::MissingMessage`]. A frame that came in pieces is handed
+    /// out whole, with the last piece (its bytes then slices of the gathered
+    /// copy).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Envelope>, FrameError> {
-        match self.decode_frame(buf)? {
-            Some(frame) => decode_envelope(frame).map(Some),
-            None => Ok(None),
+        while let Some(frame) = self.decode_frame(buf)? {
+            let envelope = decode_envelope(frame)?;
+            let Envelope {
+                stream_id,
+                msg: Some(Msg::EnvelopePiece(piece)),
+            } = envelope
+            else {
+                self.pieces.drop_stream(envelope.stream_id);
+                return Ok(Some(envelope));
+            };
+            if let Some(whole) = self.pieces.take(stream_id, piece, self.max_frame_len)? {
+                return Ok(Some(whole));
+            }
         }
+        Ok(None)
     }
 
     /// Like [`decode`](Self::decode), for after the peer has closed its side:
@@ -136,7 +153,13 @@ impl FrameDecoder {
             return Ok(Some(envelope));
         }
         match self.state {
-            State::Head if buf.is_empty() => Ok(None),
+            State::Head if buf.is_empty() => match self.pieces.unfinished() {
+                Some((stream_id, gathered)) => Err(FrameError::UnfinishedPieces {
+                    stream_id,
+                    gathered,
+                }),
+                None => Ok(None),
+            },
             State::Head => Err(FrameError::Truncated {
                 buffered: buf.len(),
                 expected: LENGTH_PREFIX_LEN,

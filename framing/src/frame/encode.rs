@@ -177,7 +177,7 @@ impl FrameEncoder {
     /// or, with `trailing = Some((bytes_field, bytes_len))`, its head up to
     /// the tag and length of that field of `msg`, whose `bytes_len` bytes
     /// the caller writes after it.
-    fn encode_head<M: Message>(
+    pub(super) fn encode_head<M: Message>(
         &mut self,
         stream_id: u64,
         msg_field: u32,

@@ -39,6 +39,12 @@
 //! body. [`FrameEncoder::encode_message`] encodes a borrowed message as the
 //! envelope holding it would be, without building (or boxing into) one.
 //!
+//! # Pieces
+//! A large frame may be sent as several `EnvelopePiece` frames
+//! ([`FrameEncoder::encode_pieces`]), so it does not hold the link whole;
+//! the decoder gathers them and hands out the envelope they make (see
+//! `pieces.rs`).
+//!
 //! # Errors
 //! Oversize, malformed and message-less frames are typed [`FrameError`]s; the
 //! connection that sent one is not recoverable (its framing is lost) and the
@@ -46,9 +52,11 @@
 
 mod decode;
 mod encode;
+mod pieces;
 
 pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
+pub use pieces::GATHERED_FRAMES;
 
 /// Bytes of the big-endian `u32` length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;
@@ -102,6 +110,24 @@ pub enum FrameError {
         parts: usize,
         /// [`MAX_BODY_PARTS`].
         max: usize,
+    },
+    /// The pieces the link's streams have gathered and not finished exceed
+    /// [`GATHERED_FRAMES`] whole frames (see [`FrameEncoder::encode_pieces`]).
+    #[error("{held} bytes of unfinished pieces exceed the maximum of {max} bytes")]
+    TooMuchGathered {
+        /// The bytes that would be held.
+        held: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The peer closed the link while a stream's frame was still coming in
+    /// pieces.
+    #[error("stream ended with {gathered} bytes of stream {stream_id}'s frame in pieces")]
+    UnfinishedPieces {
+        /// The stream whose frame was unfinished.
+        stream_id: u64,
+        /// The bytes of it that did arrive.
+        gathered: usize,
     },
 }
 

@@ -105,6 +105,8 @@ impl NodeSession {
             lease_public_key: lease_public_key
                 .map(|key| bytes::Bytes::copy_from_slice(&key))
                 .unwrap_or_default(),
+            // The link reader's FrameDecoder gathers pieces.
+            reassembles_pieces: true,
         }));
         let deadline = now.saturating_add(config.handshake_timeout_ms);
         let mut session = Self {

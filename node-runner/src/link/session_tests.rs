@@ -70,6 +70,8 @@ fn registers_then_readies() {
         &out[..],
         [NodeOutput::Send(Envelope { stream_id: 0, msg: Some(Msg::RegisterRequest(r)) })]
             if r.token == "secret" && r.instance_id == "i-1" && r.max_frame_len == 1 << 20
+                // Its link reader gathers a long request sent in pieces.
+                && r.reassembles_pieces
     ));
     s.handle_envelope(accepted(), 5);
     let out = drain(&mut s);

@@ -1,0 +1,437 @@
+//! Large frames in pieces (`EnvelopePiece`).
+//!
+//! A frame is written whole: nothing else (not even a heartbeat) can go on
+//! the link until its last byte has. A 4 MiB prompt on a 4 mbit/s link is
+//! 8 s of that, longer than the heartbeat may wait, and every other
+//! stream's request and credit wait behind it. So a sender may cut a large
+//! frame into pieces ([`FrameEncoder::encode_pieces`]): each piece is a frame
+//! of its own on the same stream, carrying the next bytes of the whole
+//! envelope (its encoding without the length prefix), the last one marked.
+//! The link writer then takes them like any other frames, in turn with the
+//! other streams' (`fair_queue`), heartbeats overtaking at every piece.
+//!
+//! The receiver's [`FrameDecoder`](super::FrameDecoder) gathers one stream's
+//! pieces and hands out the whole envelope when the last arrives, as if it
+//! had come in one frame: nothing above the decoder knows.
+//!
+//! # Invariants
+//! - Cutting copies nothing: a piece's slices are slices of the whole
+//!   frame's (property-tested: pieces gathered give back the envelope).
+//! - A whole is at most the decoder's `max_frame_len`
+//!   ([`FrameError::TooLarge`]); what all streams have gathered is at most
+//!   [`GATHERED_FRAMES`] of those ([`FrameError::TooMuchGathered`]); a
+//!   whole that is itself a piece, or names another stream, is
+//!   [`FrameError::Malformed`]. Each error ends the link, as a bad frame does.
+//! - Any other frame of a stream that is gathering drops what it gathered
+//!   (a sender that gave up on a frame says so by sending something else).
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+use proto::v1::EnvelopePiece;
+use proto::{ENVELOPE_PIECE_FIELD, Envelope, Msg, PIECE_BYTES_FIELD};
+
+use super::decode::decode_envelope;
+use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
+
+/// What all streams of one link may have gathered at once, in whole frames
+/// of the decoder's maximum (32 × 4 MiB = 128 MiB by default): a bound on a
+/// broken peer's cost, far above what the Edge's admission lets a Node's
+/// uploads hold.
+pub const GATHERED_FRAMES: usize = 32;
+
+impl FrameEncoder {
+    /// Cuts the frame `frame` of stream `stream_id` (its wire bytes in
+    /// order, length prefix first, as [`Outgoing`](crate::link::Outgoing)
+    /// holds them) into piece frames of at most `piece_len` bytes of it
+    /// each, copying none of it. Always at least one piece; the receiver
+    /// gathers them back into the frame's envelope.
+    pub fn encode_pieces(
+        &mut self,
+        stream_id: u64,
+        frame: impl IntoIterator<Item = Bytes>,
+        piece_len: usize,
+    ) -> Result<Vec<BodyFrame>, FrameError> {
+        let piece_len = piece_len.max(1);
+        let mut prefix = LENGTH_PREFIX_LEN;
+        let mut rest = std::collections::VecDeque::new();
+        for mut slice in frame {
+            let skip = prefix.min(slice.len());
+            prefix -= skip;
+            let _ = slice.split_to(skip);
+            if !slice.is_empty() {
+                rest.push_back(slice);
+            }
+        }
+        let mut left: usize = rest.iter().map(Bytes::len).sum();
+        let mut pieces = Vec::with_capacity(left.div_ceil(piece_len).max(1));
+        loop {
+            let mut parts = Vec::new();
+            let mut len = 0;
+            while len < piece_len && parts.len() < MAX_BODY_PARTS {
+                let Some(mut slice) = rest.pop_front() else {
+                    break;
+                };
+                if slice.len() > piece_len - len {
+                    rest.push_front(slice.split_off(piece_len - len));
+                }
+                len += slice.len();
+                parts.push(slice);
+            }
+            left -= len;
+            let last = left == 0;
+            let piece = EnvelopePiece {
+                last,
+                bytes: Bytes::new(),
+            };
+            let head = self.encode_head(
+                stream_id,
+                ENVELOPE_PIECE_FIELD,
+                &piece,
+                Some((PIECE_BYTES_FIELD, len)),
+            )?;
+            let mut parts = parts.into_iter();
+            let body = parts.next().unwrap_or_default();
+            pieces.push(BodyFrame {
+                head,
+                body,
+                more: parts.collect(),
+            });
+            if last {
+                return Ok(pieces);
+            }
+        }
+    }
+}
+
+/// The pieces a decoder has gathered, by stream.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Gathering {
+    streams: HashMap<u64, BytesMut>,
+    /// Bytes held over all streams.
+    held: usize,
+}
+
+impl Gathering {
+    /// Takes a piece of `stream_id`'s frame; the whole envelope once `piece`
+    /// is its last. `max_frame_len` bounds a whole.
+    pub(super) fn take(
+        &mut self,
+        stream_id: u64,
+        piece: EnvelopePiece,
+        max_frame_len: usize,
+    ) -> Result<Option<Envelope>, FrameError> {
+        let gathered = self.streams.get(&stream_id).map_or(0, BytesMut::len);
+        let len = gathered + piece.bytes.len();
+        if len > max_frame_len {
+            return Err(FrameError::TooLarge {
+                len: len as u64,
+                max: max_frame_len,
+            });
+        }
+        let whole = if gathered == 0 && piece.last {
+            // One piece: its bytes are the whole, uncopied.
+            self.drop_stream(stream_id);
+            piece.bytes
+        } else {
+            let max = max_frame_len.saturating_mul(GATHERED_FRAMES);
+            if self.held + piece.bytes.len() > max {
+                return Err(FrameError::TooMuchGathered {
+                    held: self.held + piece.bytes.len(),
+                    max,
+                });
+            }
+            self.held += piece.bytes.len();
+            let buf = self.streams.entry(stream_id).or_default();
+            if buf.is_empty() {
+                buf.reserve(piece.bytes.len());
+            }
+            buf.extend_from_slice(&piece.bytes);
+            if !piece.last {
+                return Ok(None);
+            }
+            let buf = self.streams.remove(&stream_id).unwrap_or_default();
+            self.held -= buf.len();
+            buf.freeze()
+        };
+        let envelope = decode_envelope(whole)?;
+        if matches!(envelope.msg, Some(Msg::EnvelopePiece(_))) {
+            return Err(FrameError::Malformed(format!(
+                "the pieces of stream {stream_id} make another piece"
+            )));
+        }
+        if envelope.stream_id != stream_id {
+            return Err(FrameError::Malformed(format!(
+                "the pieces of stream {stream_id} make a frame of stream {}",
+                envelope.stream_id
+            )));
+        }
+        Ok(Some(envelope))
+    }
+
+    /// Forgets what `stream_id` gathered (another of its frames came).
+    pub(super) fn drop_stream(&mut self, stream_id: u64) {
+        if self.streams.is_empty() {
+            return;
+        }
+        if let Some(buf) = self.streams.remove(&stream_id) {
+            self.held -= buf.len();
+        }
+    }
+
+    /// A stream that has gathered part of a frame, and how much.
+    pub(super) fn unfinished(&self) -> Option<(u64, usize)> {
+        self.streams
+            .iter()
+            .next()
+            .map(|(stream_id, buf)| (*stream_id, buf.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BufMut;
+    use proptest::prelude::*;
+    use proto::TUNNEL_REQUEST_BODY_FIELD;
+    use proto::v1::{HeartbeatPing, ProviderTunnelRequest, WindowUpdate};
+
+    use super::super::FrameDecoder;
+    use super::*;
+
+    fn request(stream_id: u64, body: Bytes) -> Envelope {
+        Envelope {
+            stream_id,
+            msg: Some(Msg::ProviderTunnelRequest(Box::new(
+                ProviderTunnelRequest {
+                    tunnel_id: format!("t{stream_id}"),
+                    path: "/v1/chat/completions".into(),
+                    body,
+                    ..ProviderTunnelRequest::default()
+                },
+            ))),
+        }
+    }
+
+    /// The request frame as the Edge writes it: its head, then its body as
+    /// its own slice.
+    fn request_frame(encoder: &mut FrameEncoder, stream_id: u64, body: &Bytes) -> Vec<Bytes> {
+        let Some(Msg::ProviderTunnelRequest(head)) = request(stream_id, Bytes::new()).msg else {
+            unreachable!()
+        };
+        let frame = encoder
+            .encode_with_trailing_bytes(
+                stream_id,
+                proto::ENVELOPE_TUNNEL_REQUEST_FIELD,
+                &*head,
+                TUNNEL_REQUEST_BODY_FIELD,
+                body.clone(),
+            )
+            .unwrap();
+        frame
+            .parts()
+            .cloned()
+            .fold(vec![frame.head.clone()], |mut v, p| {
+                v.push(p);
+                v
+            })
+    }
+
+    /// `stream_id`'s request with `body`, in pieces of `piece_len`.
+    fn cut(
+        encoder: &mut FrameEncoder,
+        stream_id: u64,
+        body: &Bytes,
+        piece_len: usize,
+    ) -> Result<Vec<BodyFrame>, FrameError> {
+        let frame = request_frame(encoder, stream_id, body);
+        encoder.encode_pieces(stream_id, frame, piece_len)
+    }
+
+    fn wire(pieces: &[BodyFrame]) -> Vec<BytesMut> {
+        pieces
+            .iter()
+            .map(|piece| {
+                let mut b = BytesMut::from(&piece.head[..]);
+                for part in piece.parts() {
+                    b.put_slice(part);
+                }
+                b
+            })
+            .collect()
+    }
+
+    fn body(len: usize) -> Bytes {
+        (0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>().into()
+    }
+
+    #[test]
+    fn a_long_request_goes_in_pieces_of_its_own_bytes_and_comes_out_whole() {
+        let mut encoder = FrameEncoder::default();
+        let body = body(300 * 1024);
+        let pieces = cut(&mut encoder, 7, &body, 64 * 1024).unwrap();
+        assert_eq!(pieces.len(), 5, "300 KiB and a head in 64 KiB pieces");
+        for piece in &pieces {
+            assert!(piece.parts().map(Bytes::len).sum::<usize>() <= 64 * 1024);
+        }
+        // Nothing copied: the pieces' slices point into the body.
+        let inside = |p: &Bytes| {
+            let range = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+            range.contains(&(p.as_ptr() as usize))
+        };
+        assert!(pieces[1..].iter().all(|p| p.parts().all(inside)));
+
+        let mut decoder = FrameDecoder::default();
+        let frames = wire(&pieces);
+        let (last, first) = frames.split_last().unwrap();
+        for frame in first {
+            let mut rx = frame.clone();
+            assert_eq!(decoder.decode(&mut rx).unwrap(), None);
+            assert!(rx.is_empty());
+        }
+        let mut rx = last.clone();
+        assert_eq!(decoder.decode(&mut rx).unwrap(), Some(request(7, body)));
+        assert_eq!(
+            decoder.decode_eof(&mut rx).unwrap(),
+            None,
+            "nothing left over"
+        );
+    }
+
+    #[test]
+    fn pieces_of_two_streams_interleave_with_other_frames() {
+        let mut encoder = FrameEncoder::default();
+        let (a, b) = (body(10_000), body(7_000));
+        let pa = cut(&mut encoder, 1, &a, 3_000).unwrap();
+        let pb = cut(&mut encoder, 3, &b, 3_000).unwrap();
+        let ping = Envelope {
+            stream_id: 0,
+            msg: Some(Msg::HeartbeatPing(HeartbeatPing { seq: 9 })),
+        };
+        let mut rx = BytesMut::new();
+        let (wa, wb) = (wire(&pa), wire(&pb));
+        for i in 0..wa.len().max(wb.len()) {
+            rx.extend_from_slice(wa.get(i).map_or(&[][..], |w| &w[..]));
+            rx.extend_from_slice(wb.get(i).map_or(&[][..], |w| &w[..]));
+            if i == 1 {
+                rx.extend_from_slice(&encoder.encode(&ping).unwrap());
+            }
+        }
+        let mut decoder = FrameDecoder::default();
+        let mut out = Vec::new();
+        while let Some(envelope) = decoder.decode(&mut rx).unwrap() {
+            out.push(envelope);
+        }
+        assert_eq!(out, vec![ping, request(3, b), request(1, a)]);
+    }
+
+    #[test]
+    fn a_short_frame_is_one_piece_decoded_without_a_copy() {
+        let mut encoder = FrameEncoder::default();
+        let frame = encoder.encode(&request(5, body(100))).unwrap();
+        let pieces = encoder.encode_pieces(5, [frame], 64 * 1024).unwrap();
+        assert_eq!(pieces.len(), 1);
+        let mut rx = wire(&pieces).remove(0);
+        let start = rx.as_ptr() as usize;
+        let whole = FrameDecoder::default().decode(&mut rx).unwrap().unwrap();
+        let Some(Msg::ProviderTunnelRequest(request)) = whole.msg else {
+            panic!("{whole:?}")
+        };
+        assert!((start..start + 200).contains(&(request.body.as_ptr() as usize)));
+    }
+
+    #[test]
+    fn another_frame_of_a_gathering_stream_drops_what_it_gathered() {
+        let mut encoder = FrameEncoder::default();
+        let pieces = wire(&cut(&mut encoder, 1, &body(5_000), 2_000).unwrap());
+        let update = Envelope {
+            stream_id: 1,
+            msg: Some(Msg::WindowUpdate(WindowUpdate { increment: 1 })),
+        };
+        let mut rx = pieces[0].clone();
+        rx.extend_from_slice(&encoder.encode(&update).unwrap());
+        let mut decoder = FrameDecoder::default();
+        assert_eq!(decoder.decode(&mut rx).unwrap(), Some(update));
+        assert_eq!(decoder.decode_eof(&mut rx).unwrap(), None, "nothing held");
+    }
+
+    #[test]
+    fn bad_pieces_are_typed_errors() {
+        let mut encoder = FrameEncoder::default();
+        let decode_all = |decoder: &mut FrameDecoder, frames: Vec<BytesMut>| {
+            let mut rx = BytesMut::new();
+            frames.iter().for_each(|f| rx.extend_from_slice(f));
+            while decoder.decode(&mut rx)?.is_some() {}
+            decoder.decode_eof(&mut rx)
+        };
+        let frame = request_frame(&mut encoder, 1, &body(5_000));
+        let pieces = wire(&encoder.encode_pieces(1, frame.clone(), 1_000).unwrap());
+
+        // A whole larger than the receiver's frames.
+        let err = decode_all(&mut FrameDecoder::new(4_000), pieces.clone()).unwrap_err();
+        assert!(
+            matches!(err, FrameError::TooLarge { max: 4_000, .. }),
+            "{err}"
+        );
+        // More unfinished than GATHERED_FRAMES whole frames over all streams.
+        let mut many = Vec::new();
+        for stream_id in 1..=(GATHERED_FRAMES as u64 + 1) {
+            // ~990 bytes a whole, all but its last few bytes sent.
+            let mut pieces = wire(&cut(&mut encoder, stream_id, &body(950), 490).unwrap());
+            assert_eq!(pieces.len(), 3);
+            many.extend(pieces.drain(..2));
+        }
+        let err = decode_all(&mut FrameDecoder::new(1_000), many).unwrap_err();
+        assert!(matches!(err, FrameError::TooMuchGathered { .. }), "{err}");
+        // Pieces sent on a stream other than their frame's.
+        let err = decode_all(
+            &mut FrameDecoder::default(),
+            wire(&encoder.encode_pieces(2, frame.clone(), 1_000).unwrap()),
+        )
+        .unwrap_err();
+        assert!(matches!(err, FrameError::Malformed(_)), "{err}");
+        // Pieces of a piece.
+        let inner = encoder.encode_pieces(1, frame.clone(), 1_000).unwrap();
+        let nested = inner[0].parts().cloned();
+        let nested = std::iter::once(inner[0].head.clone()).chain(nested);
+        let err = decode_all(
+            &mut FrameDecoder::default(),
+            wire(&encoder.encode_pieces(1, nested, 100).unwrap()),
+        )
+        .unwrap_err();
+        assert!(matches!(err, FrameError::Malformed(_)), "{err}");
+        // The link ends before the last piece.
+        let err = decode_all(&mut FrameDecoder::default(), pieces[..2].to_vec()).unwrap_err();
+        assert_eq!(
+            err,
+            FrameError::UnfinishedPieces {
+                stream_id: 1,
+                gathered: 2_000
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_cut_gathers_back_into_the_frame(
+            len in 0usize..20_000,
+            piece_len in 1usize..6_000,
+            split in any::<prop::sample::Index>(),
+        ) {
+            let mut encoder = FrameEncoder::default();
+            let body = body(len);
+            let mut frame = request_frame(&mut encoder, 9, &body);
+            // The prefix and head split anywhere across slices.
+            let head = frame.remove(0);
+            let at = split.index(head.len() + 1);
+            frame.insert(0, head.slice(at..));
+            frame.insert(0, head.slice(..at));
+            let pieces = encoder.encode_pieces(9, frame, piece_len).unwrap();
+            prop_assert!(pieces.iter().all(|p| p.parts().map(Bytes::len).sum::<usize>() <= piece_len));
+            let mut rx = BytesMut::new();
+            wire(&pieces).iter().for_each(|w| rx.extend_from_slice(w));
+            let mut decoder = FrameDecoder::default();
+            prop_assert_eq!(decoder.decode(&mut rx).unwrap(), Some(request(9, body)));
+            prop_assert_eq!(decoder.decode_eof(&mut rx).unwrap(), None);
+        }
+    }
+}
