@@ -116,6 +116,7 @@ impl EdgeServer {
                     heartbeat: options.heartbeat,
                 },
                 max_frame_len: link.max_frame_len as usize,
+                piece_len: link.max_body_chunk as usize,
                 tick_ms: options.tick_ms,
             },
             clock: options.clock.clone(),

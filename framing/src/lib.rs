@@ -14,6 +14,7 @@
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
+//! | [`outbound`] | what a link writer sends next: heartbeats, arrival order, then turns |
 //! | `tls`      | the link's TLS record steps around a sans-IO `rustls::Connection` (F28; feature `tls`) |
 //!
 //! # What it does not do
@@ -46,6 +47,7 @@ pub mod http;
 pub mod io_driver;
 pub mod link;
 pub mod ndjson;
+pub mod outbound;
 pub mod sse;
 pub mod timer;
 #[cfg(feature = "tls")]

@@ -20,10 +20,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use chaos::client::{Outcome, Reader, stream_chat};
+use chaos::client::{Outcome, Reader, stream_chat, stream_padded_chat};
 use chaos::{
     Bed, Edge, EdgeProc, ProviderSpec, addr, assert_fds_settle, block_on, edge_yaml, edge_yaml_at,
-    own_fds, start_node, start_provider,
+    http_get, own_fds, start_node, start_provider,
 };
 use edge_proxy::events::LifecycleEvent;
 use framing::link::{CloseReason, HeartbeatConfig};
@@ -394,6 +394,65 @@ fn a_chat_beside_bulk_streams_on_a_slow_link_does_not_wait_for_their_windows() {
     edge.drain_events();
     edge.assert_drained();
     assert_fds_settle(fds_before + 4);
+}
+
+#[test]
+fn a_chat_beside_an_upload_on_a_slow_link_does_not_wait_for_its_body() {
+    let Some(bed) = Bed::from_env("upload") else {
+        return;
+    };
+    // A 2 MiB prompt is ~4 s of a 4 mbit/s link. A chat started while it
+    // is on its way is its own stream in the Edge's writer: the prompt
+    // goes in pieces, and the chat's request leaves between two of them,
+    // not behind the whole body. Told by order, not time: when the chat
+    // has its answer, the provider has not yet been called for the upload
+    // (the Node calls it once the whole body is in).
+    const UPLOAD: usize = 2 << 20;
+    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "20"]);
+    let mut edge = Edge::start_with(
+        &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
+        SLOW_LINK_HEARTBEAT,
+    );
+    let _node = start_node(&bed, &mut edge, 1);
+    let fds_before = own_fds();
+    bed.sh(&["shape", &bed.run_name(), "edge", "4mbit"]);
+    let ingress = edge.ingress();
+    let upload = std::thread::spawn(move || {
+        block_on(stream_padded_chat(
+            ingress,
+            "m",
+            UPLOAD,
+            Reader::Eager,
+            DEADLINE,
+        ))
+    });
+    edge.wait("the upload's lease", |e| e.metrics().leases >= 1);
+    let started = std::time::Instant::now();
+    let chat = burst(edge.ingress(), "m", 1, Reader::Eager);
+    let took = started.elapsed();
+    let seen = chats_seen(at);
+    eprintln!("upload: the chat took {took:?}; the provider had seen {seen} chats by its end");
+    let upload = upload.join().expect("the upload's client");
+    eprintln!("upload: the upload took {:?}", started.elapsed());
+    bed.sh(&["clear", &bed.run_name(), "edge"]);
+    assert_eq!(count_ok(&chat), 1, "{chat:?}");
+    assert_eq!(
+        seen, 1,
+        "the chat waited behind the upload's body: the provider had been called for both"
+    );
+    assert!(upload.ok(), "{upload:?}");
+    edge.drain_events();
+    edge.assert_drained();
+    assert_fds_settle(fds_before + 4);
+}
+
+/// Chat completions the mock provider at `at` has been asked for.
+fn chats_seen(at: SocketAddr) -> u64 {
+    let stats: serde_json::Value =
+        serde_json::from_str(&http_get(at, "/mock/stats")).expect("the mock's stats");
+    stats["requests"]["chat_completions"]
+        .as_u64()
+        .expect("a count of chat completions")
 }
 
 #[test]

@@ -384,3 +384,101 @@ fn a_rejected_node_process_exits_non_zero_with_a_clear_message() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_long_request_goes_in_pieces_only_to_a_node_that_gathers_them() {
+    use edge_proxy::dispatch::SubmitRun;
+    use proto::v1::{ChatMessage, RunInput, RunRequest};
+    use support::stack::block_on;
+
+    const PROMPT: usize = 200_000;
+    const PIECE: usize = 64 * 1024; // link.max_body_chunk's default
+    for gathers in [false, true] {
+        let clock = SharedManualClock::new(0);
+        let (edge, _events) = start_edge(IoDriver::Epoll, &clock);
+        let mut stream = TcpStream::connect(edge.node_addr).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut enc = FrameEncoder::default();
+        let mut dec = FrameDecoder::default();
+        let mut buf = bytes::BytesMut::new();
+        let mut send = |stream: &mut TcpStream, msg: Msg| {
+            let frame = enc.encode(&Envelope {
+                stream_id: 0,
+                msg: Some(msg),
+            });
+            stream.write_all(&frame.unwrap()).unwrap();
+        };
+        // The next frame as sent (pieces not gathered).
+        let mut next_frame = |stream: &mut TcpStream| loop {
+            if let Some(frame) = dec.decode_frame(&mut buf).unwrap() {
+                return <Envelope as prost::Message>::decode(frame).unwrap();
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = std::io::Read::read(stream, &mut chunk).expect("a frame from the edge");
+            assert!(n > 0, "the edge closed the link");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        send(
+            &mut stream,
+            Msg::RegisterRequest(Box::new(RegisterRequest {
+                token: "tok-a".into(),
+                reassembles_pieces: gathers,
+                ..Default::default()
+            })),
+        );
+        next_frame(&mut stream);
+        send(
+            &mut stream,
+            Msg::NodeReadyRequest(NodeReadyRequest::default()),
+        );
+        next_frame(&mut stream);
+        wait_until("the node to be ready", || {
+            edge.registry.dispatchable("node-a").is_some()
+        });
+
+        let run = SubmitRun {
+            adapter: "prov-a".into(),
+            target: "m".into(),
+            input: RunInput {
+                messages: vec![ChatMessage {
+                    role: "user".into(),
+                    content: "p".repeat(PROMPT),
+                    ..ChatMessage::default()
+                }],
+                ..RunInput::default()
+            },
+            node: Some("node-a".into()),
+            ..SubmitRun::default()
+        };
+        let _run = block_on(edge.dispatcher.submit_run(run)).expect("submitted");
+        let mut pieces = Vec::new();
+        let mut gathered = Vec::new();
+        let request: RunRequest = loop {
+            let envelope = next_frame(&mut stream);
+            match envelope.msg {
+                Some(Msg::EnvelopePiece(piece)) => {
+                    pieces.push(piece.bytes.len());
+                    gathered.extend_from_slice(&piece.bytes);
+                    if piece.last {
+                        let whole = <Envelope as prost::Message>::decode(&gathered[..]).unwrap();
+                        assert_eq!(whole.stream_id, envelope.stream_id);
+                        match whole.msg {
+                            Some(Msg::RunRequest(request)) => break *request,
+                            other => panic!("the pieces make {other:?}"),
+                        }
+                    }
+                }
+                Some(Msg::RunRequest(request)) => break *request,
+                Some(Msg::HeartbeatPing(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        assert_eq!(request.input.unwrap().messages[0].content.len(), PROMPT);
+        if gathers {
+            assert_eq!(pieces.len(), PROMPT.div_ceil(PIECE), "{pieces:?}");
+            assert!(pieces.iter().all(|&len| len <= PIECE), "{pieces:?}");
+        } else {
+            assert!(pieces.is_empty(), "a node that did not say gets one frame");
+        }
+    }
+}

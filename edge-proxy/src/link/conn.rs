@@ -17,8 +17,9 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 use framing::frame::{FrameDecoder, FrameError};
 use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
+use framing::outbound::Outbound;
 use framing::timer::TimerKey;
-use framing::write_batch::{COPY_MAX, WriteBatch};
+use framing::write_batch::COPY_MAX;
 use monoio::io::Canceller;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 use proto::{ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope, TUNNEL_REQUEST_BODY_FIELD};
@@ -28,6 +29,7 @@ use super::session::{EdgeSession, Output};
 use super::streams::{Delivered, StreamKind, StreamSink, StreamTable};
 use super::tls::IdentityRegistrar;
 use super::transport::{LinkReader, LinkStream, LinkWriter};
+use crate::config::TUNNEL_FRAME_OVERHEAD;
 use crate::events::{LifecycleEvent, RunBusEvent};
 use crate::registry::{ConnRegistrar, NodeDirectory};
 
@@ -50,7 +52,8 @@ pub(crate) struct Conn<D> {
     peer: SocketAddr,
     connected_unix_ms: u64,
     session: RefCell<EdgeSession>,
-    tx: local_sync::mpsc::unbounded::Tx<Outgoing>,
+    /// Commands for the writer, each with its stream (0: the link's own).
+    tx: local_sync::mpsc::unbounded::Tx<(u64, Outgoing)>,
     /// Heartbeat frames, which the writer puts ahead of queued ones.
     urgent: local_sync::mpsc::unbounded::Tx<Bytes>,
     timer: Cell<Option<TimerKey>>,
@@ -132,8 +135,8 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         // Encoded before the stream opens: a request that does not fit a
         // frame is not sent, and its sink hears so at once (never a stream
         // that waits for an answer to nothing).
-        let frame = match self.encode_open(stream_id, msg) {
-            Ok(frame) => frame,
+        let frames = match self.encode_open(stream_id, msg) {
+            Ok(frames) => frames,
             Err(error) => {
                 self.not_encoded(&error);
                 return Err(sink);
@@ -142,14 +145,44 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         self.streams
             .borrow_mut()
             .open(stream_id, kind, sink, run_id)?;
-        let _ = self.tx.send(frame);
+        for frame in frames {
+            let _ = self.tx.send((stream_id, frame));
+        }
         Ok(())
     }
 
-    /// The frame that opens stream `stream_id` with `msg`. A long prompt is
-    /// not copied into it: a tunnel request's body goes last, as its own
+    /// The frames that open stream `stream_id` with `msg`: one, or, for a
+    /// node that gathers pieces, a long request in pieces of
+    /// `link.max_body_chunk`, so that it does not hold the link (other
+    /// streams' requests and credit, the heartbeat) until its last byte.
+    fn encode_open(&self, stream_id: u64, msg: Msg) -> Result<Vec<Outgoing>, FrameError> {
+        let whole = self.encode_whole(stream_id, msg)?;
+        let Some(peer_max) = self.session.borrow().gathers_pieces_up_to() else {
+            return Ok(vec![whole]);
+        };
+        // A piece's own head fits the room a body frame keeps for its head.
+        let room = usize::try_from(TUNNEL_FRAME_OVERHEAD).unwrap_or(usize::MAX);
+        let piece_len = (self.core.shared.config.piece_len).min(peer_max.saturating_sub(room));
+        let frame: Vec<Bytes> = match &whole {
+            Outgoing::Frame(frame) if frame.len() > piece_len => vec![frame.clone()],
+            Outgoing::Body(frame) if frame.len() > piece_len => std::iter::once(&frame.head)
+                .chain(frame.parts())
+                .cloned()
+                .collect(),
+            _ => return Ok(vec![whole]),
+        };
+        let pieces = self
+            .core
+            .encoder
+            .borrow_mut()
+            .encode_pieces(stream_id, frame, piece_len)?;
+        Ok(pieces.into_iter().map(Outgoing::Body).collect())
+    }
+
+    /// The one frame that opens stream `stream_id` with `msg`. A long prompt
+    /// is not copied into it: a tunnel request's body goes last, as its own
     /// slice of the write (as the Node's response bodies do).
-    fn encode_open(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
+    fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
         let mut encoder = self.core.encoder.borrow_mut();
         match msg {
             Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
@@ -224,7 +257,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 let _ = self.urgent.send(frame);
             }
             Ok(frame) => {
-                let _ = self.tx.send(Outgoing::Frame(frame));
+                let _ = self.tx.send((envelope.stream_id, Outgoing::Frame(frame)));
             }
             Err(error) => self.not_encoded(&error),
         }
@@ -357,39 +390,44 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         }
     }
 
+    /// The link's single writer, in [`Outbound`]'s order (as the Node's):
+    /// heartbeats first, arrival order while the writer keeps up, the
+    /// streams in turn for what a full batch leaves, so a request or a
+    /// stream's credit does not wait behind another stream's long prompt.
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: LinkWriter,
-        mut rx: local_sync::mpsc::unbounded::Rx<Outgoing>,
+        mut rx: local_sync::mpsc::unbounded::Rx<(u64, Outgoing)>,
         mut urgent: local_sync::mpsc::unbounded::Rx<Bytes>,
     ) {
-        let mut batch = WriteBatch::new();
+        let mut outbound = Outbound::new();
+        let mut open = true;
         loop {
-            let cmd = monoio::select! {
-                biased;
-                Some(frame) = urgent.recv() => Outgoing::Frame(frame),
-                cmd = rx.recv() => match cmd {
-                    Some(cmd) => cmd,
-                    None => break,
-                },
-            };
-            // Whatever else is already queued goes out in the same writev,
-            // heartbeats first.
-            let close = batch.fill(cmd, || {
-                urgent
-                    .try_recv()
-                    .ok()
-                    .map(Outgoing::Frame)
-                    .or_else(|| rx.try_recv().ok())
-            });
-            if !batch.is_empty() {
-                let written = write_half.write_overtaking(batch.take(), &mut urgent).await;
-                if written.is_err() {
-                    self.session
-                        .borrow_mut()
-                        .handle_closed(CloseReason::IoError, &self.registrar());
-                    self.pump();
+            let mut waited = None;
+            if !outbound.has_waiting() {
+                if !open {
                     break;
+                }
+                monoio::select! {
+                    biased;
+                    Some(frame) = urgent.recv() => waited = Some(Outgoing::Frame(frame)),
+                    cmd = rx.recv() => match cmd {
+                        Some((_, cmd)) => waited = Some(cmd),
+                        None => open = false,
+                    },
+                }
+            }
+            let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
+            if let Some(batch) = outbound.take() {
+                match write_half.write_overtaking(batch, &mut urgent).await {
+                    Ok(whole) => outbound.paced(whole),
+                    Err(_) => {
+                        self.session
+                            .borrow_mut()
+                            .handle_closed(CloseReason::IoError, &self.registrar());
+                        self.pump();
+                        break;
+                    }
                 }
             }
             if close {
@@ -454,7 +492,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                             "node_connection_closed"
                         );
                     }
-                    let _ = self.tx.send(Outgoing::Close);
+                    let _ = self.tx.send((0, Outgoing::Close));
                 }
             }
         }

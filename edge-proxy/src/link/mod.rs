@@ -48,6 +48,10 @@ pub struct LinkServerConfig {
     pub session: SessionConfig,
     /// Largest frame accepted from (and sent to) a node, in bytes.
     pub max_frame_len: usize,
+    /// A request frame longer than this goes to a node that gathers pieces
+    /// in pieces of this many bytes (`link.max_body_chunk`), so it does not
+    /// hold the link whole (`framing::frame` pieces).
+    pub piece_len: usize,
     /// Longest the per-core ticker sleeps between wheel polls with a manual
     /// clock (tests), in ms; with the production clock it sleeps until the
     /// next expiry.

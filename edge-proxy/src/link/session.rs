@@ -111,6 +111,9 @@ pub struct EdgeSession {
     state: State,
     heartbeat: Option<Heartbeat>,
     out: VecDeque<Output>,
+    /// The largest frame the node takes, when it said it gathers
+    /// `EnvelopePiece` frames.
+    gathers_up_to: Option<usize>,
 }
 
 impl EdgeSession {
@@ -123,7 +126,16 @@ impl EdgeSession {
             },
             heartbeat: None,
             out: VecDeque::new(),
+            gathers_up_to: None,
         }
+    }
+
+    /// When the registered node gathers a large frame sent in pieces
+    /// (`RegisterRequest.reassembles_pieces`), the largest frame it takes
+    /// (`usize::MAX` when it named none); `None` for a node that did not
+    /// say so, which gets whole frames.
+    pub fn gathers_pieces_up_to(&self) -> Option<usize> {
+        self.gathers_up_to
     }
 
     /// The registered node and its generation, once registered.
@@ -313,6 +325,13 @@ impl EdgeSession {
                         generation,
                     }));
                 self.heartbeat = Some(Heartbeat::new(self.config.heartbeat, now));
+                self.gathers_up_to =
+                    request
+                        .reassembles_pieces
+                        .then_some(match request.max_frame_len {
+                            0 => usize::MAX,
+                            max => max as usize,
+                        });
                 self.state = State::Registered {
                     node_id,
                     generation,

@@ -20,6 +20,7 @@ pub(super) fn link_shared(registry: &Arc<NodeRegistry<Dir>>) -> Arc<LinkShared<D
                 heartbeat: Default::default(),
             },
             max_frame_len: 1 << 20,
+            piece_len: 64 * 1024,
             tick_ms: 10,
         },
         clock: Default::default(),

@@ -35,7 +35,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 use framing::tls::{self, Drained};
 use framing::write_batch::WriteSlices;
-use monoio::buf::IoBufMut;
+use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
     OwnedReadHalf, OwnedWriteHalf, Splitable,
@@ -290,16 +290,22 @@ impl LinkWriter {
                         }
                     }
                 }
-                tls.flush(&mut self.half).await
+                tls.flush(&mut self.half).await.map(drop)
             }
         }
     }
 
     /// Writes what the kernel takes of `slices` now (under TLS: up to one
-    /// gather of ciphertext) and advances it past that.
-    pub(crate) async fn write_some(&mut self, slices: &mut WriteSlices) -> io::Result<()> {
-        let written = match &mut self.tls {
-            None => crate::iovec::write_some(&mut self.half, slices.slices()).await?,
+    /// gather of ciphertext) and advances it past that. Returns whether the
+    /// kernel took all it was offered at once (`false`: the peer or the
+    /// network is behind, and the socket holds its unsent limit).
+    pub(crate) async fn write_some(&mut self, slices: &mut WriteSlices) -> io::Result<bool> {
+        let (written, whole) = match &mut self.tls {
+            None => {
+                let offered = slices.len();
+                let n = crate::iovec::write_some(&mut self.half, slices.slices()).await?;
+                (n, n == offered)
+            }
             Some(tls) => {
                 let mut queued = 0;
                 for slice in slices.slices() {
@@ -309,30 +315,31 @@ impl LinkWriter {
                         break;
                     }
                 }
-                tls.flush(&mut self.half).await?;
-                queued
+                (queued, tls.flush(&mut self.half).await?)
             }
         };
         slices.advance(written);
-        Ok(())
+        Ok(whole)
     }
 
     /// Writes `slices` as the kernel takes them; after a partial write, the
     /// `urgent` frames queued meanwhile go out as soon as the frame in
     /// progress is whole, ahead of the rest of the batch (F5: heartbeats
-    /// overtake queued body frames).
+    /// overtake queued body frames). Returns whether every write was taken
+    /// whole (see [`write_some`](Self::write_some)).
     pub(crate) async fn write_overtaking(
         &mut self,
         mut slices: WriteSlices,
         urgent: &mut local_sync::mpsc::unbounded::Rx<Bytes>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
+        let mut whole = true;
         while !slices.is_empty() {
-            self.write_some(&mut slices).await?;
+            whole &= self.write_some(&mut slices).await?;
             if let Some(out) = slices.overtake(std::iter::from_fn(|| urgent.try_recv().ok())) {
                 self.write_all(out).await?;
             }
         }
-        Ok(())
+        Ok(whole)
     }
 
     /// Ends the stream: `close_notify` under TLS, then a TCP shutdown.
@@ -346,19 +353,35 @@ impl LinkWriter {
 }
 
 impl TlsWrite {
-    /// Writes out every TLS record rustls has queued.
-    async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>) -> io::Result<()> {
+    /// Writes out every TLS record rustls has queued. Returns whether the
+    /// kernel took each gather of ciphertext in one write.
+    async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>) -> io::Result<bool> {
+        let mut whole = true;
         loop {
             let mut cipher = std::mem::take(&mut self.cipher);
             cipher.clear();
             tls::gather(&mut self.session.borrow_mut(), &mut cipher, CIPHER_WRITE)?;
             if cipher.is_empty() {
                 self.cipher = cipher;
-                return Ok(());
+                return Ok(whole);
             }
-            let (result, returned) = half.write_all(cipher).await;
-            self.cipher = returned;
-            result?;
+            let len = cipher.len();
+            let (result, returned) = half.write(cipher).await;
+            let n = match result {
+                Ok(n) => n,
+                Err(e) => {
+                    self.cipher = returned;
+                    return Err(e);
+                }
+            };
+            if n < len {
+                whole = false;
+                let (result, rest) = half.write_all(returned.slice(n..)).await;
+                self.cipher = rest.into_inner();
+                result?;
+            } else {
+                self.cipher = returned;
+            }
         }
     }
 }

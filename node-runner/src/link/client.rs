@@ -22,11 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use framing::fair_queue::FairQueue;
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing};
+use framing::outbound::Outbound;
 use framing::timer::{ClockSource, TimerKey};
-use framing::write_batch::WriteBatch;
 use monoio::io::Canceller;
 use monoio::net::TcpStream;
 use proto::v1::{
@@ -293,28 +292,22 @@ impl Link {
         }
     }
 
-    /// The link's single writer. Heartbeats go first of all. While the
-    /// writer keeps up, commands go out in the order they came, as many as
-    /// a batch takes; what a full batch leaves waits in a [`FairQueue`],
-    /// one queue per stream taken in turn, and while anything waits there
-    /// every new command joins it, so a stream's first frame does not wait
-    /// behind other streams' windows. While the Edge reads slower than the
-    /// Node writes (a write the kernel did not take whole), batches stay
-    /// small ([`WriteBatch::paced`]), so what arrives meanwhile waits behind
-    /// little of a batch already taken.
+    /// The link's single writer, in [`Outbound`]'s order: heartbeats first,
+    /// arrival order while the writer keeps up, the streams in turn for
+    /// what a full batch leaves, so a stream's first frame does not wait
+    /// behind other streams' windows; batches small while the Edge reads
+    /// slower than the Node writes.
     async fn write_loop(
         self: Rc<Self>,
         mut write_half: LinkWriter,
         mut rx: UnboundedReceiver<(u64, Outgoing)>,
         mut urgent: local_sync::mpsc::unbounded::Rx<Bytes>,
     ) {
-        let mut batch = WriteBatch::new();
-        batch.paced(false);
-        let mut queue = FairQueue::new();
+        let mut outbound = Outbound::new();
         let mut open = true;
         loop {
             let mut waited = None;
-            if queue.is_empty() {
+            if !outbound.has_waiting() {
                 if !open {
                     break;
                 }
@@ -327,35 +320,12 @@ impl Link {
                     },
                 }
             }
-            // Nothing waits its turn: arrival order, as far as the batch
-            // takes it. Otherwise everything queued joins the turns first.
-            let in_turn = !queue.is_empty();
-            if in_turn {
-                while let Ok((stream_id, cmd)) = rx.try_recv() {
-                    queue.push(stream_id, cmd);
-                }
-            }
-            let mut next = || {
-                let urgent = urgent.try_recv().ok().map(Outgoing::Frame);
-                if in_turn {
-                    urgent.or_else(|| queue.pop())
-                } else {
-                    urgent.or_else(|| rx.try_recv().ok().map(|(_, cmd)| cmd))
-                }
-            };
-            let Some(first) = waited.or_else(&mut next) else {
-                continue;
-            };
             // Small frames copied together, tunnel bodies as their own
             // slices, all in one `writev` (zero copy for bodies).
-            let close = batch.fill(first, next);
-            // What the batch had no room for waits its turn.
-            while let Ok((stream_id, cmd)) = rx.try_recv() {
-                queue.push(stream_id, cmd);
-            }
-            if !batch.is_empty() {
-                match write_half.write_overtaking(batch.take(), &mut urgent).await {
-                    Ok(whole) => batch.paced(whole),
+            let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
+            if let Some(batch) = outbound.take() {
+                match write_half.write_overtaking(batch, &mut urgent).await {
+                    Ok(whole) => outbound.paced(whole),
                     Err(_) => {
                         self.session
                             .borrow_mut()

@@ -81,10 +81,12 @@ impl Outcome {
     }
 }
 
-/// The request bytes of one streaming chat for `model`.
-pub(crate) fn chat_request(host: SocketAddr, model: &str) -> Vec<u8> {
+/// The request bytes of one streaming chat for `model`, its prompt `hi`
+/// followed by `pad` more bytes.
+pub(crate) fn chat_request(host: SocketAddr, model: &str, pad: usize) -> Vec<u8> {
+    let pad = "a".repeat(pad);
     let body = format!(
-        r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+        r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":"hi{pad}"}}]}}"#
     );
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
@@ -102,7 +104,18 @@ pub(crate) async fn stream_chat(
     reader: Reader,
     deadline: Duration,
 ) -> Outcome {
-    match tokio::time::timeout(deadline, exchange(addr, model, reader)).await {
+    stream_padded_chat(addr, model, 0, reader, deadline).await
+}
+
+/// [`stream_chat`] with a prompt `pad` bytes longer (an upload).
+pub(crate) async fn stream_padded_chat(
+    addr: SocketAddr,
+    model: &str,
+    pad: usize,
+    reader: Reader,
+    deadline: Duration,
+) -> Outcome {
+    match tokio::time::timeout(deadline, exchange(addr, model, pad, reader)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome {
             io_error: Some(format!("no end within {deadline:?}")),
@@ -112,7 +125,7 @@ pub(crate) async fn stream_chat(
     }
 }
 
-async fn exchange(addr: SocketAddr, model: &str, reader: Reader) -> Outcome {
+async fn exchange(addr: SocketAddr, model: &str, pad: usize, reader: Reader) -> Outcome {
     let mut out = Outcome::default();
     let mut socket = match TcpStream::connect(addr).await {
         Ok(s) => s,
@@ -121,7 +134,7 @@ async fn exchange(addr: SocketAddr, model: &str, reader: Reader) -> Outcome {
             return out;
         }
     };
-    if let Err(e) = socket.write_all(&chat_request(addr, model)).await {
+    if let Err(e) = socket.write_all(&chat_request(addr, model, pad)).await {
         out.io_error = Some(format!("write: {e}"));
         return out;
     }
