@@ -12,16 +12,21 @@
 //!
 //! The receiver's [`FrameDecoder`](super::FrameDecoder) gathers one stream's
 //! pieces and hands out the whole envelope when the last arrives, as if it
-//! had come in one frame: nothing above the decoder knows.
+//! had come in one frame: nothing above the decoder knows. The first piece
+//! announces the whole's length, so the gathering buffer is reserved once
+//! and each piece is copied into it once (a frame sent whole is not copied
+//! at all: pieces cost one copy of the frame on the receiver).
 //!
 //! # Invariants
 //! - Cutting copies nothing: a piece's slices are slices of the whole
 //!   frame's (property-tested: pieces gathered give back the envelope).
-//! - A whole is at most the decoder's `max_frame_len`
-//!   ([`FrameError::TooLarge`]); what all streams have gathered is at most
-//!   [`GATHERED_FRAMES`] of those ([`FrameError::TooMuchGathered`]); a
-//!   whole that is itself a piece, or names another stream, is
-//!   [`FrameError::Malformed`]. Each error ends the link, as a bad frame does.
+//! - A whole is at most the decoder's `max_frame_len`, checked on the
+//!   announced length before anything is reserved ([`FrameError::TooLarge`]);
+//!   what all streams have reserved is at most [`GATHERED_FRAMES`] of those
+//!   ([`FrameError::TooMuchGathered`]); pieces that do not add up to what
+//!   was announced, a whole that is itself a piece or names another stream,
+//!   are [`FrameError::Malformed`]. Each error ends the link, as a bad frame
+//!   does.
 //! - Any other frame of a stream that is gathering drops what it gathered
 //!   (a sender that gave up on a frame says so by sending something else).
 
@@ -78,11 +83,13 @@ impl FrameEncoder {
                 len += slice.len();
                 parts.push(slice);
             }
+            let whole_len = if pieces.is_empty() { left as u64 } else { 0 };
             left -= len;
             let last = left == 0;
             let piece = EnvelopePiece {
                 last,
                 bytes: Bytes::new(),
+                whole_len,
             };
             let head = self.encode_head(
                 stream_id,
@@ -104,11 +111,21 @@ impl FrameEncoder {
     }
 }
 
+/// One stream's frame, gathered so far.
+#[derive(Debug, Clone)]
+struct Gather {
+    buf: BytesMut,
+    /// Bytes this gather counts against the link's bound: what it reserved.
+    reserved: usize,
+    /// The whole's length, when its first piece said it.
+    announced: Option<usize>,
+}
+
 /// The pieces a decoder has gathered, by stream.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Gathering {
-    streams: HashMap<u64, BytesMut>,
-    /// Bytes held over all streams.
+    streams: HashMap<u64, Gather>,
+    /// Bytes reserved over all streams.
     held: usize,
 }
 
@@ -121,38 +138,65 @@ impl Gathering {
         piece: EnvelopePiece,
         max_frame_len: usize,
     ) -> Result<Option<Envelope>, FrameError> {
-        let gathered = self.streams.get(&stream_id).map_or(0, BytesMut::len);
-        let len = gathered + piece.bytes.len();
-        if len > max_frame_len {
-            return Err(FrameError::TooLarge {
-                len: len as u64,
-                max: max_frame_len,
-            });
-        }
-        let whole = if gathered == 0 && piece.last {
+        let max_held = max_frame_len.saturating_mul(GATHERED_FRAMES);
+        let whole = match self.streams.get_mut(&stream_id) {
             // One piece: its bytes are the whole, uncopied.
-            self.drop_stream(stream_id);
-            piece.bytes
-        } else {
-            let max = max_frame_len.saturating_mul(GATHERED_FRAMES);
-            if self.held + piece.bytes.len() > max {
-                return Err(FrameError::TooMuchGathered {
-                    held: self.held + piece.bytes.len(),
-                    max,
-                });
-            }
-            self.held += piece.bytes.len();
-            let buf = self.streams.entry(stream_id).or_default();
-            if buf.is_empty() {
-                buf.reserve(piece.bytes.len());
-            }
-            buf.extend_from_slice(&piece.bytes);
-            if !piece.last {
+            None if piece.last => piece.bytes,
+            None => {
+                // The first piece: reserve the whole once, after checking
+                // what it announces (or, unannounced, this piece).
+                let announced = usize::try_from(piece.whole_len)
+                    .unwrap_or(usize::MAX)
+                    .max(piece.bytes.len());
+                let gather = new_gather(announced, &piece, max_frame_len)?;
+                if self.held + gather.reserved > max_held {
+                    return Err(FrameError::TooMuchGathered {
+                        held: self.held + gather.reserved,
+                        max: max_held,
+                    });
+                }
+                self.held += gather.reserved;
+                self.streams.insert(stream_id, gather);
                 return Ok(None);
             }
-            let buf = self.streams.remove(&stream_id).unwrap_or_default();
-            self.held -= buf.len();
-            buf.freeze()
+            Some(gather) => {
+                let len = gather.buf.len() + piece.bytes.len();
+                if len > max_frame_len {
+                    return Err(FrameError::TooLarge {
+                        len: len as u64,
+                        max: max_frame_len,
+                    });
+                }
+                if gather.announced.is_some_and(|whole| len > whole) {
+                    return Err(unlike_announced(stream_id));
+                }
+                if len > gather.reserved {
+                    let more = len - gather.reserved;
+                    if self.held + more > max_held {
+                        return Err(FrameError::TooMuchGathered {
+                            held: self.held + more,
+                            max: max_held,
+                        });
+                    }
+                    self.held += more;
+                    gather.reserved = len;
+                }
+                gather.buf.extend_from_slice(&piece.bytes);
+                if !piece.last {
+                    return Ok(None);
+                }
+                let Some(gather) = self.streams.remove(&stream_id) else {
+                    unreachable!("the gather was just found");
+                };
+                self.held -= gather.reserved;
+                if gather
+                    .announced
+                    .is_some_and(|whole| whole != gather.buf.len())
+                {
+                    return Err(unlike_announced(stream_id));
+                }
+                gather.buf.freeze()
+            }
         };
         let envelope = decode_envelope(whole)?;
         if matches!(envelope.msg, Some(Msg::EnvelopePiece(_))) {
@@ -174,8 +218,8 @@ impl Gathering {
         if self.streams.is_empty() {
             return;
         }
-        if let Some(buf) = self.streams.remove(&stream_id) {
-            self.held -= buf.len();
+        if let Some(gather) = self.streams.remove(&stream_id) {
+            self.held -= gather.reserved;
         }
     }
 
@@ -184,8 +228,36 @@ impl Gathering {
         self.streams
             .iter()
             .next()
-            .map(|(stream_id, buf)| (*stream_id, buf.len()))
+            .map(|(stream_id, gather)| (*stream_id, gather.buf.len()))
     }
+}
+
+/// The gather a first piece starts: `whole` bytes reserved (at most
+/// `max_frame_len`, checked before reserving), the piece's copied in.
+fn new_gather(
+    whole: usize,
+    piece: &EnvelopePiece,
+    max_frame_len: usize,
+) -> Result<Gather, FrameError> {
+    if whole > max_frame_len {
+        return Err(FrameError::TooLarge {
+            len: whole as u64,
+            max: max_frame_len,
+        });
+    }
+    let mut buf = BytesMut::with_capacity(whole);
+    buf.extend_from_slice(&piece.bytes);
+    Ok(Gather {
+        buf,
+        reserved: whole,
+        announced: (piece.whole_len > 0).then_some(whole),
+    })
+}
+
+fn unlike_announced(stream_id: u64) -> FrameError {
+    FrameError::Malformed(format!(
+        "the pieces of stream {stream_id} do not add up to the length its first piece announced"
+    ))
 }
 
 #[cfg(test)]
@@ -399,6 +471,32 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, FrameError::Malformed(_)), "{err}");
+        // A piece lost in between: the rest do not add up to the whole.
+        let mut gappy = pieces.clone();
+        gappy.remove(2);
+        let err = decode_all(&mut FrameDecoder::default(), gappy).unwrap_err();
+        assert!(matches!(err, FrameError::Malformed(_)), "{err}");
+        // A first piece announcing more than a frame: refused before
+        // anything is reserved for it.
+        let huge = encoder
+            .encode(&Envelope {
+                stream_id: 1,
+                msg: Some(Msg::EnvelopePiece(EnvelopePiece {
+                    last: false,
+                    bytes: Bytes::from_static(b"x"),
+                    whole_len: 1 << 40,
+                })),
+            })
+            .unwrap();
+        let err = decode_all(
+            &mut FrameDecoder::default(),
+            vec![BytesMut::from(&huge[..])],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, FrameError::TooLarge { len, .. } if len == 1 << 40),
+            "{err}"
+        );
         // The link ends before the last piece.
         let err = decode_all(&mut FrameDecoder::default(), pieces[..2].to_vec()).unwrap_err();
         assert_eq!(
