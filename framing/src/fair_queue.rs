@@ -30,7 +30,8 @@
 //! streams hold queued, and busy streams share the rest byte for byte.
 //!
 //! # Invariants (property-tested)
-//! - Every command pushed is popped exactly once; one stream's commands come
+//! - Every command pushed is popped exactly once, unless its stream was
+//!   withdrawn first ([`Outgoing::Withdraw`]); one stream's commands come
 //!   out in the order they went in.
 //! - [`Outgoing::Close`] comes out last, after every command pushed before it;
 //!   commands pushed after it are dropped (as [`WriteBatch`] drops them).
@@ -90,6 +91,10 @@ impl FairQueue {
             self.closing = true;
             return;
         }
+        if matches!(command, Outgoing::Withdraw) {
+            drop(self.withdraw(stream_id));
+            return;
+        }
         self.len += 1;
         if let Some(flow) = self.flows.get_mut(&stream_id) {
             flow.queue.push_back(command);
@@ -144,6 +149,18 @@ impl FairQueue {
         }
     }
 
+    /// Takes out what `stream_id` has queued ([`Outgoing::Withdraw`]), in
+    /// order; the stream leaves the schedule.
+    pub fn withdraw(&mut self, stream_id: u64) -> VecDeque<Outgoing> {
+        let Some(flow) = self.flows.remove(&stream_id) else {
+            return VecDeque::new();
+        };
+        self.len -= flow.queue.len();
+        self.new.retain(|&id| id != stream_id);
+        self.old.retain(|&id| id != stream_id);
+        flow.queue
+    }
+
     /// Commands queued (a pending close not counted).
     pub fn len(&self) -> usize {
         self.len
@@ -172,7 +189,7 @@ fn wire_len(command: &Outgoing) -> usize {
     match command {
         Outgoing::Frame(frame) => frame.len(),
         Outgoing::Body(frame) => frame.len(),
-        Outgoing::Close => 0,
+        Outgoing::Close | Outgoing::Withdraw => 0,
     }
 }
 
@@ -258,6 +275,27 @@ mod tests {
         assert_eq!(queue.pop(), Some(Outgoing::Close));
         assert!(queue.is_empty());
         assert_eq!(queue.pop(), None);
+    }
+
+    #[test]
+    fn a_withdrawn_stream_leaves_with_what_it_had_queued() {
+        let mut queue = FairQueue::new();
+        for n in 0..8 {
+            queue.push(1, frame(1, n, 64 * 1024));
+            queue.push(2, frame(2, n, 100));
+        }
+        assert_eq!(label(&queue.pop().unwrap()), (1, 0));
+        let taken: Vec<_> = queue.withdraw(1).iter().map(label).collect();
+        assert_eq!(taken, (1..8).map(|n| (1, n)).collect::<Vec<_>>());
+        assert_eq!(queue.len(), 8, "stream 2's eight");
+        let rest: Vec<_> = drain(&mut queue).iter().map(label).collect();
+        assert_eq!(rest, (0..8).map(|n| (2, n)).collect::<Vec<_>>());
+        // A withdrawn stream that comes back is a new stream; withdrawing
+        // one with nothing queued changes nothing.
+        queue.push(1, frame(1, 9, 10));
+        queue.push(3, Outgoing::Withdraw);
+        assert_eq!(label(&queue.pop().unwrap()), (1, 9));
+        assert!(queue.is_empty());
     }
 
     #[test]

@@ -222,6 +222,11 @@ pub enum Outgoing {
     Body(BodyFrame),
     /// Flush what came before, then shut the connection down.
     Close,
+    /// Its stream was cancelled: what is still queued of it (the rest of a
+    /// long request's pieces, credit) is of no use and is dropped, not
+    /// written; what a batch already holds is written. See
+    /// [`Outbound::take_withdrawn`](crate::outbound::Outbound::take_withdrawn).
+    Withdraw,
 }
 
 /// The stable snake_case name of a registration rejection reason, for logs

@@ -15,14 +15,18 @@
 //! waits behind little.
 //!
 //! # Invariants
-//! - Every command is written exactly once; one stream's commands in the
-//!   order they came; a close last ([`FairQueue`], [`WriteBatch`]).
+//! - Every command is written exactly once, unless its stream withdrew it
+//!   first ([`Outgoing::Withdraw`]); one stream's commands in the order they
+//!   came; a close last ([`FairQueue`], [`WriteBatch`]).
+//! - A withdrawal that drops a piece of a stream's request names the stream
+//!   ([`Outbound::take_withdrawn`]): the peer got that request unfinished.
 //! - A writer must not block on its channel while [`Outbound::has_waiting`]:
 //!   the queue's commands are already in hand.
 
 use bytes::Bytes;
 
 use crate::fair_queue::FairQueue;
+use crate::frame::is_piece;
 use crate::link::Outgoing;
 use crate::write_batch::{WriteBatch, WriteSlices};
 
@@ -31,6 +35,8 @@ use crate::write_batch::{WriteBatch, WriteSlices};
 pub struct Outbound {
     batch: WriteBatch,
     queue: FairQueue,
+    /// Streams whose withdrawal dropped pieces of their request.
+    withdrawn: Vec<u64>,
 }
 
 impl Default for Outbound {
@@ -47,6 +53,7 @@ impl Outbound {
         Self {
             batch,
             queue: FairQueue::new(),
+            withdrawn: Vec::new(),
         }
     }
 
@@ -70,7 +77,7 @@ impl Outbound {
         let in_turn = self.has_waiting();
         if in_turn {
             while let Some((stream_id, command)) = arrivals() {
-                self.queue.push(stream_id, command);
+                self.queue(stream_id, command);
             }
         }
         let queue = &mut self.queue;
@@ -88,9 +95,30 @@ impl Outbound {
             None => false,
         };
         while let Some((stream_id, command)) = arrivals() {
-            self.queue.push(stream_id, command);
+            self.queue(stream_id, command);
         }
         close
+    }
+
+    /// Streams whose [`Outgoing::Withdraw`] dropped pieces of their request
+    /// since the last call: the peer never gets that request whole (nor
+    /// acts on it), so the writer's owner ends those streams itself.
+    pub fn take_withdrawn(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.withdrawn)
+    }
+
+    /// Queues one command for its turn; a withdrawal takes the stream's
+    /// queued commands out instead.
+    fn queue(&mut self, stream_id: u64, command: Outgoing) {
+        if !matches!(command, Outgoing::Withdraw) {
+            return self.queue.push(stream_id, command);
+        }
+        let dropped = self.queue.withdraw(stream_id);
+        let piece =
+            |command: &Outgoing| matches!(command, Outgoing::Body(frame) if is_piece(frame));
+        if dropped.iter().any(piece) {
+            self.withdrawn.push(stream_id);
+        }
     }
 
     /// The batch to write, `None` when it is empty.
@@ -143,6 +171,37 @@ mod tests {
         let second = out.take().expect("a batch");
         let turn = crate::fair_queue::QUANTUM as usize / 4096;
         assert_eq!(streams_of(&second, 4096)[..=turn], [1, 1, 1, 1, 2]);
+    }
+
+    #[test]
+    fn a_withdrawal_drops_what_waits_and_names_a_request_left_unfinished() {
+        let mut encoder = crate::frame::FrameEncoder::default();
+        let request = encoder
+            .encode_tunnel_body(7, Bytes::from(vec![7; 300_000]))
+            .unwrap();
+        let whole = [request.head.clone(), request.body.clone()];
+        let pieces = encoder.encode_pieces(7, whole, 64 * 1024).unwrap();
+        let mut out = Outbound::new();
+        let mut channel: VecDeque<(u64, Outgoing)> =
+            pieces.into_iter().map(|p| (7, Outgoing::Body(p))).collect();
+        channel.push_back((9, frame(9, 100)));
+        // The first batch takes a piece; the rest waits its turn.
+        out.fill(None, || None, || channel.pop_front());
+        let first = out.take().expect("a batch");
+        assert!(first.len() <= BEHIND_BATCH_BYTES + 100);
+        assert!(out.has_waiting());
+        // Stream 7 is cancelled: its other pieces are never written.
+        channel.push_back((7, Outgoing::Withdraw));
+        out.fill(None, || None, || channel.pop_front());
+        assert_eq!(out.take_withdrawn(), [7]);
+        let second = out.take().expect("stream 9's frame");
+        assert_eq!(second.len(), 100);
+        assert!(!out.has_waiting());
+        // A withdrawal with nothing queued (or no pieces) names nothing.
+        channel.push_back((9, frame(9, 100)));
+        channel.push_back((9, Outgoing::Withdraw));
+        out.fill(None, || None, || channel.pop_front());
+        assert!(out.take_withdrawn().is_empty());
     }
 
     #[test]

@@ -152,6 +152,8 @@ impl WriteBatch {
                 self.closed = true;
                 return true;
             }
+            // Nothing of the stream waits here to be dropped.
+            Outgoing::Withdraw => return true,
         }
         self.ends.push(self.len);
         true
@@ -403,7 +405,7 @@ mod tests {
                 b.parts().for_each(|p| wire.extend_from_slice(p));
                 wire
             }
-            Outgoing::Close => Vec::new(),
+            Outgoing::Close | Outgoing::Withdraw => Vec::new(),
         }
     }
 

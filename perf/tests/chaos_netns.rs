@@ -446,6 +446,85 @@ fn a_chat_beside_an_upload_on_a_slow_link_does_not_wait_for_its_body() {
     assert_fds_settle(fds_before + 4);
 }
 
+#[test]
+fn an_upload_whose_client_leaves_stops_taking_the_link() {
+    let Some(bed) = Bed::from_env("withdrawn upload") else {
+        return;
+    };
+    // A 3 MiB prompt is ~6 s of a 4 mbit/s link. Its client gives up after
+    // 1 s: the Edge drops the pieces it still holds, ends the stream itself
+    // (the Node never got the request whole) and cancels, so the link goes
+    // quiet after what was already written (a batch, the kernel's unsent
+    // bytes and the shaper's queue: ~200 KB), not after the other ~2.5 MB,
+    // and the lease is back before the Edge's 10 s wait for a terminal.
+    // Counted in the bytes the Edge's shaped interface sent.
+    const UPLOAD: usize = 3 << 20;
+    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "20"]);
+    let mut edge = Edge::start_with(
+        &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
+        SLOW_LINK_HEARTBEAT,
+    );
+    let _node = start_node(&bed, &mut edge, 1);
+    let fds_before = own_fds();
+    bed.sh(&["shape", &bed.run_name(), "edge", "4mbit"]);
+    let upload = block_on(stream_padded_chat(
+        edge.ingress(),
+        "m",
+        UPLOAD,
+        Reader::Eager,
+        Duration::from_secs(1),
+    ));
+    assert!(upload.timed_out, "{upload:?}");
+    let at_leave = link_bytes_sent();
+    let quiet_at = wait_for_a_quiet_link();
+    let after = quiet_at - at_leave;
+    let leases = edge.metrics().leases;
+    eprintln!(
+        "withdrawn upload: the link sent {after} bytes after its client left; leases then {leases}"
+    );
+    bed.sh(&["clear", &bed.run_name(), "edge"]);
+    assert!(
+        after < 1 << 20,
+        "the link went on sending {after} bytes of the {UPLOAD}-byte upload its client left"
+    );
+    assert_eq!(leases, 0, "the stream ended without waiting for the node");
+    assert_eq!(chats_seen(at), 0, "the provider was never called for it");
+    let chat = burst(edge.ingress(), "m", 1, Reader::Eager);
+    assert_eq!(count_ok(&chat), 1, "the link serves on: {chat:?}");
+    edge.drain_events();
+    edge.assert_drained();
+    assert_fds_settle(fds_before + 4);
+}
+
+/// Bytes the Edge's shaped interface has sent (`tc -s qdisc`; the test
+/// runs in the bed's `edge` namespace).
+fn link_bytes_sent() -> u64 {
+    let out = std::process::Command::new("tc")
+        .args(["-s", "qdisc", "show", "dev", "eth0"])
+        .output()
+        .expect("tc");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_once("Sent ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in tc's output: {text}"))
+}
+
+/// Waits until the Edge's interface has sent less than 4 KiB (heartbeats,
+/// acks) in half a second, at most 30 s; the bytes it had sent by then.
+fn wait_for_a_quiet_link() -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = link_bytes_sent();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = link_bytes_sent();
+        if now - last < 4096 || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// Chat completions the mock provider at `at` has been asked for.
 fn chats_seen(at: SocketAddr) -> u64 {
     let stats: serde_json::Value =

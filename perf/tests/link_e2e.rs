@@ -385,10 +385,82 @@ fn a_rejected_node_process_exits_non_zero_with_a_clear_message() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A node played by the test over a raw socket: registered and ready,
+/// reading the Edge's frames one by one (pieces not gathered).
+struct FakeNode {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    buf: bytes::BytesMut,
+}
+
+impl FakeNode {
+    /// Registers as `node-a` (saying whether it gathers pieces) and waits
+    /// until the Edge can dispatch to it.
+    fn ready(edge: &EdgeServer, gathers: bool) -> Self {
+        let mut node = Self {
+            stream: TcpStream::connect(edge.node_addr).unwrap(),
+            decoder: FrameDecoder::default(),
+            buf: bytes::BytesMut::new(),
+        };
+        node.stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        node.send(Msg::RegisterRequest(Box::new(RegisterRequest {
+            token: "tok-a".into(),
+            reassembles_pieces: gathers,
+            ..Default::default()
+        })));
+        node.next_frame();
+        node.send(Msg::NodeReadyRequest(NodeReadyRequest::default()));
+        node.next_frame();
+        wait_until("the node to be ready", || {
+            edge.registry.dispatchable("node-a").is_some()
+        });
+        node
+    }
+
+    fn send(&mut self, msg: Msg) {
+        let frame = FrameEncoder::default().encode(&Envelope {
+            stream_id: 0,
+            msg: Some(msg),
+        });
+        self.stream.write_all(&frame.unwrap()).unwrap();
+    }
+
+    /// The next frame as the Edge sent it.
+    fn next_frame(&mut self) -> Envelope {
+        loop {
+            if let Some(frame) = self.decoder.decode_frame(&mut self.buf).unwrap() {
+                return <Envelope as prost::Message>::decode(frame).unwrap();
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = std::io::Read::read(&mut self.stream, &mut chunk).expect("a frame");
+            assert!(n > 0, "the edge closed the link");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// A run on `node-a` whose prompt is `prompt` bytes.
+fn long_run(prompt: usize) -> edge_proxy::dispatch::SubmitRun {
+    use proto::v1::{ChatMessage, RunInput};
+    edge_proxy::dispatch::SubmitRun {
+        adapter: "prov-a".into(),
+        target: "m".into(),
+        input: RunInput {
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: "p".repeat(prompt),
+                ..ChatMessage::default()
+            }],
+            ..RunInput::default()
+        },
+        node: Some("node-a".into()),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn a_long_request_goes_in_pieces_only_to_a_node_that_gathers_them() {
-    use edge_proxy::dispatch::SubmitRun;
-    use proto::v1::{ChatMessage, RunInput, RunRequest};
+    use proto::v1::RunRequest;
     use support::stack::block_on;
 
     const PROMPT: usize = 200_000;
@@ -396,65 +468,12 @@ fn a_long_request_goes_in_pieces_only_to_a_node_that_gathers_them() {
     for gathers in [false, true] {
         let clock = SharedManualClock::new(0);
         let (edge, _events) = start_edge(IoDriver::Epoll, &clock);
-        let mut stream = TcpStream::connect(edge.node_addr).unwrap();
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        let mut enc = FrameEncoder::default();
-        let mut dec = FrameDecoder::default();
-        let mut buf = bytes::BytesMut::new();
-        let mut send = |stream: &mut TcpStream, msg: Msg| {
-            let frame = enc.encode(&Envelope {
-                stream_id: 0,
-                msg: Some(msg),
-            });
-            stream.write_all(&frame.unwrap()).unwrap();
-        };
-        // The next frame as sent (pieces not gathered).
-        let mut next_frame = |stream: &mut TcpStream| loop {
-            if let Some(frame) = dec.decode_frame(&mut buf).unwrap() {
-                return <Envelope as prost::Message>::decode(frame).unwrap();
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = std::io::Read::read(stream, &mut chunk).expect("a frame from the edge");
-            assert!(n > 0, "the edge closed the link");
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        send(
-            &mut stream,
-            Msg::RegisterRequest(Box::new(RegisterRequest {
-                token: "tok-a".into(),
-                reassembles_pieces: gathers,
-                ..Default::default()
-            })),
-        );
-        next_frame(&mut stream);
-        send(
-            &mut stream,
-            Msg::NodeReadyRequest(NodeReadyRequest::default()),
-        );
-        next_frame(&mut stream);
-        wait_until("the node to be ready", || {
-            edge.registry.dispatchable("node-a").is_some()
-        });
-
-        let run = SubmitRun {
-            adapter: "prov-a".into(),
-            target: "m".into(),
-            input: RunInput {
-                messages: vec![ChatMessage {
-                    role: "user".into(),
-                    content: "p".repeat(PROMPT),
-                    ..ChatMessage::default()
-                }],
-                ..RunInput::default()
-            },
-            node: Some("node-a".into()),
-            ..SubmitRun::default()
-        };
-        let _run = block_on(edge.dispatcher.submit_run(run)).expect("submitted");
+        let mut node = FakeNode::ready(&edge, gathers);
+        let _run = block_on(edge.dispatcher.submit_run(long_run(PROMPT))).expect("submitted");
         let mut pieces = Vec::new();
         let mut gathered = Vec::new();
         let request: RunRequest = loop {
-            let envelope = next_frame(&mut stream);
+            let envelope = node.next_frame();
             match envelope.msg {
                 Some(Msg::EnvelopePiece(piece)) => {
                     pieces.push(piece.bytes.len());
@@ -480,5 +499,33 @@ fn a_long_request_goes_in_pieces_only_to_a_node_that_gathers_them() {
         } else {
             assert!(pieces.is_empty(), "a node that did not say gets one frame");
         }
+    }
+}
+
+#[test]
+fn a_run_cancelled_before_its_request_was_sent_whole_ends_at_the_edge() {
+    use proto::v1::RunEventKind;
+    use support::stack::{block_on, within};
+
+    // The node reads nothing: the link's socket buffers fill with the
+    // first pieces of a 3 MB prompt and the rest waits in the Edge's
+    // writer. The run is cancelled: those pieces are dropped, the node
+    // never gets the request whole (so would answer the cancel with
+    // NOT_FOUND and nothing else), and the run ends at the Edge at once,
+    // `cancelled`, without an answer from the node.
+    for driver in drivers() {
+        let clock = SharedManualClock::new(0);
+        let (edge, _events) = start_edge(driver, &clock);
+        let _node = FakeNode::ready(&edge, true);
+        let mut run = block_on(edge.dispatcher.submit_run(long_run(3_000_000))).expect("submitted");
+        run.cancel();
+        let events = block_on(within(async {
+            let mut events = Vec::new();
+            while let Some(event) = run.next().await {
+                events.push(event.kind());
+            }
+            events
+        }));
+        assert_eq!(events, [RunEventKind::Cancelled], "{driver:?}");
     }
 }

@@ -19,17 +19,17 @@ use framing::frame::{FrameDecoder, FrameError};
 use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
 use framing::outbound::Outbound;
 use framing::timer::TimerKey;
-use framing::write_batch::COPY_MAX;
 use monoio::io::Canceller;
+use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
-use proto::{ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope, TUNNEL_REQUEST_BODY_FIELD};
+
+mod opening;
 
 use super::core::Core;
 use super::session::{EdgeSession, Output};
 use super::streams::{Delivered, StreamKind, StreamSink, StreamTable};
 use super::tls::IdentityRegistrar;
 use super::transport::{LinkReader, LinkStream, LinkWriter};
-use crate::config::TUNNEL_FRAME_OVERHEAD;
 use crate::events::{LifecycleEvent, RunBusEvent};
 use crate::registry::{ConnRegistrar, NodeDirectory};
 
@@ -151,61 +151,6 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         Ok(())
     }
 
-    /// The frames that open stream `stream_id` with `msg`: one, or, for a
-    /// node that gathers pieces, a long request in pieces of
-    /// `link.max_body_chunk`, so that it does not hold the link (other
-    /// streams' requests and credit, the heartbeat) until its last byte.
-    fn encode_open(&self, stream_id: u64, msg: Msg) -> Result<Vec<Outgoing>, FrameError> {
-        let whole = self.encode_whole(stream_id, msg)?;
-        let Some(peer_max) = self.session.borrow().gathers_pieces_up_to() else {
-            return Ok(vec![whole]);
-        };
-        // A piece's own head fits the room a body frame keeps for its head.
-        let room = usize::try_from(TUNNEL_FRAME_OVERHEAD).unwrap_or(usize::MAX);
-        let piece_len = (self.core.shared.config.piece_len).min(peer_max.saturating_sub(room));
-        let frame: Vec<Bytes> = match &whole {
-            Outgoing::Frame(frame) if frame.len() > piece_len => vec![frame.clone()],
-            Outgoing::Body(frame) if frame.len() > piece_len => std::iter::once(&frame.head)
-                .chain(frame.parts())
-                .cloned()
-                .collect(),
-            _ => return Ok(vec![whole]),
-        };
-        let pieces = self
-            .core
-            .encoder
-            .borrow_mut()
-            .encode_pieces(stream_id, frame, piece_len)?;
-        Ok(pieces.into_iter().map(Outgoing::Body).collect())
-    }
-
-    /// The one frame that opens stream `stream_id` with `msg`. A long prompt
-    /// is not copied into it: a tunnel request's body goes last, as its own
-    /// slice of the write (as the Node's response bodies do).
-    fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
-        let mut encoder = self.core.encoder.borrow_mut();
-        match msg {
-            Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
-                let body = std::mem::take(&mut request.body);
-                encoder
-                    .encode_with_trailing_bytes(
-                        stream_id,
-                        ENVELOPE_TUNNEL_REQUEST_FIELD,
-                        &request,
-                        TUNNEL_REQUEST_BODY_FIELD,
-                        body,
-                    )
-                    .map(Outgoing::Body)
-            }
-            msg => encoder
-                .encode(&Envelope {
-                    stream_id,
-                    msg: Some(msg),
-                })
-                .map(Outgoing::Frame),
-        }
-    }
-
     /// Sends `msg` on an open stream (a stream that ended is skipped).
     pub(crate) fn send_on(&self, stream_id: u64, msg: Msg) {
         // F29: lease revocations go on stream 0, which is never "open".
@@ -215,6 +160,11 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         if (connection_level || self.streams.borrow().is_open(stream_id))
             && self.session.borrow().is_ready()
         {
+            if matches!(msg, Msg::CancelRequest(_)) {
+                // What the writer still holds of the stream goes no further
+                // (see `end_withdrawn`).
+                let _ = self.tx.send((stream_id, Outgoing::Withdraw));
+            }
             self.send_envelope(&Envelope {
                 stream_id,
                 msg: Some(msg),
@@ -227,6 +177,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     pub(crate) fn close_stream(&self, stream_id: u64) {
         let closed = self.streams.borrow_mut().close(stream_id);
         if let Some((StreamKind::Run | StreamKind::Tunnel, run_id)) = closed {
+            let _ = self.tx.send((stream_id, Outgoing::Withdraw));
             let mut cancel = CancelRequest {
                 run_id: run_id.as_deref().unwrap_or_default().to_owned(),
                 ..CancelRequest::default()
@@ -418,6 +369,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 }
             }
             let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
+            for stream_id in outbound.take_withdrawn() {
+                self.end_withdrawn(stream_id);
+            }
             if let Some(batch) = outbound.take() {
                 match write_half.write_overtaking(batch, &mut urgent).await {
                     Ok(whole) => outbound.paced(whole),

@@ -246,6 +246,11 @@ impl StreamTable {
         self.open.contains_key(&stream_id)
     }
 
+    /// The kind of `stream_id`, while it is open.
+    pub fn kind(&self, stream_id: u64) -> Option<StreamKind> {
+        self.open.get(&stream_id).map(|entry| entry.kind)
+    }
+
     /// Number of open streams.
     pub fn len(&self) -> usize {
         self.open.len()

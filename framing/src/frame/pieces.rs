@@ -33,8 +33,9 @@
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
+use prost::encoding::{WireType, decode_key, decode_varint};
 use proto::v1::EnvelopePiece;
-use proto::{ENVELOPE_PIECE_FIELD, Envelope, Msg, PIECE_BYTES_FIELD};
+use proto::{ENVELOPE_PIECE_FIELD, ENVELOPE_STREAM_ID_FIELD, Envelope, Msg, PIECE_BYTES_FIELD};
 
 use super::decode::decode_envelope;
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
@@ -109,6 +110,17 @@ impl FrameEncoder {
             }
         }
     }
+}
+
+/// Whether `frame` is a piece of a larger frame ([`FrameEncoder::encode_pieces`]
+/// makes them): read from its head, the field after the stream id.
+pub fn is_piece(frame: &BodyFrame) -> bool {
+    let mut head = frame.head.get(LENGTH_PREFIX_LEN..).unwrap_or_default();
+    let mut key = decode_key(&mut head);
+    if matches!(key, Ok((ENVELOPE_STREAM_ID_FIELD, WireType::Varint))) {
+        key = decode_varint(&mut head).and_then(|_| decode_key(&mut head));
+    }
+    matches!(key, Ok((ENVELOPE_PIECE_FIELD, WireType::LengthDelimited)))
 }
 
 /// One stream's frame, gathered so far.
@@ -394,6 +406,17 @@ mod tests {
             out.push(envelope);
         }
         assert_eq!(out, vec![ping, request(3, b), request(1, a)]);
+    }
+
+    #[test]
+    fn a_piece_is_told_from_another_body_frame_by_its_head() {
+        let mut encoder = FrameEncoder::default();
+        for stream_id in [0, 1, 300, u64::MAX] {
+            let pieces = cut(&mut encoder, stream_id, &body(1_000), 400).unwrap();
+            assert!(pieces.iter().all(is_piece));
+            let body = encoder.encode_tunnel_body(stream_id, body(1_000)).unwrap();
+            assert!(!is_piece(&body));
+        }
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! Opening a stream: the frames of its request, whole or in pieces, and
+//! the end of a stream whose request the writer dropped unfinished.
+
+use bytes::Bytes;
+use framing::frame::FrameError;
+use framing::link::Outgoing;
+use framing::write_batch::COPY_MAX;
+use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
+use proto::v1::{
+    ExecutionFailure, FailureCode, FailureSide, ProviderTunnelFrame, RunEvent, RunEventKind,
+    envelope::Msg,
+};
+use proto::{ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope, TUNNEL_REQUEST_BODY_FIELD};
+
+use super::Conn;
+use crate::config::TUNNEL_FRAME_OVERHEAD;
+use crate::link::streams::StreamKind;
+use crate::registry::NodeDirectory;
+
+impl<D: NodeDirectory + 'static> Conn<D> {
+    /// The frames that open stream `stream_id` with `msg`: one, or, for a
+    /// node that gathers pieces, a long request in pieces of
+    /// `link.max_body_chunk`, so that it does not hold the link (other
+    /// streams' requests and credit, the heartbeat) until its last byte.
+    pub(super) fn encode_open(
+        &self,
+        stream_id: u64,
+        msg: Msg,
+    ) -> Result<Vec<Outgoing>, FrameError> {
+        let whole = self.encode_whole(stream_id, msg)?;
+        let Some(peer_max) = self.session.borrow().gathers_pieces_up_to() else {
+            return Ok(vec![whole]);
+        };
+        // A piece's own head fits the room a body frame keeps for its head.
+        let room = usize::try_from(TUNNEL_FRAME_OVERHEAD).unwrap_or(usize::MAX);
+        let piece_len = (self.core.shared.config.piece_len).min(peer_max.saturating_sub(room));
+        let frame: Vec<Bytes> = match &whole {
+            Outgoing::Frame(frame) if frame.len() > piece_len => vec![frame.clone()],
+            Outgoing::Body(frame) if frame.len() > piece_len => std::iter::once(&frame.head)
+                .chain(frame.parts())
+                .cloned()
+                .collect(),
+            _ => return Ok(vec![whole]),
+        };
+        let pieces = self
+            .core
+            .encoder
+            .borrow_mut()
+            .encode_pieces(stream_id, frame, piece_len)?;
+        Ok(pieces.into_iter().map(Outgoing::Body).collect())
+    }
+
+    /// The one frame that opens stream `stream_id` with `msg`. A long prompt
+    /// is not copied into it: a tunnel request's body goes last, as its own
+    /// slice of the write (as the Node's response bodies do).
+    fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
+        let mut encoder = self.core.encoder.borrow_mut();
+        match msg {
+            Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
+                let body = std::mem::take(&mut request.body);
+                encoder
+                    .encode_with_trailing_bytes(
+                        stream_id,
+                        ENVELOPE_TUNNEL_REQUEST_FIELD,
+                        &request,
+                        TUNNEL_REQUEST_BODY_FIELD,
+                        body,
+                    )
+                    .map(Outgoing::Body)
+            }
+            msg => encoder
+                .encode(&Envelope {
+                    stream_id,
+                    msg: Some(msg),
+                })
+                .map(Outgoing::Frame),
+        }
+    }
+
+    /// A cancelled stream whose request the writer had not finished
+    /// sending (pieces of it were dropped, not written): the node never
+    /// gets it whole, so never runs it, and would answer the cancel only
+    /// with `NOT_FOUND`. The stream ends here, with the terminal the node
+    /// gives a cancelled run or tunnel, so its lease is released now. The
+    /// cancel still goes: it makes the node drop the pieces it gathered.
+    pub(super) fn end_withdrawn(&self, stream_id: u64) {
+        let kind = self.streams.borrow().kind(stream_id);
+        let msg = match kind {
+            Some(StreamKind::Tunnel) => Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                frame: Some(TunnelFrame::Error(ExecutionFailure {
+                    code: FailureCode::Cancelled as i32,
+                    side: FailureSide::Edge as i32,
+                    message: "cancelled before the request had reached the node".into(),
+                    ..ExecutionFailure::default()
+                })),
+            }),
+            Some(StreamKind::Run) => {
+                let mut event = RunEvent::default();
+                event.set_kind(RunEventKind::Cancelled);
+                Msg::RunEvent(Box::new(event))
+            }
+            _ => return,
+        };
+        tracing::debug!(peer = %self.peer, stream_id, "a cancelled request was not sent whole");
+        self.deliver(Envelope {
+            stream_id,
+            msg: Some(msg),
+        });
+    }
+}
