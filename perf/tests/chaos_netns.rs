@@ -396,6 +396,37 @@ fn a_chat_beside_bulk_streams_on_a_slow_link_does_not_wait_for_their_windows() {
     assert_fds_settle(fds_before + 4);
 }
 
+/// One Node and its mock provider (20-token answers, model `m`) behind an
+/// Edge with the slow-link heartbeat, the Edge's link shaped to a rate.
+struct ShapedWorld {
+    _mock: chaos::Proc,
+    at: SocketAddr,
+    edge: Edge,
+    _node: chaos::Proc,
+    /// The test's descriptors once the world is up.
+    fds_before: usize,
+}
+
+impl ShapedWorld {
+    fn start(bed: &Bed, rate: &str) -> Self {
+        let (mock, at) = start_provider(bed, "p1", &["--tokens", "20"]);
+        let mut edge = Edge::start_with(
+            &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
+            SLOW_LINK_HEARTBEAT,
+        );
+        let node = start_node(bed, &mut edge, 1);
+        let fds_before = own_fds();
+        bed.sh(&["shape", &bed.run_name(), "edge", rate]);
+        Self {
+            _mock: mock,
+            at,
+            edge,
+            _node: node,
+            fds_before,
+        }
+    }
+}
+
 #[test]
 fn a_chat_beside_an_upload_on_a_slow_link_does_not_wait_for_its_body() {
     let Some(bed) = Bed::from_env("upload") else {
@@ -408,14 +439,9 @@ fn a_chat_beside_an_upload_on_a_slow_link_does_not_wait_for_its_body() {
     // has its answer, the provider has not yet been called for the upload
     // (the Node calls it once the whole body is in).
     const UPLOAD: usize = 2 << 20;
-    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "20"]);
-    let mut edge = Edge::start_with(
-        &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
-        SLOW_LINK_HEARTBEAT,
-    );
-    let _node = start_node(&bed, &mut edge, 1);
-    let fds_before = own_fds();
-    bed.sh(&["shape", &bed.run_name(), "edge", "4mbit"]);
+    let world = ShapedWorld::start(&bed, "4mbit");
+    let (at, fds_before) = (world.at, world.fds_before);
+    let mut edge = world.edge;
     let ingress = edge.ingress();
     let upload = std::thread::spawn(move || {
         block_on(stream_padded_chat(
@@ -459,14 +485,9 @@ fn an_upload_whose_client_leaves_stops_taking_the_link() {
     // and the lease is back before the Edge's 10 s wait for a terminal.
     // Counted in the bytes the Edge's shaped interface sent.
     const UPLOAD: usize = 3 << 20;
-    let (_mock, at) = start_provider(&bed, "p1", &["--tokens", "20"]);
-    let mut edge = Edge::start_with(
-        &edge_yaml(&[vec![ProviderSpec::new("p1", "m", at)]]),
-        SLOW_LINK_HEARTBEAT,
-    );
-    let _node = start_node(&bed, &mut edge, 1);
-    let fds_before = own_fds();
-    bed.sh(&["shape", &bed.run_name(), "edge", "4mbit"]);
+    let world = ShapedWorld::start(&bed, "4mbit");
+    let (at, fds_before) = (world.at, world.fds_before);
+    let mut edge = world.edge;
     let upload = block_on(stream_padded_chat(
         edge.ingress(),
         "m",
