@@ -18,24 +18,24 @@
 //! - Every command is written exactly once, unless its stream withdrew it
 //!   first ([`Outgoing::Withdraw`]); one stream's commands in the order they
 //!   came; a close last ([`FairQueue`], [`WriteBatch`]).
-//! - A withdrawal that drops a piece of a stream's request names the stream
-//!   ([`Outbound::take_withdrawn`]): the peer got that request unfinished.
-//! - A writer must not block on its channel while [`Outbound::has_waiting`]:
-//!   the queue's commands are already in hand.
+//! - A withdrawal that drops a stream's request, or a piece of it, names the
+//!   stream ([`Outbound::take_withdrawn`]): the peer never got the request
+//!   whole.
 
 use bytes::Bytes;
 
 use crate::fair_queue::FairQueue;
-use crate::frame::is_piece;
+use crate::frame::message_field;
 use crate::link::Outgoing;
 use crate::write_batch::{WriteBatch, WriteSlices};
+use proto::{ENVELOPE_PIECE_FIELD, ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_TUNNEL_REQUEST_FIELD};
 
 /// A link writer's queue and batch; see the module docs.
 #[derive(Debug)]
 pub struct Outbound {
     batch: WriteBatch,
     queue: FairQueue,
-    /// Streams whose withdrawal dropped pieces of their request.
+    /// Streams whose withdrawal dropped their request or a piece of it.
     withdrawn: Vec<u64>,
 }
 
@@ -100,9 +100,10 @@ impl Outbound {
         close
     }
 
-    /// Streams whose [`Outgoing::Withdraw`] dropped pieces of their request
-    /// since the last call: the peer never gets that request whole (nor
-    /// acts on it), so the writer's owner ends those streams itself.
+    /// Streams whose [`Outgoing::Withdraw`] dropped their request, or a
+    /// piece of it, since the last call: the peer never gets that request
+    /// whole (nor acts on it), so the writer's owner ends those streams
+    /// itself.
     pub fn take_withdrawn(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.withdrawn)
     }
@@ -113,10 +114,7 @@ impl Outbound {
         if !matches!(command, Outgoing::Withdraw) {
             return self.queue.push(stream_id, command);
         }
-        let dropped = self.queue.withdraw(stream_id);
-        let piece =
-            |command: &Outgoing| matches!(command, Outgoing::Body(frame) if is_piece(frame));
-        if dropped.iter().any(piece) {
+        if self.queue.withdraw(stream_id).iter().any(carries_request) {
             self.withdrawn.push(stream_id);
         }
     }
@@ -131,6 +129,20 @@ impl Outbound {
     pub fn paced(&mut self, whole: bool) {
         self.batch.paced(whole);
     }
+}
+
+/// Whether `command` is a stream's request or a piece of one: dropped, the
+/// peer never gets that request whole.
+fn carries_request(command: &Outgoing) -> bool {
+    let head = match command {
+        Outgoing::Frame(frame) => &frame[..],
+        Outgoing::Body(frame) => &frame.head[..],
+        Outgoing::Close | Outgoing::Withdraw => return false,
+    };
+    matches!(
+        message_field(head),
+        Some(ENVELOPE_RUN_REQUEST_FIELD | ENVELOPE_TUNNEL_REQUEST_FIELD | ENVELOPE_PIECE_FIELD)
+    )
 }
 
 #[cfg(test)]
@@ -197,11 +209,28 @@ mod tests {
         let second = out.take().expect("stream 9's frame");
         assert_eq!(second.len(), 100);
         assert!(!out.has_waiting());
-        // A withdrawal with nothing queued (or no pieces) names nothing.
-        channel.push_back((9, frame(9, 100)));
-        channel.push_back((9, Outgoing::Withdraw));
+        // A withdrawal with nothing queued, or only credit, names nothing;
+        // one that drops a whole request names its stream.
+        let mut encoder = crate::frame::FrameEncoder::default();
+        let mut envelope = |stream_id, msg| {
+            let frame = encoder.encode(&proto::Envelope {
+                stream_id,
+                msg: Some(msg),
+            });
+            Outgoing::Frame(frame.unwrap())
+        };
+        let credit = proto::v1::WindowUpdate { increment: 1 };
+        let request = proto::v1::RunRequest::default();
+        channel.push_back((8, frame(8, 200_000)));
+        channel.push_back((9, envelope(9, proto::Msg::WindowUpdate(credit))));
+        channel.push_back((10, envelope(10, proto::Msg::RunRequest(Box::new(request)))));
         out.fill(None, || None, || channel.pop_front());
-        assert!(out.take_withdrawn().is_empty());
+        assert!(out.has_waiting(), "stream 8's frame filled the batch");
+        channel.push_back((9, Outgoing::Withdraw));
+        channel.push_back((10, Outgoing::Withdraw));
+        channel.push_back((11, Outgoing::Withdraw));
+        out.fill(None, || None, || channel.pop_front());
+        assert_eq!(out.take_withdrawn(), [10]);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub use v1::envelope::Msg;
 
 /// Field number of `Envelope.stream_id`.
 pub const ENVELOPE_STREAM_ID_FIELD: u32 = 1;
+/// Field number of `Envelope.run_request`.
+pub const ENVELOPE_RUN_REQUEST_FIELD: u32 = 20;
 /// Field number of `Envelope.run_event`.
 pub const ENVELOPE_RUN_EVENT_FIELD: u32 = 21;
 /// Field number of `Envelope.provider_tunnel_frame`.

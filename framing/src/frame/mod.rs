@@ -56,7 +56,7 @@ mod pieces;
 
 pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
-pub use pieces::{GATHERED_FRAMES, is_piece};
+pub use pieces::{GATHERED_FRAMES, message_field};
 
 /// Bytes of the big-endian `u32` length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;

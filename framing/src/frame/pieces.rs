@@ -112,15 +112,18 @@ impl FrameEncoder {
     }
 }
 
-/// Whether `frame` is a piece of a larger frame ([`FrameEncoder::encode_pieces`]
-/// makes them): read from its head, the field after the stream id.
-pub fn is_piece(frame: &BodyFrame) -> bool {
-    let mut head = frame.head.get(LENGTH_PREFIX_LEN..).unwrap_or_default();
-    let mut key = decode_key(&mut head);
-    if matches!(key, Ok((ENVELOPE_STREAM_ID_FIELD, WireType::Varint))) {
-        key = decode_varint(&mut head).and_then(|_| decode_key(&mut head));
+/// The field number of the message a frame carries (`Envelope.msg`: 20
+/// for a `RunRequest`, [`ENVELOPE_PIECE_FIELD`] for a piece, …), read from
+/// its first bytes, `head` (the length prefix first), without decoding it.
+/// `None` when they do not start an envelope.
+pub fn message_field(head: &[u8]) -> Option<u32> {
+    let mut head = head.get(LENGTH_PREFIX_LEN..)?;
+    let (mut field, mut wire) = decode_key(&mut head).ok()?;
+    if (field, wire) == (ENVELOPE_STREAM_ID_FIELD, WireType::Varint) {
+        decode_varint(&mut head).ok()?;
+        (field, wire) = decode_key(&mut head).ok()?;
     }
-    matches!(key, Ok((ENVELOPE_PIECE_FIELD, WireType::LengthDelimited)))
+    (wire == WireType::LengthDelimited).then_some(field)
 }
 
 /// One stream's frame, gathered so far.
@@ -409,14 +412,24 @@ mod tests {
     }
 
     #[test]
-    fn a_piece_is_told_from_another_body_frame_by_its_head() {
+    fn a_frame_says_what_it_carries_in_its_first_bytes() {
         let mut encoder = FrameEncoder::default();
         for stream_id in [0, 1, 300, u64::MAX] {
             let pieces = cut(&mut encoder, stream_id, &body(1_000), 400).unwrap();
-            assert!(pieces.iter().all(is_piece));
+            for piece in &pieces {
+                assert_eq!(message_field(&piece.head), Some(ENVELOPE_PIECE_FIELD));
+            }
+            let request = request_frame(&mut encoder, stream_id, &body(1_000));
+            let field = message_field(&request[0]);
+            assert_eq!(field, Some(proto::ENVELOPE_TUNNEL_REQUEST_FIELD));
             let body = encoder.encode_tunnel_body(stream_id, body(1_000)).unwrap();
-            assert!(!is_piece(&body));
+            assert_eq!(
+                message_field(&body.head),
+                Some(proto::ENVELOPE_TUNNEL_FRAME_FIELD)
+            );
         }
+        assert_eq!(message_field(&[0, 0, 0, 2]), None, "too short");
+        assert_eq!(message_field(&[0, 0, 0, 2, 0xff, 0xff]), None, "not a key");
     }
 
     #[test]

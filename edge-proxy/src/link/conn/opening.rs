@@ -78,7 +78,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     }
 
     /// A cancelled stream whose request the writer had not finished
-    /// sending (pieces of it were dropped, not written): the node never
+    /// sending (it, or pieces of it, were dropped, not written): the node never
     /// gets it whole, so never runs it, and would answer the cancel only
     /// with `NOT_FOUND`. The stream ends here, with the terminal the node
     /// gives a cancelled run or tunnel, so its lease is released now. The
