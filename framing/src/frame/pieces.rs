@@ -154,16 +154,21 @@ impl Gathering {
         max_frame_len: usize,
     ) -> Result<Option<Envelope>, FrameError> {
         let max_held = max_frame_len.saturating_mul(GATHERED_FRAMES);
+        let said = usize::try_from(piece.whole_len).unwrap_or(usize::MAX);
         let whole = match self.streams.get_mut(&stream_id) {
+            // A first piece that announces less than it carries, or a last
+            // one other than it carries.
+            None if piece.whole_len > 0
+                && (said < piece.bytes.len() || piece.last && said != piece.bytes.len()) =>
+            {
+                return Err(unlike_announced(stream_id));
+            }
             // One piece: its bytes are the whole, uncopied.
             None if piece.last => piece.bytes,
             None => {
                 // The first piece: reserve the whole once, after checking
                 // what it announces (or, unannounced, this piece).
-                let announced = usize::try_from(piece.whole_len)
-                    .unwrap_or(usize::MAX)
-                    .max(piece.bytes.len());
-                let gather = new_gather(announced, &piece, max_frame_len)?;
+                let gather = new_gather(said.max(piece.bytes.len()), &piece, max_frame_len)?;
                 if self.held + gather.reserved > max_held {
                     return Err(FrameError::TooMuchGathered {
                         held: self.held + gather.reserved,
@@ -533,6 +538,23 @@ mod tests {
             matches!(err, FrameError::TooLarge { len, .. } if len == 1 << 40),
             "{err}"
         );
+        // A first piece announcing less than it carries.
+        let short = encoder
+            .encode(&Envelope {
+                stream_id: 1,
+                msg: Some(Msg::EnvelopePiece(EnvelopePiece {
+                    last: false,
+                    bytes: Bytes::from_static(b"xyz"),
+                    whole_len: 2,
+                })),
+            })
+            .unwrap();
+        let err = decode_all(
+            &mut FrameDecoder::default(),
+            vec![BytesMut::from(&short[..])],
+        )
+        .unwrap_err();
+        assert!(matches!(err, FrameError::Malformed(_)), "{err}");
         // The link ends before the last piece.
         let err = decode_all(&mut FrameDecoder::default(), pieces[..2].to_vec()).unwrap_err();
         assert_eq!(
