@@ -169,13 +169,7 @@ impl Gathering {
                 // The first piece: reserve the whole once, after checking
                 // what it announces (or, unannounced, this piece).
                 let gather = new_gather(said.max(piece.bytes.len()), &piece, max_frame_len)?;
-                if self.held + gather.reserved > max_held {
-                    return Err(FrameError::TooMuchGathered {
-                        held: self.held + gather.reserved,
-                        max: max_held,
-                    });
-                }
-                self.held += gather.reserved;
+                hold(&mut self.held, gather.reserved, max_held)?;
                 self.streams.insert(stream_id, gather);
                 return Ok(None);
             }
@@ -191,14 +185,7 @@ impl Gathering {
                     return Err(unlike_announced(stream_id));
                 }
                 if len > gather.reserved {
-                    let more = len - gather.reserved;
-                    if self.held + more > max_held {
-                        return Err(FrameError::TooMuchGathered {
-                            held: self.held + more,
-                            max: max_held,
-                        });
-                    }
-                    self.held += more;
+                    hold(&mut self.held, len - gather.reserved, max_held)?;
                     gather.reserved = len;
                 }
                 gather.buf.extend_from_slice(&piece.bytes);
@@ -274,6 +261,16 @@ fn new_gather(
     })
 }
 
+/// Counts `more` bytes reserved into `held`, unless that passes `max`.
+fn hold(held: &mut usize, more: usize, max: usize) -> Result<(), FrameError> {
+    let total = *held + more;
+    if total > max {
+        return Err(FrameError::TooMuchGathered { held: total, max });
+    }
+    *held = total;
+    Ok(())
+}
+
 fn unlike_announced(stream_id: u64) -> FrameError {
     FrameError::Malformed(format!(
         "the pieces of stream {stream_id} do not add up to the length its first piece announced"
@@ -337,6 +334,21 @@ mod tests {
     ) -> Result<Vec<BodyFrame>, FrameError> {
         let frame = request_frame(encoder, stream_id, body);
         encoder.encode_pieces(stream_id, frame, piece_len)
+    }
+
+    /// A first piece of stream 1 made by hand: `bytes`, announcing
+    /// `whole_len`.
+    fn first_piece(encoder: &mut FrameEncoder, bytes: &'static [u8], whole_len: u64) -> BytesMut {
+        let piece = EnvelopePiece {
+            last: false,
+            bytes: Bytes::from_static(bytes),
+            whole_len,
+        };
+        let envelope = Envelope {
+            stream_id: 1,
+            msg: Some(Msg::EnvelopePiece(piece)),
+        };
+        BytesMut::from(&encoder.encode(&envelope).unwrap()[..])
     }
 
     fn wire(pieces: &[BodyFrame]) -> Vec<BytesMut> {
@@ -519,19 +531,9 @@ mod tests {
         assert!(matches!(err, FrameError::Malformed(_)), "{err}");
         // A first piece announcing more than a frame: refused before
         // anything is reserved for it.
-        let huge = encoder
-            .encode(&Envelope {
-                stream_id: 1,
-                msg: Some(Msg::EnvelopePiece(EnvelopePiece {
-                    last: false,
-                    bytes: Bytes::from_static(b"x"),
-                    whole_len: 1 << 40,
-                })),
-            })
-            .unwrap();
         let err = decode_all(
             &mut FrameDecoder::default(),
-            vec![BytesMut::from(&huge[..])],
+            vec![first_piece(&mut encoder, b"x", 1 << 40)],
         )
         .unwrap_err();
         assert!(
@@ -539,19 +541,9 @@ mod tests {
             "{err}"
         );
         // A first piece announcing less than it carries.
-        let short = encoder
-            .encode(&Envelope {
-                stream_id: 1,
-                msg: Some(Msg::EnvelopePiece(EnvelopePiece {
-                    last: false,
-                    bytes: Bytes::from_static(b"xyz"),
-                    whole_len: 2,
-                })),
-            })
-            .unwrap();
         let err = decode_all(
             &mut FrameDecoder::default(),
-            vec![BytesMut::from(&short[..])],
+            vec![first_piece(&mut encoder, b"xyz", 2)],
         )
         .unwrap_err();
         assert!(matches!(err, FrameError::Malformed(_)), "{err}");
