@@ -22,8 +22,9 @@
 //!   back of the old list;
 //! - a stream that runs empty leaves at once (fq_codel parks it in the old
 //!   list first, so that a flow cannot stay ahead by coming and going; the
-//!   streams here are the Node's own, and a parked stream would stay listed
-//!   for as long as newcomers keep the old list waiting).
+//!   streams here are the writer's own (the Node's answers, the Edge's
+//!   requests and credit), not flows a stranger opens, and a parked stream
+//!   would stay listed for as long as newcomers keep the old list waiting).
 //!
 //! So a sparse stream (a token now and then, a small answer's head, body and
 //! end) is served at the next command the writer takes, whatever the bulk
