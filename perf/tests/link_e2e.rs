@@ -448,7 +448,7 @@ fn long_run(prompt: usize) -> edge_proxy::dispatch::SubmitRun {
         input: RunInput {
             messages: vec![ChatMessage {
                 role: "user".into(),
-                content: "p".repeat(prompt),
+                content: "p".repeat(prompt).into(),
                 ..ChatMessage::default()
             }],
             ..RunInput::default()

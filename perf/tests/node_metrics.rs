@@ -156,7 +156,7 @@ async fn stalled_run(stack: &Stack) {
         input: RunInput {
             messages: vec![ChatMessage {
                 role: "user".into(),
-                content: format!("please repeat {PROMPT_SENTINEL}"),
+                content: format!("please repeat {PROMPT_SENTINEL}").into(),
                 ..ChatMessage::default()
             }],
             ..RunInput::default()

@@ -429,7 +429,7 @@ fn a_large_request_crosses_the_link_intact() {
                 input: RunInput {
                     messages: vec![ChatMessage {
                         role: "user".into(),
-                        content: prompt,
+                        content: prompt.into(),
                         ..ChatMessage::default()
                     }],
                     ..RunInput::default()

@@ -309,7 +309,7 @@ fn content_text(content: Option<Value>, text_types: &[&str]) -> Result<String, A
 fn message(role: String, content: String, extra: Map<String, Value>) -> ChatMessage {
     ChatMessage {
         role,
-        content,
+        content: content.into(),
         extra_json: if extra.is_empty() {
             Default::default()
         } else {

@@ -68,6 +68,45 @@ fn decoded_body_shares_memory_with_the_receive_buffer() {
 }
 
 #[test]
+fn a_runs_message_text_shares_memory_with_the_receive_buffer() {
+    use proto::v1::{ChatMessage, RunInput, RunRequest};
+    let text = Bytes::from(vec![b'p'; 64 * 1024]);
+    let request = RunRequest {
+        input: Some(RunInput {
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: text.clone(),
+                ..ChatMessage::default()
+            }],
+            ..RunInput::default()
+        }),
+        ..RunRequest::default()
+    };
+    let envelope = Envelope {
+        stream_id: 3,
+        msg: Some(Msg::RunRequest(Box::new(request))),
+    };
+    let wire = FrameEncoder::default().encode(&envelope).unwrap();
+    let mut rx = BytesMut::from(&wire[..]);
+    let region = rx.as_ptr() as usize..rx.as_ptr() as usize + rx.capacity();
+
+    let Some(Msg::RunRequest(got)) = FrameDecoder::default()
+        .decode(&mut rx)
+        .unwrap()
+        .unwrap()
+        .msg
+    else {
+        panic!("not a run request");
+    };
+    let content = &got.input.unwrap().messages[0].content;
+    assert_eq!(content, &text);
+    assert!(
+        region.contains(&(content.as_ptr() as usize)),
+        "the text was copied out of the receive buffer"
+    );
+}
+
+#[test]
 fn encoded_body_frame_keeps_the_callers_body() {
     let body = Bytes::from(vec![1u8; 4096]);
     let frame = FrameEncoder::default()

@@ -13,10 +13,10 @@
 //! escaping on top.
 
 use json_escape_simd::escape_into;
-use proto::v1::{ExecutionFailure, RunInput};
+use proto::v1::{ExecutionFailure, FailureCode, FailureSide, RunInput};
 use serde_json::{Map, Value};
 
-use super::json_object;
+use super::{failure, json_object};
 
 /// `fields` with the run's messages as `"messages"` (a `messages` among
 /// `fields` is replaced), as JSON bytes. An `extra_json` that is not a
@@ -48,11 +48,23 @@ pub(super) fn with_messages(
         out.extend_from_slice(b"\"role\":");
         escape_into(&message.role, &mut out);
         out.extend_from_slice(b",\"content\":");
-        escape_into(&message.content, &mut out);
+        escape_into(text(&message.content)?, &mut out);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
     Ok(out)
+}
+
+/// A message's text, which the wire carries as bytes (to decode it
+/// without a copy) but which must be UTF-8.
+fn text(content: &[u8]) -> Result<&str, ExecutionFailure> {
+    std::str::from_utf8(content).map_err(|e| {
+        failure(
+            FailureCode::InvalidRequest,
+            FailureSide::Client,
+            format!("a message's content is not UTF-8: {e}"),
+        )
+    })
 }
 
 /// Writes `"key":value,`.
@@ -103,7 +115,7 @@ mod tests {
     fn message(role: &str, content: &str, extra: &str) -> ChatMessage {
         ChatMessage {
             role: role.into(),
-            content: content.into(),
+            content: content.as_bytes().to_vec().into(),
             extra_json: extra.as_bytes().to_vec().into(),
         }
     }
@@ -147,6 +159,20 @@ mod tests {
         };
         let error = with_messages(Map::new(), &input).unwrap_err();
         assert!(error.message.contains("message extra_json"), "{error:?}");
+    }
+
+    #[test]
+    fn a_text_that_is_not_utf8_is_the_clients_error() {
+        let mut not_utf8 = message("user", "", "");
+        not_utf8.content = vec![b'h', 0xff, b'i'].into();
+        let input = RunInput {
+            messages: vec![not_utf8],
+            ..RunInput::default()
+        };
+        let error = with_messages(Map::new(), &input).unwrap_err();
+        assert_eq!(error.code, FailureCode::InvalidRequest as i32);
+        assert_eq!(error.side, FailureSide::Client as i32);
+        assert!(error.message.contains("not UTF-8"), "{error:?}");
     }
 
     #[test]

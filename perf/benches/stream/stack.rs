@@ -175,7 +175,7 @@ pub(crate) fn bench_run(model: &str, content: &str, session_id: &str) -> SubmitR
         input: RunInput {
             messages: vec![ChatMessage {
                 role: "user".into(),
-                content: content.into(),
+                content: content.to_owned().into(),
                 ..ChatMessage::default()
             }],
             ..RunInput::default()
