@@ -13,6 +13,10 @@ use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
 
+#[path = "chat_input.rs"]
+mod chat_input;
+pub use chat_input::chat_input;
+
 /// What the Edge needs from a Chat Completions or Responses request.
 ///
 /// Only the routing fields are read when the request arrives; the rest of
@@ -299,64 +303,28 @@ fn content_text(content: Option<Value>, text_types: &[&str]) -> Result<String, A
             }
             Ok(text)
         }
-        Some(_) => Err(ApiError::bad_request(
-            "invalid_content",
-            "message `content` must be a string or an array of parts",
-        )),
+        Some(_) => Err(invalid_content()),
     }
 }
 
-fn message(role: String, content: String, extra: Map<String, Value>) -> ChatMessage {
+/// The 400 for a message `content` of another type.
+fn invalid_content() -> ApiError {
+    ApiError::bad_request(
+        "invalid_content",
+        "message `content` must be a string or an array of parts",
+    )
+}
+
+fn message(role: String, content: Bytes, extra: Map<String, Value>) -> ChatMessage {
     ChatMessage {
         role,
-        content: content.into(),
+        content,
         extra_json: if extra.is_empty() {
             Default::default()
         } else {
             Value::Object(extra).to_string().into()
         },
     }
-}
-
-/// The normalized input of a Chat Completions request. The parsed body is
-/// taken apart, not copied: a message's text moves into the run as it is
-/// (a long prompt is not cloned on its way to the link).
-pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let mut object = request.object()?;
-    let messages = match object.remove("messages") {
-        Some(Value::Array(messages)) if !messages.is_empty() => messages,
-        _ => {
-            return Err(ApiError::bad_request(
-                "missing_messages",
-                "`messages` must be a non-empty array",
-            ));
-        }
-    };
-    let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
-        let Value::Object(mut fields) = m else {
-            return Err(ApiError::bad_request(
-                "invalid_message",
-                "each message must be an object",
-            ));
-        };
-        let Some(Value::String(role)) = fields.remove("role") else {
-            return Err(ApiError::bad_request(
-                "invalid_message",
-                "each message needs a string `role`",
-            ));
-        };
-        let content = content_text(fields.remove("content"), &["text"])?;
-        // What is left of the message is its extra fields.
-        out.push(message(role, content, fields));
-    }
-    for routing in ["model", "stream", "stream_options"] {
-        object.remove(routing);
-    }
-    Ok(RunInput {
-        messages: out,
-        parameters_json: Value::Object(object).to_string().into(),
-    })
 }
 
 /// The normalized input of a Responses request: `instructions` as a system
@@ -366,10 +334,16 @@ pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let mut object = request.object()?;
     let mut messages = Vec::new();
     if let Some(Value::String(instructions)) = object.remove("instructions") {
-        messages.push(message("system".to_owned(), instructions, Map::new()));
+        messages.push(message(
+            "system".to_owned(),
+            instructions.into(),
+            Map::new(),
+        ));
     }
     match object.remove("input") {
-        Some(Value::String(text)) => messages.push(message("user".to_owned(), text, Map::new())),
+        Some(Value::String(text)) => {
+            messages.push(message("user".to_owned(), text.into(), Map::new()))
+        }
         Some(Value::Array(items)) => {
             for item in items {
                 let mut item = match item {
@@ -383,7 +357,7 @@ pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
                     ));
                 };
                 let content = content_text(item.remove("content"), &["input_text", "output_text"])?;
-                messages.push(message(role, content, Map::new()));
+                messages.push(message(role, content.into(), Map::new()));
             }
         }
         _ => {
