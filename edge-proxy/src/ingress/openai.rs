@@ -7,15 +7,15 @@
 //! forwarded as the client sent it (with at most `stream_options` added).
 
 use bytes::Bytes;
-use proto::v1::{ChatMessage, RunInput, Usage};
+use proto::v1::{ChatMessage, Usage};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
 
-#[path = "chat_input.rs"]
-mod chat_input;
-pub use chat_input::chat_input;
+#[path = "run_input.rs"]
+mod run_input;
+pub use run_input::{chat_input, responses_input};
 
 /// What the Edge needs from a Chat Completions or Responses request.
 ///
@@ -325,62 +325,6 @@ fn message(role: String, content: Bytes, extra: Map<String, Value>) -> ChatMessa
             Value::Object(extra).to_string().into()
         },
     }
-}
-
-/// The normalized input of a Responses request: `instructions` as a system
-/// message, then `input` (a string, or message items); taken apart as in
-/// [`chat_input`].
-pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let mut object = request.object()?;
-    let mut messages = Vec::new();
-    if let Some(Value::String(instructions)) = object.remove("instructions") {
-        messages.push(message(
-            "system".to_owned(),
-            instructions.into(),
-            Map::new(),
-        ));
-    }
-    match object.remove("input") {
-        Some(Value::String(text)) => {
-            messages.push(message("user".to_owned(), text.into(), Map::new()))
-        }
-        Some(Value::Array(items)) => {
-            for item in items {
-                let mut item = match item {
-                    Value::Object(item) => item,
-                    _ => Map::new(),
-                };
-                let Some(Value::String(role)) = item.remove("role") else {
-                    return Err(ApiError::bad_request(
-                        "invalid_input",
-                        "only message items with a `role` are supported in `input`",
-                    ));
-                };
-                let content = content_text(item.remove("content"), &["input_text", "output_text"])?;
-                messages.push(message(role, content.into(), Map::new()));
-            }
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "missing_input",
-                "`input` must be a string or an array of messages",
-            ));
-        }
-    }
-    let mut params = Map::new();
-    for (from, to) in [
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("max_output_tokens", "max_tokens"),
-    ] {
-        if let Some(v) = object.remove(from) {
-            params.insert(to.to_owned(), v);
-        }
-    }
-    Ok(RunInput {
-        messages,
-        parameters_json: Value::Object(params).to_string().into(),
-    })
 }
 
 /// Usage in the Chat Completions shape; breakdowns only when reported (F18).

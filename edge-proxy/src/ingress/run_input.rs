@@ -1,5 +1,5 @@
-//! A Chat Completions request's normalized input, read from its body in one
-//! pass straight into the run's messages.
+//! A normalized request's input (Chat Completions or Responses), read from
+//! its body in one pass straight into the run's messages.
 //!
 //! A message's text goes to the run as a slice of the client's body when
 //! the JSON string has no escapes (serde_json then hands out the body's own
@@ -10,14 +10,16 @@
 //!
 //! The body was checked whole by routing ([`super::parse`]: JSON, UTF-8,
 //! nesting limit), so the only errors here are the request's shape, each a
-//! typed 400 as before: `missing_messages`, `invalid_message`,
-//! `invalid_content`, `unsupported_content`.
+//! typed 400: `missing_messages`, `invalid_message`, `missing_input`,
+//! `invalid_input`, `invalid_content`, `unsupported_content`.
 
 use std::fmt;
 
 use bytes::Bytes;
-use proto::v1::RunInput;
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use proto::v1::{ChatMessage, RunInput};
+use serde::de::{
+    Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::{Map, Value};
 
 use super::{ParsedRequest, content_text, invalid_content, message, not_an_object};
@@ -26,8 +28,7 @@ use crate::ingress::error::ApiError;
 /// The normalized input of a Chat Completions request: its messages, and
 /// every member but the messages and routing's as the run's parameters.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let body: ChatBody<'_> =
-        serde_json::from_slice(&request.body).map_err(|e| not_an_object(&request.body, &e))?;
+    let body = read(request, Api::Chat)?;
     let messages = match body.messages {
         Some(Messages::List(messages)) if !messages.is_empty() => messages,
         _ => {
@@ -56,18 +57,85 @@ pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
                 "each message needs a string `role`",
             ));
         };
-        let content = match content {
-            Text::Borrowed(text) => share_or_copy(&request.body, text),
-            Text::Owned(text) => Bytes::from(text),
-            Text::Null => Bytes::new(),
-            Text::Parts(parts) => Bytes::from(content_text(Some(Value::Array(parts)), &["text"])?),
-            Text::Invalid => return Err(invalid_content()),
-        };
+        let content = text_of(&request.body, content, &["text"])?;
         out.push(message(role, content, extra));
     }
     Ok(RunInput {
         messages: out,
         parameters_json: Value::Object(body.parameters).to_string().into(),
+    })
+}
+
+/// The normalized input of a Responses request: `instructions` (a string)
+/// as a system message, then `input` (a string, or message items, whose
+/// other members are dropped); `temperature`, `top_p` and
+/// `max_output_tokens` (as `max_tokens`) as the parameters.
+pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
+    let body = read(request, Api::Responses)?;
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    if let Some(text @ (Text::Borrowed(_) | Text::Owned(_))) = body.instructions {
+        let text = text_of(&request.body, text, &[])?;
+        messages.push(message("system".to_owned(), text, Map::new()));
+    }
+    match body.messages {
+        Some(Messages::Text(text)) => {
+            let text = text_of(&request.body, text, &[])?;
+            messages.push(message("user".to_owned(), text, Map::new()));
+        }
+        Some(Messages::List(items)) => {
+            for item in items {
+                let MessageIn::Object {
+                    role: Some(Value::String(role)),
+                    content,
+                    ..
+                } = item
+                else {
+                    return Err(ApiError::bad_request(
+                        "invalid_input",
+                        "only message items with a `role` are supported in `input`",
+                    ));
+                };
+                let content = text_of(&request.body, content, &["input_text", "output_text"])?;
+                messages.push(message(role, content, Map::new()));
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "missing_input",
+                "`input` must be a string or an array of messages",
+            ));
+        }
+    }
+    Ok(RunInput {
+        messages,
+        parameters_json: Value::Object(body.parameters).to_string().into(),
+    })
+}
+
+/// The Responses members kept as parameters, and their names in the run.
+const RESPONSES_PARAMETERS: [(&str, &str); 3] = [
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("max_output_tokens", "max_tokens"),
+];
+
+/// Reads `request`'s body as `api`'s request.
+fn read(request: &ParsedRequest, api: Api) -> Result<RunBody<'_>, ApiError> {
+    let mut reader = serde_json::Deserializer::from_slice(&request.body);
+    api.deserialize(&mut reader)
+        .and_then(|body| reader.end().map(|()| body))
+        .map_err(|e| not_an_object(&request.body, &e))
+}
+
+/// A message's text: a string as it is, `null` or absent as empty, an array
+/// of parts of `part_types` joined.
+fn text_of(body: &Bytes, text: Text<'_>, part_types: &[&str]) -> Result<Bytes, ApiError> {
+    Ok(match text {
+        Text::Borrowed(text) => share_or_copy(body, text),
+        Text::Owned(text) => Bytes::from(text),
+        Text::Null => Bytes::new(),
+        Text::Parts(parts) => Bytes::from(content_text(Some(Value::Array(parts)), part_types)?),
+        Text::Invalid => return Err(invalid_content()),
     })
 }
 
@@ -83,17 +151,29 @@ fn share_or_copy(body: &Bytes, text: &str) -> Bytes {
     }
 }
 
+/// Which request a body is.
+#[derive(Clone, Copy)]
+enum Api {
+    Chat,
+    Responses,
+}
+
 /// The body's members as the run needs them. Later duplicates win, as in a
 /// JSON object parsed whole.
-struct ChatBody<'a> {
+struct RunBody<'a> {
+    /// Chat's `messages`, or Responses' `input`.
     messages: Option<Messages<'a>>,
+    /// Responses' `instructions`.
+    instructions: Option<Text<'a>>,
     parameters: Map<String, Value>,
 }
 
-/// The `messages` member.
+/// Chat's `messages` or Responses' `input`.
 enum Messages<'a> {
     List(Vec<MessageIn<'a>>),
-    /// Not an array.
+    /// A string (Responses' `input` may be one).
+    Text(Text<'a>),
+    /// Any other value.
     Other,
 }
 
@@ -171,32 +251,55 @@ macro_rules! other_values {
     };
 }
 
-impl<'de> Deserialize<'de> for ChatBody<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Body;
+impl<'de> DeserializeSeed<'de> for Api {
+    type Value = RunBody<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct Body(Api);
         impl<'de> Visitor<'de> for Body {
-            type Value = ChatBody<'de>;
+            type Value = RunBody<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut body = ChatBody {
+                let mut body = RunBody {
                     messages: None,
+                    instructions: None,
                     parameters: Map::new(),
                 };
                 while let Some(name) = map.next_key::<String>()? {
-                    if name == "messages" {
-                        body.messages = Some(map.next_value()?);
-                    } else if ROUTING.contains(&name.as_str()) {
-                        map.next_value::<IgnoredAny>()?;
-                    } else {
-                        body.parameters.insert(name, map.next_value()?);
+                    match (self.0, name.as_str()) {
+                        (Api::Chat, "messages") | (Api::Responses, "input") => {
+                            body.messages = Some(map.next_value()?);
+                        }
+                        (Api::Responses, "instructions") => {
+                            body.instructions = Some(map.next_value()?);
+                        }
+                        (Api::Chat, member) if ROUTING.contains(&member) => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        (Api::Chat, _) => {
+                            body.parameters.insert(name, map.next_value()?);
+                        }
+                        (Api::Responses, member) => {
+                            match RESPONSES_PARAMETERS
+                                .iter()
+                                .find(|(from, _)| *from == member)
+                            {
+                                Some((_, to)) => {
+                                    body.parameters.insert((*to).to_owned(), map.next_value()?);
+                                }
+                                None => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
                     }
                 }
                 Ok(body)
             }
         }
-        deserializer.deserialize_map(Body)
+        deserializer.deserialize_map(Body(self))
     }
 }
 
@@ -215,7 +318,13 @@ impl<'de> Deserialize<'de> for Messages<'de> {
                 }
                 Ok(Messages::List(messages))
             }
-            other_values!(Messages::Other; unit, str, map);
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(Messages::Text(Text::Borrowed(text)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(Messages::Text(Text::Owned(text.to_owned())))
+            }
+            other_values!(Messages::Other; unit, map);
         }
         deserializer.deserialize_any(List)
     }
@@ -283,163 +392,5 @@ impl<'de> Deserialize<'de> for Text<'de> {
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    use super::*;
-    use crate::ingress::openai::parse;
-
-    fn input(body: &str) -> Result<RunInput, ApiError> {
-        chat_input(&parse(Bytes::from(body.to_owned())).expect("routing"))
-    }
-
-    #[test]
-    fn a_text_without_escapes_is_a_slice_of_the_clients_body() {
-        let prompt = "p".repeat(100_000);
-        let body = Bytes::from(format!(
-            r#"{{"model":"m","messages":[{{"role":"user","content":"{prompt}"}}]}}"#
-        ));
-        let input = chat_input(&parse(body.clone()).unwrap()).unwrap();
-        let text = &input.messages[0].content;
-        assert_eq!(text, prompt.as_str());
-        assert!(
-            body.as_ptr_range().contains(&text.as_ptr()),
-            "the text was copied"
-        );
-    }
-
-    #[test]
-    fn a_text_with_escapes_is_unescaped() {
-        let input =
-            input(r#"{"model":"m","messages":[{"role":"user","content":"a\n\"q\" \u00e9"}]}"#);
-        assert_eq!(input.unwrap().messages[0].content, "a\n\"q\" é");
-    }
-
-    #[test]
-    fn shapes_a_run_cannot_take_are_typed_400s() {
-        for (messages, code) in [
-            ("7", "missing_messages"),
-            ("null", "missing_messages"),
-            (r#""hi""#, "missing_messages"),
-            (r#"{"role":"user"}"#, "missing_messages"),
-            ("[]", "missing_messages"),
-            ("[1]", "invalid_message"),
-            ("[null]", "invalid_message"),
-            (r#"["hi"]"#, "invalid_message"),
-            ("[[{}]]", "invalid_message"),
-            (r#"[{"content":"x"}]"#, "invalid_message"),
-            (r#"[{"role":1,"content":"x"}]"#, "invalid_message"),
-            (r#"[{"role":"user","content":1}]"#, "invalid_content"),
-            (r#"[{"role":"user","content":true}]"#, "invalid_content"),
-            (
-                r#"[{"role":"user","content":{"text":"x"}}]"#,
-                "invalid_content",
-            ),
-            (
-                r#"[{"role":"user","content":[{"type":"image_url"}]}]"#,
-                "unsupported_content",
-            ),
-        ] {
-            let error = input(&format!(r#"{{"model":"m","messages":{messages}}}"#)).unwrap_err();
-            assert_eq!((error.status, error.code), (400, code), "{messages}");
-        }
-        let missing = input(r#"{"model":"m"}"#).unwrap_err();
-        assert_eq!(missing.code, "missing_messages");
-    }
-
-    #[test]
-    fn later_duplicates_win_and_routing_members_are_not_parameters() {
-        let input = input(
-            r#"{"temperature":1,"messages":[{"role":"a","content":"x"}],"model":"m",
-                "temperature":2,"stream":false,"stream_options":null,
-                "messages":[{"role":"user","content":"y","content":"z","name":"n","name":"o"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(input.messages.len(), 1);
-        let message = &input.messages[0];
-        assert_eq!(
-            (message.role.as_str(), &message.content[..]),
-            ("user", &b"z"[..])
-        );
-        assert_eq!(&message.extra_json[..], br#"{"name":"o"}"#);
-        assert_eq!(&input.parameters_json[..], br#"{"temperature":2}"#);
-    }
-
-    /// What a body's messages and parameters are, read from a whole tree:
-    /// the reading this module replaced, kept as the oracle.
-    fn from_tree(body: &Value) -> (Vec<(String, String, String)>, String) {
-        let mut object = body.as_object().unwrap().clone();
-        let messages = object.remove("messages").unwrap();
-        let messages = messages.as_array().unwrap().iter().map(|m| {
-            let mut fields = m.as_object().unwrap().clone();
-            let role = fields.remove("role").unwrap().as_str().unwrap().to_owned();
-            let content = match fields.remove("content") {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(text)) => text,
-                Some(Value::Array(parts)) => {
-                    parts.iter().map(|p| p["text"].as_str().unwrap()).collect()
-                }
-                Some(other) => panic!("{other}"),
-            };
-            let extra = if fields.is_empty() {
-                String::new()
-            } else {
-                Value::Object(fields).to_string()
-            };
-            (role, content, extra)
-        });
-        let messages = messages.collect();
-        for routing in ROUTING {
-            object.remove(routing);
-        }
-        (messages, Value::Object(object).to_string())
-    }
-
-    fn content() -> impl Strategy<Value = Option<Value>> {
-        prop_oneof![
-            any::<String>().prop_map(|t| Some(json!(t))),
-            "[a-z \\n\"\\\\]{0,20}".prop_map(|t| Some(json!(t))),
-            Just(None),
-            Just(Some(Value::Null)),
-            prop::collection::vec(any::<String>(), 0..3).prop_map(|parts| {
-                Some(Value::Array(
-                    parts
-                        .into_iter()
-                        .map(|t| json!({"type": "text", "text": t}))
-                        .collect(),
-                ))
-            }),
-        ]
-    }
-
-    proptest! {
-        /// Any messages (texts of any characters, escaped or not, null,
-        /// absent, in parts; extras or none) and parameters come out as a
-        /// parsed tree of the same body gives them.
-        #[test]
-        fn the_input_is_what_a_whole_tree_gives(
-            messages in prop::collection::vec(
-                ("[a-z]{1,8}", content(), prop::option::of(any::<String>())), 1..4),
-            temperature in prop::option::of(0u32..3),
-        ) {
-            let messages: Vec<Value> = messages.into_iter().map(|(role, content, name)| {
-                let mut m = json!({"role": role});
-                if let Some(content) = content { m["content"] = content; }
-                if let Some(name) = name { m["name"] = json!(name); }
-                m
-            }).collect();
-            let mut body = json!({"model": "m", "stream": true, "messages": messages});
-            if let Some(t) = temperature { body["temperature"] = json!(t); }
-            let got = input(&body.to_string()).unwrap();
-            let got_messages: Vec<_> = got.messages.iter().map(|m| (
-                m.role.clone(),
-                String::from_utf8(m.content.to_vec()).unwrap(),
-                String::from_utf8(m.extra_json.to_vec()).unwrap(),
-            )).collect();
-            let (messages, parameters) = from_tree(&body);
-            prop_assert_eq!(got_messages, messages);
-            prop_assert_eq!(String::from_utf8(got.parameters_json.to_vec()).unwrap(), parameters);
-        }
-    }
-}
+#[path = "run_input_tests.rs"]
+mod tests;

@@ -1,0 +1,220 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::ingress::openai::parse;
+
+fn input(body: &str) -> Result<RunInput, ApiError> {
+    chat_input(&parse(Bytes::from(body.to_owned())).expect("routing"))
+}
+
+#[test]
+fn a_text_without_escapes_is_a_slice_of_the_clients_body() {
+    let prompt = "p".repeat(100_000);
+    let body = Bytes::from(format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{prompt}"}}]}}"#
+    ));
+    let input = chat_input(&parse(body.clone()).unwrap()).unwrap();
+    let text = &input.messages[0].content;
+    assert_eq!(text, prompt.as_str());
+    assert!(
+        body.as_ptr_range().contains(&text.as_ptr()),
+        "the text was copied"
+    );
+}
+
+#[test]
+fn a_text_with_escapes_is_unescaped() {
+    let input = input(r#"{"model":"m","messages":[{"role":"user","content":"a\n\"q\" \u00e9"}]}"#);
+    assert_eq!(input.unwrap().messages[0].content, "a\n\"q\" é");
+}
+
+#[test]
+fn shapes_a_run_cannot_take_are_typed_400s() {
+    for (messages, code) in [
+        ("7", "missing_messages"),
+        ("null", "missing_messages"),
+        (r#""hi""#, "missing_messages"),
+        (r#"{"role":"user"}"#, "missing_messages"),
+        ("[]", "missing_messages"),
+        ("[1]", "invalid_message"),
+        ("[null]", "invalid_message"),
+        (r#"["hi"]"#, "invalid_message"),
+        ("[[{}]]", "invalid_message"),
+        (r#"[{"content":"x"}]"#, "invalid_message"),
+        (r#"[{"role":1,"content":"x"}]"#, "invalid_message"),
+        (r#"[{"role":"user","content":1}]"#, "invalid_content"),
+        (r#"[{"role":"user","content":true}]"#, "invalid_content"),
+        (
+            r#"[{"role":"user","content":{"text":"x"}}]"#,
+            "invalid_content",
+        ),
+        (
+            r#"[{"role":"user","content":[{"type":"image_url"}]}]"#,
+            "unsupported_content",
+        ),
+    ] {
+        let error = input(&format!(r#"{{"model":"m","messages":{messages}}}"#)).unwrap_err();
+        assert_eq!((error.status, error.code), (400, code), "{messages}");
+    }
+    let missing = input(r#"{"model":"m"}"#).unwrap_err();
+    assert_eq!(missing.code, "missing_messages");
+}
+
+#[test]
+fn later_duplicates_win_and_routing_members_are_not_parameters() {
+    let input = input(
+        r#"{"temperature":1,"messages":[{"role":"a","content":"x"}],"model":"m",
+            "temperature":2,"stream":false,"stream_options":null,
+            "messages":[{"role":"user","content":"y","content":"z","name":"n","name":"o"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(input.messages.len(), 1);
+    let message = &input.messages[0];
+    assert_eq!(
+        (message.role.as_str(), &message.content[..]),
+        ("user", &b"z"[..])
+    );
+    assert_eq!(&message.extra_json[..], br#"{"name":"o"}"#);
+    assert_eq!(&input.parameters_json[..], br#"{"temperature":2}"#);
+}
+
+#[test]
+fn a_responses_request_becomes_instructions_then_its_input() {
+    let prompt = "p".repeat(70_000);
+    let body = Bytes::from(format!(
+        r#"{{"input":"{prompt}","model":"m","instructions":"be \"brief\"","top_p":1,
+            "tools":[{{"deep":[[]]}}],"max_output_tokens":5,"max_output_tokens":9}}"#
+    ));
+    let input = responses_input(&parse(body.clone()).unwrap()).unwrap();
+    let texts: Vec<_> = input
+        .messages
+        .iter()
+        .map(|m| (m.role.as_str(), &m.content[..]))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            ("system", &b"be \"brief\""[..]),
+            ("user", prompt.as_bytes())
+        ]
+    );
+    assert!(
+        body.as_ptr_range()
+            .contains(&input.messages[1].content.as_ptr())
+    );
+    assert_eq!(&input.parameters_json[..], br#"{"max_tokens":9,"top_p":1}"#);
+
+    let items = parse(Bytes::from_static(
+        br#"{"model":"m","instructions":7,"input":[{"type":"message","role":"user",
+            "content":[{"type":"input_text","text":"a"},{"type":"output_text","text":"b"}]},
+            {"role":"assistant","content":null}]}"#,
+    ))
+    .unwrap();
+    let input = responses_input(&items).unwrap();
+    let texts: Vec<_> = input
+        .messages
+        .iter()
+        .map(|m| (m.role.as_str(), &m.content[..]))
+        .collect();
+    assert_eq!(texts, [("user", &b"ab"[..]), ("assistant", &b""[..])]);
+    assert!(input.messages.iter().all(|m| m.extra_json.is_empty()));
+}
+
+#[test]
+fn responses_shapes_a_run_cannot_take_are_typed_400s() {
+    for (input, code) in [
+        ("7", "missing_input"),
+        ("null", "missing_input"),
+        (r#"{"role":"user"}"#, "missing_input"),
+        ("[1]", "invalid_input"),
+        (r#"[{"content":"x"}]"#, "invalid_input"),
+        (r#"[{"role":1,"content":"x"}]"#, "invalid_input"),
+        (r#"[{"role":"user","content":{}}]"#, "invalid_content"),
+        (
+            r#"[{"role":"user","content":[{"type":"text","text":"x"}]}]"#,
+            "unsupported_content",
+        ),
+    ] {
+        let body = format!(r#"{{"model":"m","input":{input}}}"#);
+        let error = responses_input(&parse(Bytes::from(body)).unwrap()).unwrap_err();
+        assert_eq!((error.status, error.code), (400, code), "{input}");
+    }
+}
+
+/// What a body's messages and parameters are, read from a whole tree:
+/// the reading this module replaced, kept as the oracle.
+fn from_tree(body: &Value) -> (Vec<(String, String, String)>, String) {
+    let mut object = body.as_object().unwrap().clone();
+    let messages = object.remove("messages").unwrap();
+    let messages = messages.as_array().unwrap().iter().map(|m| {
+        let mut fields = m.as_object().unwrap().clone();
+        let role = fields.remove("role").unwrap().as_str().unwrap().to_owned();
+        let content = match fields.remove("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(text)) => text,
+            Some(Value::Array(parts)) => {
+                parts.iter().map(|p| p["text"].as_str().unwrap()).collect()
+            }
+            Some(other) => panic!("{other}"),
+        };
+        let extra = if fields.is_empty() {
+            String::new()
+        } else {
+            Value::Object(fields).to_string()
+        };
+        (role, content, extra)
+    });
+    let messages = messages.collect();
+    for routing in ROUTING {
+        object.remove(routing);
+    }
+    (messages, Value::Object(object).to_string())
+}
+
+fn content() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        any::<String>().prop_map(|t| Some(json!(t))),
+        "[a-z \\n\"\\\\]{0,20}".prop_map(|t| Some(json!(t))),
+        Just(None),
+        Just(Some(Value::Null)),
+        prop::collection::vec(any::<String>(), 0..3).prop_map(|parts| {
+            Some(Value::Array(
+                parts
+                    .into_iter()
+                    .map(|t| json!({"type": "text", "text": t}))
+                    .collect(),
+            ))
+        }),
+    ]
+}
+
+proptest! {
+    /// Any messages (texts of any characters, escaped or not, null,
+    /// absent, in parts; extras or none) and parameters come out as a
+    /// parsed tree of the same body gives them.
+    #[test]
+    fn the_input_is_what_a_whole_tree_gives(
+        messages in prop::collection::vec(
+            ("[a-z]{1,8}", content(), prop::option::of(any::<String>())), 1..4),
+        temperature in prop::option::of(0u32..3),
+    ) {
+        let messages: Vec<Value> = messages.into_iter().map(|(role, content, name)| {
+            let mut m = json!({"role": role});
+            if let Some(content) = content { m["content"] = content; }
+            if let Some(name) = name { m["name"] = json!(name); }
+            m
+        }).collect();
+        let mut body = json!({"model": "m", "stream": true, "messages": messages});
+        if let Some(t) = temperature { body["temperature"] = json!(t); }
+        let got = input(&body.to_string()).unwrap();
+        let got_messages: Vec<_> = got.messages.iter().map(|m| (
+            m.role.clone(),
+            String::from_utf8(m.content.to_vec()).unwrap(),
+            String::from_utf8(m.extra_json.to_vec()).unwrap(),
+        )).collect();
+        let (messages, parameters) = from_tree(&body);
+        prop_assert_eq!(got_messages, messages);
+        prop_assert_eq!(String::from_utf8(got.parameters_json.to_vec()).unwrap(), parameters);
+    }
+}
