@@ -40,6 +40,18 @@ pub const TUNNEL_REQUEST_BODY_FIELD: u32 = 7;
 pub const ENVELOPE_PIECE_FIELD: u32 = 70;
 /// Field number of `EnvelopePiece.bytes`.
 pub const PIECE_BYTES_FIELD: u32 = 2;
+/// Field number of `RunRequest.input`.
+pub const RUN_REQUEST_INPUT_FIELD: u32 = 6;
+/// Field number of `RunInput.messages`.
+pub const RUN_INPUT_MESSAGES_FIELD: u32 = 1;
+/// Field number of `RunInput.parameters_json`.
+pub const RUN_INPUT_PARAMETERS_FIELD: u32 = 2;
+/// Field number of `ChatMessage.role`.
+pub const CHAT_MESSAGE_ROLE_FIELD: u32 = 1;
+/// Field number of `ChatMessage.content`.
+pub const CHAT_MESSAGE_CONTENT_FIELD: u32 = 2;
+/// Field number of `ChatMessage.extra_json`.
+pub const CHAT_MESSAGE_EXTRA_FIELD: u32 = 3;
 
 /// The default response-stall timeout (F20), used when the wire carries 0.
 pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;

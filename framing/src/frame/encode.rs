@@ -61,7 +61,7 @@ impl BodyFrame {
 #[derive(Debug)]
 pub struct FrameEncoder {
     max_frame_len: usize,
-    scratch: BytesMut,
+    pub(super) scratch: BytesMut,
 }
 
 impl Default for FrameEncoder {
@@ -222,7 +222,7 @@ impl FrameEncoder {
         Ok(self.scratch.split().freeze())
     }
 
-    fn check_len(&self, len: usize) -> Result<(), FrameError> {
+    pub(super) fn check_len(&self, len: usize) -> Result<(), FrameError> {
         if len > self.max_frame_len {
             return Err(FrameError::TooLarge {
                 len: len as u64,
@@ -232,13 +232,13 @@ impl FrameEncoder {
         Ok(())
     }
 
-    fn reserve(&mut self, additional: usize) {
+    pub(super) fn reserve(&mut self, additional: usize) {
         if self.scratch.capacity() < additional {
             self.scratch.reserve(additional.max(SCRATCH_BLOCK));
         }
     }
 
-    fn put_prefix(&mut self, envelope_len: usize) {
+    pub(super) fn put_prefix(&mut self, envelope_len: usize) {
         // `check_len` bounds `envelope_len` by MAX_CONFIGURABLE_FRAME_LEN < u32::MAX.
         self.scratch.put_u32(envelope_len as u32);
     }

@@ -2,7 +2,7 @@
 //! the end of a stream whose request the writer dropped unfinished.
 
 use bytes::Bytes;
-use framing::frame::FrameError;
+use framing::frame::{FrameError, has_long_texts};
 use framing::link::Outgoing;
 use framing::write_batch::COPY_MAX;
 use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
@@ -52,7 +52,8 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     /// The one frame that opens stream `stream_id` with `msg`. A long prompt
     /// is not copied into it: a tunnel request's body goes last, as its own
-    /// slice of the write (as the Node's response bodies do).
+    /// slice of the write (as the Node's response bodies do), and so does a
+    /// run's long message text.
     fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
         let mut encoder = self.core.encoder.borrow_mut();
         match msg {
@@ -68,6 +69,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                     )
                     .map(Outgoing::Body)
             }
+            Msg::RunRequest(request) if has_long_texts(&request) => encoder
+                .encode_run_request(stream_id, &request)
+                .map(Outgoing::Body),
             msg => encoder
                 .encode(&Envelope {
                     stream_id,

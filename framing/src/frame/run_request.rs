@@ -1,0 +1,321 @@
+//! A run's request as one frame whose long message texts are their own
+//! slices: the Edge sends a prompt it holds as `Bytes` without copying it
+//! into the frame, as a tunnel request's body already goes.
+//!
+//! The frame is what prost would encode but for the order of fields, which
+//! a protobuf decoder does not care about: each message's `content` comes
+//! last in its message, and the request's `input` last in the request, so
+//! that a text ends the bytes written before it and the rest follows after.
+
+use bytes::{BufMut, Bytes};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use proto::v1::{ChatMessage, RunRequest};
+use proto::{
+    CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
+    ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_MESSAGES_FIELD,
+    RUN_INPUT_PARAMETERS_FIELD, RUN_REQUEST_INPUT_FIELD,
+};
+
+use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
+use crate::write_batch::COPY_MAX;
+
+/// Whether `request` has a message text long enough to go as its own slice
+/// ([`FrameEncoder::encode_run_request`]); otherwise encode it whole.
+pub fn has_long_texts(request: &RunRequest) -> bool {
+    request
+        .input
+        .as_ref()
+        .is_some_and(|input| input.messages.iter().any(|m| m.content.len() > COPY_MAX))
+}
+
+impl FrameEncoder {
+    /// Encodes `{stream_id, run_request: request}` as one frame in which
+    /// each message text longer than `COPY_MAX` is its own slice, not
+    /// copied (up to [`MAX_BODY_PARTS`] slices in all; texts past that are
+    /// copied). Decodes to the same envelope as [`encode`](Self::encode)'s.
+    pub fn encode_run_request(
+        &mut self,
+        stream_id: u64,
+        request: &RunRequest,
+    ) -> Result<BodyFrame, FrameError> {
+        let rest = RunRequest {
+            input: None,
+            ..request.clone()
+        };
+        let (messages, parameters) = match &request.input {
+            Some(input) => (&input.messages[..], &input.parameters_json),
+            None => (&[][..], &Bytes::new()),
+        };
+        let message_lens: Vec<usize> = messages.iter().map(message_len).collect();
+        let mut input_len = bytes_field_len(RUN_INPUT_PARAMETERS_FIELD, parameters.len());
+        for len in &message_lens {
+            input_len += key_len(RUN_INPUT_MESSAGES_FIELD) + encoded_len_varint(*len as u64) + len;
+        }
+        let mut request_len = rest.encoded_len();
+        if request.input.is_some() {
+            request_len +=
+                key_len(RUN_REQUEST_INPUT_FIELD) + encoded_len_varint(input_len as u64) + input_len;
+        }
+        let stream_len = if stream_id == 0 {
+            0
+        } else {
+            key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
+        };
+        let envelope_len = stream_len
+            + key_len(ENVELOPE_RUN_REQUEST_FIELD)
+            + encoded_len_varint(request_len as u64)
+            + request_len;
+        self.check_len(envelope_len)?;
+
+        // Which texts go as slices: the long ones, while a text and the
+        // bytes after it fit the frame's parts.
+        let sliced: Vec<bool> = messages
+            .iter()
+            .scan(0, |slices, m| {
+                let slice = m.content.len() > COPY_MAX && (*slices + 1) * 2 <= MAX_BODY_PARTS;
+                *slices += usize::from(slice);
+                Some(slice)
+            })
+            .collect();
+        let sliced_len: usize = messages
+            .iter()
+            .zip(&sliced)
+            .filter(|(_, s)| **s)
+            .map(|(m, _)| m.content.len())
+            .sum();
+        self.reserve(LENGTH_PREFIX_LEN + envelope_len - sliced_len);
+        self.put_prefix(envelope_len);
+        let out = &mut self.scratch;
+        if stream_id != 0 {
+            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, out);
+            encode_varint(stream_id, out);
+        }
+        encode_key(ENVELOPE_RUN_REQUEST_FIELD, WireType::LengthDelimited, out);
+        encode_varint(request_len as u64, out);
+        rest.encode(out)
+            .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        let mut parts = Vec::new();
+        if request.input.is_some() {
+            encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
+            encode_varint(input_len as u64, out);
+            put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
+            for ((m, len), slice) in messages.iter().zip(&message_lens).zip(&sliced) {
+                encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
+                encode_varint(*len as u64, out);
+                if !m.role.is_empty() {
+                    prost::encoding::string::encode(CHAT_MESSAGE_ROLE_FIELD, &m.role, out);
+                }
+                put_bytes_field(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
+                if *slice {
+                    encode_key(CHAT_MESSAGE_CONTENT_FIELD, WireType::LengthDelimited, out);
+                    encode_varint(m.content.len() as u64, out);
+                    parts.push(out.split().freeze());
+                    parts.push(m.content.clone());
+                } else {
+                    put_bytes_field(out, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
+                }
+            }
+        }
+        if !out.is_empty() || parts.is_empty() {
+            parts.push(out.split().freeze());
+        }
+        let mut parts = parts.into_iter();
+        let head = parts.next().unwrap_or_default();
+        let body = parts.next().unwrap_or_default();
+        Ok(BodyFrame {
+            head,
+            body,
+            more: parts.collect(),
+        })
+    }
+}
+
+/// A `ChatMessage`'s encoded length, its fields as written here (those
+/// prost would skip as empty skipped too).
+fn message_len(m: &ChatMessage) -> usize {
+    let role = if m.role.is_empty() {
+        0
+    } else {
+        prost::encoding::string::encoded_len(CHAT_MESSAGE_ROLE_FIELD, &m.role)
+    };
+    role + bytes_field_len(CHAT_MESSAGE_EXTRA_FIELD, m.extra_json.len())
+        + bytes_field_len(CHAT_MESSAGE_CONTENT_FIELD, m.content.len())
+}
+
+/// A `bytes` field's encoded length; 0 when empty (not written).
+fn bytes_field_len(field: u32, len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        key_len(field) + encoded_len_varint(len as u64) + len
+    }
+}
+
+/// Writes a `bytes` field unless it is empty.
+fn put_bytes_field(out: &mut impl BufMut, field: u32, bytes: &Bytes) {
+    if !bytes.is_empty() {
+        encode_key(field, WireType::LengthDelimited, out);
+        encode_varint(bytes.len() as u64, out);
+        out.put_slice(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use proptest::prelude::*;
+    use proto::v1::RunInput;
+    use proto::{Envelope, Msg};
+
+    use super::super::{FrameDecoder, message_field};
+    use super::*;
+
+    fn run(stream_id: u64, request: &RunRequest) -> Envelope {
+        Envelope {
+            stream_id,
+            msg: Some(Msg::RunRequest(Box::new(request.clone()))),
+        }
+    }
+
+    fn text(len: usize, byte: u8) -> Bytes {
+        Bytes::from(vec![byte; len])
+    }
+
+    /// A frame's slices, one buffer as the receiver reads them.
+    fn bytes_of(frame: &BodyFrame) -> BytesMut {
+        let mut b = BytesMut::from(&frame.head[..]);
+        for part in frame.parts() {
+            b.put_slice(part);
+        }
+        b
+    }
+
+    fn decode_all(mut rx: BytesMut) -> Vec<Envelope> {
+        let mut decoder = FrameDecoder::default();
+        let mut out = Vec::new();
+        while let Some(envelope) = decoder.decode(&mut rx).unwrap() {
+            out.push(envelope);
+        }
+        assert!(rx.is_empty(), "{} bytes left", rx.len());
+        out
+    }
+
+    #[test]
+    fn a_long_text_is_its_own_slice_and_the_frame_decodes_as_the_request() {
+        let prompt = text(100_000, b'p');
+        let request = RunRequest {
+            run_id: "r1".into(),
+            adapter: "a".into(),
+            target: "m".into(),
+            input: Some(RunInput {
+                messages: vec![
+                    ChatMessage {
+                        role: "system".into(),
+                        content: "be brief".into(),
+                        extra_json: Bytes::new(),
+                    },
+                    ChatMessage {
+                        role: "user".into(),
+                        content: prompt.clone(),
+                        extra_json: br#"{"name":"ann"}"#[..].into(),
+                    },
+                ],
+                parameters_json: br#"{"temperature":0}"#[..].into(),
+            }),
+            ..RunRequest::default()
+        };
+        let mut encoder = FrameEncoder::default();
+        assert!(has_long_texts(&request));
+        let frame = encoder.encode_run_request(7, &request).unwrap();
+        assert_eq!(
+            frame.body.as_ptr(),
+            prompt.as_ptr(),
+            "the prompt was copied"
+        );
+        assert!(frame.more.is_empty(), "nothing follows the last text");
+        assert_eq!(
+            message_field(&frame.head),
+            Some(proto::ENVELOPE_RUN_REQUEST_FIELD)
+        );
+        assert_eq!(decode_all(bytes_of(&frame)), [run(7, &request)]);
+        let whole = encoder.encode(&run(7, &request)).unwrap();
+        assert_eq!(frame.len(), whole.len(), "the same length as prost's frame");
+
+        let short = RunRequest {
+            input: Some(RunInput {
+                messages: vec![ChatMessage {
+                    content: text(COPY_MAX, b'x'),
+                    ..ChatMessage::default()
+                }],
+                ..RunInput::default()
+            }),
+            ..RunRequest::default()
+        };
+        assert!(!has_long_texts(&short));
+        assert!(!has_long_texts(&RunRequest::default()));
+    }
+
+    fn message() -> impl Strategy<Value = ChatMessage> {
+        let content = prop_oneof![
+            Just(0usize),
+            1usize..200,
+            (COPY_MAX + 1)..(COPY_MAX + 3_000),
+        ];
+        (
+            "[a-z]{0,6}",
+            content,
+            any::<u8>(),
+            prop::collection::vec(any::<u8>(), 0..20),
+        )
+            .prop_map(|(role, len, byte, extra)| ChatMessage {
+                role,
+                content: text(len, byte),
+                extra_json: extra.into(),
+            })
+    }
+
+    proptest! {
+        /// Any request (no input, no messages, up to 40 of them, long texts
+        /// past the parts' bound) decodes as itself, whole or in pieces of
+        /// any length; its frame has at most `MAX_BODY_PARTS` slices, and
+        /// the long texts it slices are the request's own bytes.
+        #[test]
+        fn any_run_request_decodes_as_itself_whole_or_in_pieces(
+            stream_id in 0u64..u64::MAX,
+            messages in prop::option::of(prop::collection::vec(message(), 0..40)),
+            parameters in prop::collection::vec(any::<u8>(), 0..30),
+            run_id in "[a-z0-9]{0,12}",
+            piece_len in 1usize..20_000,
+        ) {
+            let request = RunRequest {
+                run_id,
+                input: messages.map(|messages| RunInput {
+                    messages,
+                    parameters_json: parameters.into(),
+                }),
+                ..RunRequest::default()
+            };
+            let mut encoder = FrameEncoder::default();
+            let frame = encoder.encode_run_request(stream_id, &request).unwrap();
+            prop_assert!(frame.parts().count() <= MAX_BODY_PARTS);
+            let long: Vec<usize> = request.input.iter()
+                .flat_map(|i| &i.messages)
+                .filter(|m| m.content.len() > COPY_MAX)
+                .map(|m| m.content.as_ptr() as usize)
+                .collect();
+            let sliced = frame.parts().filter(|p| long.contains(&(p.as_ptr() as usize))).count();
+            prop_assert_eq!(sliced, long.len().min(MAX_BODY_PARTS / 2), "long texts not sliced");
+            let expected = run(stream_id, &request);
+            prop_assert_eq!(decode_all(bytes_of(&frame)), vec![expected.clone()]);
+
+            let slices = std::iter::once(frame.head.clone()).chain(frame.parts().cloned());
+            let pieces = encoder.encode_pieces(stream_id, slices, piece_len).unwrap();
+            let mut rx = BytesMut::new();
+            for piece in &pieces {
+                rx.put_slice(&bytes_of(piece));
+            }
+            prop_assert_eq!(decode_all(rx), vec![expected]);
+        }
+    }
+}
