@@ -311,12 +311,8 @@ impl<'de> Deserialize<'de> for Messages<'de> {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut messages = Vec::new();
-                while let Some(message) = seq.next_element()? {
-                    messages.push(message);
-                }
-                Ok(Messages::List(messages))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                collect(seq).map(Messages::List)
             }
             fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
                 Ok(Messages::Text(Text::Borrowed(text)))
@@ -378,17 +374,22 @@ impl<'de> Deserialize<'de> for Text<'de> {
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
                 Ok(Text::Null)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(part) = seq.next_element()? {
-                    parts.push(part);
-                }
-                Ok(Text::Parts(parts))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                collect(seq).map(Text::Parts)
             }
             other_values!(Text::Invalid; map);
         }
         deserializer.deserialize_any(Content)
     }
+}
+
+/// An array's elements, each read as `T`.
+fn collect<'de, A: SeqAccess<'de>, T: Deserialize<'de>>(mut seq: A) -> Result<Vec<T>, A::Error> {
+    let mut out = Vec::new();
+    while let Some(element) = seq.next_element()? {
+        out.push(element);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
