@@ -37,13 +37,11 @@ impl FrameEncoder {
     pub fn encode_run_request(
         &mut self,
         stream_id: u64,
-        request: &RunRequest,
+        mut request: RunRequest,
     ) -> Result<BodyFrame, FrameError> {
-        let rest = RunRequest {
-            input: None,
-            ..request.clone()
-        };
-        let (messages, parameters) = match &request.input {
+        let input = request.input.take();
+        let rest = request;
+        let (messages, parameters) = match &input {
             Some(input) => (&input.messages[..], &input.parameters_json),
             None => (&[][..], &Bytes::new()),
         };
@@ -53,7 +51,7 @@ impl FrameEncoder {
             input_len += key_len(RUN_INPUT_MESSAGES_FIELD) + encoded_len_varint(*len as u64) + len;
         }
         let mut request_len = rest.encoded_len();
-        if request.input.is_some() {
+        if input.is_some() {
             request_len +=
                 key_len(RUN_REQUEST_INPUT_FIELD) + encoded_len_varint(input_len as u64) + input_len;
         }
@@ -96,7 +94,7 @@ impl FrameEncoder {
         rest.encode(out)
             .map_err(|e| FrameError::Malformed(e.to_string()))?;
         let mut parts = Vec::new();
-        if request.input.is_some() {
+        if input.is_some() {
             encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
             encode_varint(input_len as u64, out);
             put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
@@ -227,7 +225,7 @@ mod tests {
         };
         let mut encoder = FrameEncoder::default();
         assert!(has_long_texts(&request));
-        let frame = encoder.encode_run_request(7, &request).unwrap();
+        let frame = encoder.encode_run_request(7, request.clone()).unwrap();
         assert_eq!(
             frame.body.as_ptr(),
             prompt.as_ptr(),
@@ -297,7 +295,7 @@ mod tests {
                 ..RunRequest::default()
             };
             let mut encoder = FrameEncoder::default();
-            let frame = encoder.encode_run_request(stream_id, &request).unwrap();
+            let frame = encoder.encode_run_request(stream_id, request.clone()).unwrap();
             prop_assert!(frame.parts().count() <= MAX_BODY_PARTS);
             let long: Vec<usize> = request.input.iter()
                 .flat_map(|i| &i.messages)

@@ -70,7 +70,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                     .map(Outgoing::Body)
             }
             Msg::RunRequest(request) if has_long_texts(&request) => encoder
-                .encode_run_request(stream_id, &request)
+                .encode_run_request(stream_id, *request)
                 .map(Outgoing::Body),
             msg => encoder
                 .encode(&Envelope {
