@@ -108,6 +108,14 @@ impl Outbound {
         std::mem::take(&mut self.withdrawn)
     }
 
+    /// Takes a command that came while a batch was being written (a write
+    /// the peer is slow to take): it waits its turn, and a withdrawal
+    /// applies at once ([`take_withdrawn`](Self::take_withdrawn)), so a
+    /// stream that leaves is not held until the write ends.
+    pub fn hold(&mut self, stream_id: u64, command: Outgoing) {
+        self.queue(stream_id, command);
+    }
+
     /// Queues one command for its turn; a withdrawal takes the stream's
     /// queued commands out instead.
     fn queue(&mut self, stream_id: u64, command: Outgoing) {
@@ -209,6 +217,18 @@ mod tests {
         let second = out.take().expect("stream 9's frame");
         assert_eq!(second.len(), 100);
         assert!(!out.has_waiting());
+        // Commands held while a batch is being written: a withdrawal among
+        // them applies at once, before the next fill.
+        let pieces = crate::frame::FrameEncoder::default()
+            .encode_pieces(12, [Bytes::from(vec![1; 200_000])], 64 * 1024)
+            .unwrap();
+        for piece in pieces {
+            out.hold(12, Outgoing::Body(piece));
+        }
+        assert!(out.has_waiting());
+        out.hold(12, Outgoing::Withdraw);
+        assert_eq!(out.take_withdrawn(), [12]);
+        assert!(!out.has_waiting(), "the withdrawn pieces are gone");
         // A withdrawal with nothing queued, or only credit, names nothing;
         // one that drops a whole request names its stream.
         let mut encoder = crate::frame::FrameEncoder::default();

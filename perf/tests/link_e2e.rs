@@ -54,7 +54,15 @@ fn start_edge(
     driver: IoDriver,
     clock: &SharedManualClock,
 ) -> (EdgeServer, broadcast::Receiver<LifecycleEvent>) {
-    let config = EdgeConfig::from_yaml_str(CONFIG, "e2e.yaml").expect("valid config");
+    start_edge_with(driver, clock, CONFIG)
+}
+
+fn start_edge_with(
+    driver: IoDriver,
+    clock: &SharedManualClock,
+    yaml: &str,
+) -> (EdgeServer, broadcast::Receiver<LifecycleEvent>) {
+    let config = EdgeConfig::from_yaml_str(yaml, "e2e.yaml").expect("valid config");
     let mut options = StartOptions::new(driver);
     options.workers = 2;
     options.clock = ClockSource::Manual(clock.clone());
@@ -508,16 +516,24 @@ fn a_run_cancelled_before_its_request_was_sent_whole_ends_at_the_edge() {
     use support::stack::{block_on, within};
 
     // The node reads nothing: the link's socket buffers fill with the
-    // first pieces of a 3 MB prompt and the rest waits in the Edge's
+    // first pieces of a 24 MB prompt and the rest waits in the Edge's
     // writer. The run is cancelled: those pieces are dropped, the node
     // never gets the request whole (so would answer the cancel with
     // NOT_FOUND and nothing else), and the run ends at the Edge at once,
     // `cancelled`, without an answer from the node.
+    //
+    // The prompt is far more than the kernel holds for a reader that reads
+    // nothing (a send buffer of at most `net.ipv4.tcp_wmem`'s 4 MiB here,
+    // and the reader's unopened window): with 3 MB, an Edge that got to
+    // write before the cancel came could hand the kernel the whole request,
+    // and a loaded machine sometimes did.
+    let config = format!("{CONFIG}link:\n  max_frame_len: 33554432\n");
     for driver in drivers() {
         let clock = SharedManualClock::new(0);
-        let (edge, _events) = start_edge(driver, &clock);
+        let (edge, _events) = start_edge_with(driver, &clock, &config);
         let _node = FakeNode::ready(&edge, true);
-        let mut run = block_on(edge.dispatcher.submit_run(long_run(3_000_000))).expect("submitted");
+        let mut run =
+            block_on(edge.dispatcher.submit_run(long_run(24_000_000))).expect("submitted");
         run.cancel();
         let events = block_on(within(async {
             let mut events = Vec::new();

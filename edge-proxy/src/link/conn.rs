@@ -373,7 +373,25 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 self.end_withdrawn(stream_id);
             }
             if let Some(batch) = outbound.take() {
-                match write_half.write_overtaking(batch, &mut urgent).await {
+                // Commands that come while the write is under way wait their
+                // turn; a withdrawal among them ends its stream now, not when
+                // a stalled peer lets the write finish.
+                let write = write_half.write_overtaking(batch, &mut urgent);
+                let mut write = std::pin::pin!(write);
+                let written = loop {
+                    monoio::select! {
+                        biased;
+                        written = &mut write => break written,
+                        cmd = rx.recv(), if open => match cmd {
+                            Some((stream_id, cmd)) => outbound.hold(stream_id, cmd),
+                            None => open = false,
+                        },
+                    }
+                    for stream_id in outbound.take_withdrawn() {
+                        self.end_withdrawn(stream_id);
+                    }
+                };
+                match written {
                     Ok(whole) => outbound.paced(whole),
                     Err(_) => {
                         self.session
