@@ -10,6 +10,10 @@
 //   LABEL      free text copied into the summary (e.g. "iop uring mock-ollama")
 //   PROMPT_BYTES  the user message's length in bytes (default 0: "hi"); a
 //              long prompt, e.g. 1000000 for a 1 MB request body
+//   PROMPT_TEXT   what a long prompt is made of: "plain" (default, one
+//              letter repeated: a JSON string without escapes) or "prose"
+//              (lines of words with quotes, a newline every ~60 bytes, as
+//              real prompts have: a JSON string with escapes)
 //   SUMMARY_JSON  where handleSummary writes the compact summary (JSON)
 //
 // The token text is the mock provider's: every content token is "tok "
@@ -50,12 +54,25 @@ export function headers() {
 }
 
 const PROMPT_BYTES = envInt('PROMPT_BYTES', 0);
+const PROMPT_LINE = 'The "quick" brown fox jumps over the lazy dog, twice.\n';
+
+function prompt() {
+  if (PROMPT_BYTES <= 0) return 'hi';
+  switch (env('PROMPT_TEXT', 'plain')) {
+    case 'plain':
+      return 'p'.repeat(PROMPT_BYTES);
+    case 'prose':
+      return PROMPT_LINE.repeat(Math.ceil(PROMPT_BYTES / PROMPT_LINE.length)).slice(0, PROMPT_BYTES);
+    default:
+      throw new Error(`PROMPT_TEXT=${env('PROMPT_TEXT', '')}: expected plain or prose`);
+  }
+}
 
 export function chatBody(stream) {
   return JSON.stringify({
     model: MODEL,
     stream: stream,
-    messages: [{ role: 'user', content: PROMPT_BYTES > 0 ? 'p'.repeat(PROMPT_BYTES) : 'hi' }],
+    messages: [{ role: 'user', content: prompt() }],
   });
 }
 
