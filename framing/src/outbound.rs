@@ -77,7 +77,7 @@ impl Outbound {
         let in_turn = self.has_waiting();
         if in_turn {
             while let Some((stream_id, command)) = arrivals() {
-                self.queue(stream_id, command);
+                self.hold(stream_id, command);
             }
         }
         let queue = &mut self.queue;
@@ -95,7 +95,7 @@ impl Outbound {
             None => false,
         };
         while let Some((stream_id, command)) = arrivals() {
-            self.queue(stream_id, command);
+            self.hold(stream_id, command);
         }
         close
     }
@@ -108,17 +108,13 @@ impl Outbound {
         std::mem::take(&mut self.withdrawn)
     }
 
-    /// Takes a command that came while a batch was being written (a write
-    /// the peer is slow to take): it waits its turn, and a withdrawal
-    /// applies at once ([`take_withdrawn`](Self::take_withdrawn)), so a
-    /// stream that leaves is not held until the write ends.
-    pub fn hold(&mut self, stream_id: u64, command: Outgoing) {
-        self.queue(stream_id, command);
-    }
-
     /// Queues one command for its turn; a withdrawal takes the stream's
-    /// queued commands out instead.
-    fn queue(&mut self, stream_id: u64, command: Outgoing) {
+    /// queued commands out instead, at once
+    /// ([`take_withdrawn`](Self::take_withdrawn)). [`fill`](Self::fill)
+    /// queues what its batch has no room for this way; a writer calls it
+    /// for what comes while a batch is being written (a write the peer is
+    /// slow to take), so a stream that leaves is not held until it ends.
+    pub fn hold(&mut self, stream_id: u64, command: Outgoing) {
         if !matches!(command, Outgoing::Withdraw) {
             return self.queue.push(stream_id, command);
         }

@@ -7,7 +7,7 @@
 //! forwarded as the client sent it (with at most `stream_options` added).
 
 use bytes::Bytes;
-use proto::v1::{ChatMessage, Usage};
+use proto::v1::Usage;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
@@ -20,11 +20,12 @@ pub use run_input::{chat_input, responses_input};
 /// What the Edge needs from a Chat Completions or Responses request.
 ///
 /// Only the routing fields are read when the request arrives; the rest of
-/// the body is checked to be JSON and skipped. The whole object is parsed
-/// again, on demand ([`ParsedRequest::object`]), only where it is needed:
-/// a normalized run's input, or a tunnelled request that gets
-/// `stream_options` added. A long stream so keeps its body's bytes (which
-/// it holds anyway) and no tree of it.
+/// the body is checked to be JSON and skipped. A normalized run's input is
+/// read from the body in a second, typed pass ([`chat_input`],
+/// [`responses_input`]); a tree of the whole object ([`ParsedRequest::object`])
+/// only for a tunnelled stream that has its own `stream_options`. A long
+/// stream so keeps its body's bytes (which it holds anyway) and no tree of
+/// it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedRequest {
     /// The model group asked for.
@@ -40,8 +41,8 @@ pub struct ParsedRequest {
 }
 
 impl ParsedRequest {
-    /// The request as a JSON object, for the normalized path and for
-    /// re-encoding a tunnelled request when the Edge adds usage.
+    /// The request as a JSON object, for re-encoding a tunnelled request
+    /// whose own `stream_options` the Edge sets `include_usage` in.
     pub fn object(&self) -> Result<Map<String, Value>, ApiError> {
         serde_json::from_slice(&self.body).map_err(|e| not_an_object(&self.body, &e))
     }
@@ -277,54 +278,6 @@ pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
         has_stream_options: fields.stream_options.is_some(),
         body,
     })
-}
-
-/// The text of a message `content`: a string, null, or an array of parts
-/// whose text parts are joined.
-fn content_text(content: Option<Value>, text_types: &[&str]) -> Result<String, ApiError> {
-    match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(text)) => Ok(text),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
-                match part.get("text").and_then(Value::as_str) {
-                    Some(t) if text_types.contains(&kind) => text.push_str(t),
-                    _ => {
-                        return Err(ApiError::bad_request(
-                            "unsupported_content",
-                            format!(
-                                "content part type {kind:?} is not supported by this model's provider"
-                            ),
-                        ));
-                    }
-                }
-            }
-            Ok(text)
-        }
-        Some(_) => Err(invalid_content()),
-    }
-}
-
-/// The 400 for a message `content` of another type.
-fn invalid_content() -> ApiError {
-    ApiError::bad_request(
-        "invalid_content",
-        "message `content` must be a string or an array of parts",
-    )
-}
-
-fn message(role: String, content: Bytes, extra: Map<String, Value>) -> ChatMessage {
-    ChatMessage {
-        role,
-        content,
-        extra_json: if extra.is_empty() {
-            Default::default()
-        } else {
-            Value::Object(extra).to_string().into()
-        },
-    }
 }
 
 /// Usage in the Chat Completions shape; breakdowns only when reported (F18).

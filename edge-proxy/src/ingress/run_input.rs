@@ -22,7 +22,7 @@ use serde::de::{
 };
 use serde_json::{Map, Value};
 
-use super::{ParsedRequest, content_text, invalid_content, message, not_an_object};
+use super::{ParsedRequest, not_an_object};
 use crate::ingress::error::ApiError;
 
 /// The normalized input of a Chat Completions request: its messages, and
@@ -134,9 +134,50 @@ fn text_of(body: &Bytes, text: Text<'_>, part_types: &[&str]) -> Result<Bytes, A
         Text::Borrowed(text) => share_or_copy(body, text),
         Text::Owned(text) => Bytes::from(text),
         Text::Null => Bytes::new(),
-        Text::Parts(parts) => Bytes::from(content_text(Some(Value::Array(parts)), part_types)?),
+        Text::Parts(parts) => Bytes::from(parts_text(parts, part_types)?),
         Text::Invalid => return Err(invalid_content()),
     })
+}
+
+/// The text of a `content` array: its parts of `part_types` joined; a part
+/// of another type is a 400.
+fn parts_text(parts: Vec<Value>, part_types: &[&str]) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        match part.get("text").and_then(Value::as_str) {
+            Some(t) if part_types.contains(&kind) => text.push_str(t),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "unsupported_content",
+                    format!("content part type {kind:?} is not supported by this model's provider"),
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The 400 for a message `content` of another type.
+fn invalid_content() -> ApiError {
+    ApiError::bad_request(
+        "invalid_content",
+        "message `content` must be a string or an array of parts",
+    )
+}
+
+/// A run's message; its extras (members other than `role` and `content`)
+/// as a JSON object, empty when there are none.
+fn message(role: String, content: Bytes, extra: Map<String, Value>) -> ChatMessage {
+    ChatMessage {
+        role,
+        content,
+        extra_json: if extra.is_empty() {
+            Default::default()
+        } else {
+            Value::Object(extra).to_string().into()
+        },
+    }
 }
 
 /// `text` as a slice of `body` when it is one (what serde_json borrows from

@@ -369,9 +369,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 }
             }
             let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
-            for stream_id in outbound.take_withdrawn() {
-                self.end_withdrawn(stream_id);
-            }
+            self.end_withdrawn(&mut outbound);
             if let Some(batch) = outbound.take() {
                 // Commands that come while the write is under way wait their
                 // turn; a withdrawal among them ends its stream now, not when
@@ -387,9 +385,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                             None => open = false,
                         },
                     }
-                    for stream_id in outbound.take_withdrawn() {
-                        self.end_withdrawn(stream_id);
-                    }
+                    self.end_withdrawn(&mut outbound);
                 };
                 match written {
                     Ok(whole) => outbound.paced(whole),

@@ -10,7 +10,7 @@
 use bytes::{BufMut, Bytes};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use proto::v1::{ChatMessage, RunRequest};
+use proto::v1::RunRequest;
 use proto::{
     CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
     ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_MESSAGES_FIELD,
@@ -45,11 +45,8 @@ impl FrameEncoder {
             Some(input) => (&input.messages[..], &input.parameters_json),
             None => (&[][..], &Bytes::new()),
         };
-        let message_lens: Vec<usize> = messages.iter().map(message_len).collect();
-        let mut input_len = bytes_field_len(RUN_INPUT_PARAMETERS_FIELD, parameters.len());
-        for len in &message_lens {
-            input_len += key_len(RUN_INPUT_MESSAGES_FIELD) + encoded_len_varint(*len as u64) + len;
-        }
+        // Lengths do not depend on the order of fields: prost's are the frame's.
+        let input_len = input.as_ref().map_or(0, Message::encoded_len);
         let mut request_len = rest.encoded_len();
         if input.is_some() {
             request_len +=
@@ -98,9 +95,9 @@ impl FrameEncoder {
             encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
             encode_varint(input_len as u64, out);
             put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
-            for ((m, len), slice) in messages.iter().zip(&message_lens).zip(&sliced) {
+            for (m, slice) in messages.iter().zip(&sliced) {
                 encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
-                encode_varint(*len as u64, out);
+                encode_varint(m.encoded_len() as u64, out);
                 if !m.role.is_empty() {
                     prost::encoding::string::encode(CHAT_MESSAGE_ROLE_FIELD, &m.role, out);
                 }
@@ -129,33 +126,10 @@ impl FrameEncoder {
     }
 }
 
-/// A `ChatMessage`'s encoded length, its fields as written here (those
-/// prost would skip as empty skipped too).
-fn message_len(m: &ChatMessage) -> usize {
-    let role = if m.role.is_empty() {
-        0
-    } else {
-        prost::encoding::string::encoded_len(CHAT_MESSAGE_ROLE_FIELD, &m.role)
-    };
-    role + bytes_field_len(CHAT_MESSAGE_EXTRA_FIELD, m.extra_json.len())
-        + bytes_field_len(CHAT_MESSAGE_CONTENT_FIELD, m.content.len())
-}
-
-/// A `bytes` field's encoded length; 0 when empty (not written).
-fn bytes_field_len(field: u32, len: usize) -> usize {
-    if len == 0 {
-        0
-    } else {
-        key_len(field) + encoded_len_varint(len as u64) + len
-    }
-}
-
-/// Writes a `bytes` field unless it is empty.
+/// Writes a `bytes` field unless it is empty (as prost skips it).
 fn put_bytes_field(out: &mut impl BufMut, field: u32, bytes: &Bytes) {
     if !bytes.is_empty() {
-        encode_key(field, WireType::LengthDelimited, out);
-        encode_varint(bytes.len() as u64, out);
-        out.put_slice(bytes);
+        prost::encoding::bytes::encode(field, bytes, out);
     }
 }
 
@@ -163,7 +137,7 @@ fn put_bytes_field(out: &mut impl BufMut, field: u32, bytes: &Bytes) {
 mod tests {
     use bytes::BytesMut;
     use proptest::prelude::*;
-    use proto::v1::RunInput;
+    use proto::v1::{ChatMessage, RunInput};
     use proto::{Envelope, Msg};
 
     use super::super::{FrameDecoder, message_field};

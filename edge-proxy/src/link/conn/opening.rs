@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use framing::frame::{FrameError, has_long_texts};
 use framing::link::Outgoing;
+use framing::outbound::Outbound;
 use framing::write_batch::COPY_MAX;
 use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
 use proto::v1::{
@@ -81,13 +82,21 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         }
     }
 
+    /// Ends each cancelled stream whose request `outbound` dropped
+    /// unfinished ([`Outbound::take_withdrawn`]).
+    pub(super) fn end_withdrawn(&self, outbound: &mut Outbound) {
+        for stream_id in outbound.take_withdrawn() {
+            self.end_unsent(stream_id);
+        }
+    }
+
     /// A cancelled stream whose request the writer had not finished
     /// sending (it, or pieces of it, were dropped, not written): the node never
     /// gets it whole, so never runs it, and would answer the cancel only
     /// with `NOT_FOUND`. The stream ends here, with the terminal the node
     /// gives a cancelled run or tunnel, so its lease is released now. The
     /// cancel still goes: it makes the node drop the pieces it gathered.
-    pub(super) fn end_withdrawn(&self, stream_id: u64) {
+    fn end_unsent(&self, stream_id: u64) {
         let kind = self.streams.borrow().kind(stream_id);
         let msg = match kind {
             Some(StreamKind::Tunnel) => Msg::ProviderTunnelFrame(ProviderTunnelFrame {
