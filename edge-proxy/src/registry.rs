@@ -13,7 +13,7 @@
 //! - Only the live, ready generation is dispatchable. Releasing or readying
 //!   any other generation is a no-op: that is the fence.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -107,7 +107,7 @@ impl<D: NodeDirectory> NodeRegistry<D> {
         Self {
             directory: RwLock::new(Arc::new(directory)),
             refusing: AtomicBool::new(false),
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::default()),
             leases: std::sync::OnceLock::new(),
         }
     }

@@ -39,7 +39,9 @@
 //!
 //! [`WriteBatch`]: crate::write_batch::WriteBatch
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 
 use crate::link::Outgoing;
 
@@ -321,8 +323,8 @@ mod tests {
             close_at in proptest::option::of(0usize..300),
         ) {
             let mut queue = FairQueue::new();
-            let mut pushed: HashMap<u64, Vec<u32>> = HashMap::new();
-            let mut popped: HashMap<u64, Vec<u32>> = HashMap::new();
+            let mut pushed: HashMap<u64, Vec<u32>> = HashMap::default();
+            let mut popped: HashMap<u64, Vec<u32>> = HashMap::default();
             let mut closed_pushed = false;
             let mut saw_close = false;
             for (i, (stream, len, pops)) in ops.iter().enumerate() {

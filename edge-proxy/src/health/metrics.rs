@@ -13,7 +13,7 @@
 //! unavailable}. Every combination exists from the start at 0, so
 //! `/metrics` lists them before the first event.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -15,7 +15,7 @@
 //! reads without a lock. The state itself has one writer and no lock: an
 //! `OverlayShard` is a plain value the core keeps in a `RefCell`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Weak};
 
 use proto::v1::ProviderHealth;

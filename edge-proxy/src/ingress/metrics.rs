@@ -5,7 +5,7 @@
 //! group / provider ids from the config. Counters are atomics indexed by
 //! position, so counting never takes a lock.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -69,7 +69,7 @@ impl UsageTable {
                 .unwrap_or_default()
             })
             .collect();
-        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::default();
         for (i, (model, provider)) in labels.iter().enumerate() {
             index
                 .entry(model.clone())

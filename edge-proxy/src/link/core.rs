@@ -2,8 +2,8 @@
 //! the ticker that drives both, and the inbox through which other cores open
 //! streams on its connections.
 
+use foldhash::HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ impl<D: NodeDirectory + 'static> Core<D> {
             encoder,
             wheel: RefCell::new(TimerWheel::new()),
             pace,
-            ready: RefCell::new(HashMap::new()),
+            ready: RefCell::new(HashMap::default()),
             overlays: RefCell::new(OverlayShard::new()),
         })
     }

@@ -24,7 +24,7 @@
 //! before, had to travel boxed: a second allocation a frame); a channel
 //! with a preallocated block (tokio's: 32 slots) cost ~9 KB.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

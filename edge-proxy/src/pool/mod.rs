@@ -37,7 +37,7 @@ mod select;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
@@ -207,7 +207,7 @@ impl Table {
     /// The table of `config`; a provider whose id and settings are the same
     /// in `keep` is carried over (its load and health overlay with it).
     fn build(config: &EdgeConfig, keep: Option<&Table>) -> Self {
-        let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
+        let mut providers: HashMap<&str, Arc<Provider>> = HashMap::default();
         let mut ordered = Vec::new();
         for node in config.nodes() {
             for spec in &node.providers {

@@ -30,7 +30,7 @@
 //! - Any other frame of a stream that is gathering drops what it gathered
 //!   (a sender that gave up on a frame says so by sending something else).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use prost::encoding::{WireType, decode_key, decode_varint};

@@ -1,6 +1,6 @@
 //! [`LeaseOpener`]: unseal, verify, check, record (see the module docs).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -90,7 +90,7 @@ impl LeaseOpener {
     pub fn in_memory(key: NodeLeaseKey, clock: Arc<dyn LeaseClock>) -> Self {
         Self {
             key,
-            replay: Replay::Memory(Mutex::new(HashMap::new())),
+            replay: Replay::Memory(Mutex::new(HashMap::default())),
             revocations: Revocations::default(),
             clock,
         }

@@ -15,7 +15,9 @@
 //!   previous response fully read, keep-alive on both sides, no stray bytes);
 //!   this module only keeps count and time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 
 use super::request::Scheme;
 
@@ -74,7 +76,7 @@ impl<C> Pool<C> {
     pub fn new(config: PoolConfig) -> Self {
         Self {
             config,
-            idle: HashMap::new(),
+            idle: HashMap::default(),
         }
     }
 

@@ -36,7 +36,7 @@
 //!   `Send` channel, encoded on the producing core ([`Outbox`]) and moved
 //!   as `Bytes`. A stream lives on one core, so its frames keep its order.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -342,7 +342,7 @@ impl Router {
             load: vec![0; cores.max(1)],
             cursor: 0,
             slack,
-            owners: HashMap::new(),
+            owners: HashMap::default(),
         }
     }
 

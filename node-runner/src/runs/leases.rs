@@ -7,7 +7,7 @@
 //! provider call; a refusal drops that unit and becomes the stream's one
 //! typed terminal.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;

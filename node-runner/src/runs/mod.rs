@@ -61,8 +61,8 @@ mod stall_tests;
 mod tests;
 mod tunnels;
 
+use foldhash::HashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -228,7 +228,7 @@ impl RunManager {
             core,
             slots,
             named,
-            runs: RefCell::new(HashMap::new()),
+            runs: RefCell::new(HashMap::default()),
             outbox,
             store,
             client: client.clone(),
