@@ -28,8 +28,8 @@ pub(crate) struct BytesVec {
 
 impl BytesVec {
     /// The iovecs of `bufs` (empty slices are skipped).
-    pub(crate) fn new(bufs: Vec<Bytes>) -> Self {
-        let bufs: Vec<Bytes> = bufs.into_iter().filter(|b| !b.is_empty()).collect();
+    pub(crate) fn new(mut bufs: Vec<Bytes>) -> Self {
+        bufs.retain(|b| !b.is_empty());
         let iovecs = bufs
             .iter()
             .map(|b| libc::iovec {
@@ -74,10 +74,16 @@ pub(crate) async fn write_all<W: AsyncWriteRent>(
     bufs: Vec<Bytes>,
 ) -> std::io::Result<()> {
     let mut vec = BytesVec::new(bufs);
-    while vec.len() > 0 {
+    let mut left = vec.len();
+    while left > 0 {
         let (written, returned) = write_once(writer, vec).await;
-        let mut rest = returned.into_bufs();
         let mut skip = written?;
+        left = left.saturating_sub(skip);
+        if left == 0 {
+            // The usual case: the kernel took it all in one write.
+            break;
+        }
+        let mut rest = returned.into_bufs();
         rest.retain_mut(|b| {
             let n = skip.min(b.len());
             b.advance(n);

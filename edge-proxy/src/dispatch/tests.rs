@@ -120,14 +120,11 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
 
 #[test]
 fn run_ids_count_up_and_the_longest_fits() {
-    let ids = RunIds::new();
-    let prefix = format!("{:x}", ids.prefix);
-    assert_eq!(&*ids.next(), format!("run-{prefix}-1"));
-    assert_eq!(&*ids.next(), format!("run-{prefix}-2"));
-    let longest = RunIds {
-        prefix: u64::MAX,
-        next: AtomicU64::new(u64::MAX),
-    };
+    let ids = RunIds::starting(0x18f3a2b4c5d, 1);
+    assert_eq!(&*ids.next(), "run-18f3a2b4c5d-1");
+    assert_eq!(&*ids.next(), "run-18f3a2b4c5d-2");
+    assert!(RunIds::new().next().starts_with("run-"));
+    let longest = RunIds::starting(u64::MAX, u64::MAX);
     assert_eq!(
         &*longest.next(),
         format!("run-ffffffffffffffff-{}", u64::MAX)

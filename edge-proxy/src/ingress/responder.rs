@@ -34,6 +34,9 @@ pub struct Responder {
     corked: Option<Vec<Bytes>>,
     /// While corked, the chunk that body pieces are being gathered into.
     gathering: Option<Gathering>,
+    /// Size lines come out of its scratch block, one block for many
+    /// chunks (a fresh encoder a chunk allocated a block for each).
+    encoder: ChunkedEncoder,
 }
 
 /// A chunk being gathered while corked: `corked[slot]` is the place of its
@@ -67,6 +70,7 @@ impl Responder {
             failed: false,
             corked: None,
             gathering: None,
+            encoder: ChunkedEncoder::new(),
         }
     }
 
@@ -170,7 +174,7 @@ impl Responder {
                 parts.push(body);
                 return;
             }
-            let Some(frame) = ChunkedEncoder::new().encode(body) else {
+            let Some(frame) = self.encoder.encode(body) else {
                 return;
             };
             self.send(frame.into_parts().to_vec()).await;
@@ -217,7 +221,8 @@ impl Responder {
     /// at once (a tunnel's head, body and end) costs the client one write,
     /// not one each. The caller bounds what it writes while corked.
     pub fn cork(&mut self) {
-        self.corked.get_or_insert_with(Vec::new);
+        // Room for a small answer's head, chunk and end without growing.
+        self.corked.get_or_insert_with(|| Vec::with_capacity(8));
     }
 
     /// Bytes held by [`Responder::cork`] so far.
@@ -263,7 +268,7 @@ impl Responder {
         let (Some(gathering), Some(parts)) = (self.gathering.take(), self.corked.as_mut()) else {
             return;
         };
-        if let Some(line) = ChunkedEncoder::new().size_line(gathering.len) {
+        if let Some(line) = self.encoder.size_line(gathering.len) {
             parts[gathering.slot] = line;
             parts.push(ChunkedEncoder::crlf());
         }
