@@ -22,7 +22,7 @@ fn config(base: &BaseUrl, knobs: &[(&str, &str)]) -> AdapterConfig {
     config.max_concurrency = 4;
     config.headers = knobs
         .iter()
-        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .map(|(k, v)| (format!("x-mock-{k}").into(), v.to_string().into()))
         .collect();
     config
 }

@@ -32,7 +32,7 @@ fn ollama_adapter(base: &BaseUrl, knobs: &[(&str, &str)]) -> NamedAdapter {
     config.targets = vec!["m".into()];
     config.headers = knobs
         .iter()
-        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .map(|(k, v)| (format!("x-mock-{k}").into(), v.to_string().into()))
         .collect();
     NamedAdapter::new(AnyAdapter::Ollama(OllamaAdapter::new(config, client())))
 }
@@ -163,7 +163,7 @@ fn probed(
     config.health_timeout_ms = timeout_ms;
     config.headers = knobs
         .iter()
-        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .map(|(k, v)| (format!("x-mock-{k}").into(), v.to_string().into()))
         .collect();
     NamedAdapter::new(match kind {
         "ollama" => AnyAdapter::Ollama(OllamaAdapter::new(config, client())),

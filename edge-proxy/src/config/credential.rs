@@ -171,7 +171,7 @@ pub(crate) fn unmanaged_header(spec: &super::ProviderSpec) -> Option<proto::v1::
     let mut value = credential.prefix.clone().into_bytes();
     value.extend_from_slice(credential.secret.expose());
     Some(proto::v1::Header {
-        name: credential.header.clone(),
+        name: credential.header.clone().into(),
         value: value.into(),
     })
 }

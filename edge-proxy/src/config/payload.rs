@@ -129,7 +129,7 @@ fn provider_config(spec: &ProviderSpec) -> ProviderConfig {
             .headers
             .iter()
             .map(|(name, value)| Header {
-                name: name.clone(),
+                name: name.clone().into(),
                 value: value.clone().into_bytes().into(),
             })
             .chain(super::credential::unmanaged_header(spec))

@@ -38,7 +38,7 @@ fn read_exactly(client: &mut std::net::TcpStream, len: usize) -> Vec<u8> {
 /// Writes a head, one chunk and the end, corked or not.
 async fn answer(responder: &mut Responder) {
     responder
-        .start_stream(200, [("content-type", &b"text/event-stream"[..])])
+        .start_stream(200, [(&b"content-type"[..], &b"text/event-stream"[..])])
         .await;
     responder.chunk(Bytes::from_static(b"data: a\n\n")).await;
     responder.finish().await;
@@ -50,7 +50,7 @@ fn body_pieces_written_while_corked_leave_as_one_chunk() {
         let (mut corked, mut client) = pair().await;
         corked.cork();
         corked
-            .start_stream(200, [("content-type", &b"text/event-stream"[..])])
+            .start_stream(200, [(&b"content-type"[..], &b"text/event-stream"[..])])
             .await;
         let pieces = [&b"data: a"[..], b"bc\n\n", b"data: [DONE]\n\n"];
         let slices: Vec<Bytes> = pieces.iter().map(|p| Bytes::from_static(p)).collect();

@@ -125,29 +125,29 @@ impl Responder {
     pub async fn start_stream<'h>(
         &mut self,
         status: u16,
-        headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
     ) {
         if self.http10 {
             self.close = true;
         }
         self.chunked = !self.http10;
         let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
-        let framing: (&str, &[u8]) = if self.chunked {
-            ("transfer-encoding", b"chunked")
+        let framing: (&[u8], &[u8]) = if self.chunked {
+            (b"transfer-encoding", b"chunked")
         } else {
-            ("connection", b"close")
+            (b"connection", b"close")
         };
         let mut head = BytesMut::with_capacity(512);
         let fields = SERVER_HEADERS
             .iter()
-            .map(|(n, v)| (*n, v.as_bytes()))
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
             .chain(headers)
             .chain([
                 framing,
-                ("x-accel-buffering", b"no".as_slice()),
-                ("cache-control", b"no-cache".as_slice()),
+                (b"x-accel-buffering".as_slice(), b"no".as_slice()),
+                (b"cache-control".as_slice(), b"no-cache".as_slice()),
             ])
-            .chain((!self.http10).then_some(("connection", connection)));
+            .chain((!self.http10).then_some((b"connection".as_slice(), connection)));
         if write_response_head(&mut head, status, fields).is_err() {
             self.failed = true;
             return;

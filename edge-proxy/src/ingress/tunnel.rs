@@ -58,10 +58,10 @@ const DROPPED_HEADERS: [&str; 10] = [
 ];
 
 /// Whether a provider response header reaches the client.
-pub(crate) fn relayed(name: &str) -> bool {
+pub(crate) fn relayed(name: &[u8]) -> bool {
     !DROPPED_HEADERS
         .iter()
-        .any(|dropped| name.eq_ignore_ascii_case(dropped))
+        .any(|dropped| name.eq_ignore_ascii_case(dropped.as_bytes()))
 }
 
 /// Serves one attempt of a request through a raw tunnel.
@@ -124,11 +124,11 @@ fn tunnel_request(
         path: api.path().into(),
         headers: vec![
             Header {
-                name: "content-type".into(),
+                name: Bytes::from_static(b"content-type"),
                 value: Bytes::from_static(b"application/json"),
             },
             Header {
-                name: "accept".into(),
+                name: Bytes::from_static(b"accept"),
                 value: if request.stream {
                     Bytes::from_static(b"text/event-stream")
                 } else {
@@ -196,7 +196,7 @@ async fn write_head(head: HeldHead, responder: &mut Responder) {
     responder
         .start_stream(
             head.status,
-            head.fields.iter().map(|(n, v)| (n.as_str(), &v[..])),
+            head.fields.iter().map(|(n, v)| (&n[..], &v[..])),
         )
         .await;
 }

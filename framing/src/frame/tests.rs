@@ -107,6 +107,47 @@ fn a_runs_message_text_shares_memory_with_the_receive_buffer() {
 }
 
 #[test]
+fn a_tunnels_header_names_and_values_share_memory_with_the_receive_buffer() {
+    use proto::v1::{Header, ProviderTunnelFrame, TunnelHeaders, provider_tunnel_frame::Frame};
+    let frame = ProviderTunnelFrame {
+        frame: Some(Frame::Headers(TunnelHeaders {
+            headers: vec![Header {
+                name: Bytes::from_static(b"content-type"),
+                value: Bytes::from_static(b"application/json"),
+            }],
+        })),
+    };
+    let envelope = Envelope {
+        stream_id: 5,
+        msg: Some(Msg::ProviderTunnelFrame(frame)),
+    };
+    let wire = FrameEncoder::default().encode(&envelope).unwrap();
+    let mut rx = BytesMut::from(&wire[..]);
+    let region = rx.as_ptr() as usize..rx.as_ptr() as usize + rx.capacity();
+
+    let Some(Msg::ProviderTunnelFrame(got)) = FrameDecoder::default()
+        .decode(&mut rx)
+        .unwrap()
+        .unwrap()
+        .msg
+    else {
+        panic!("not a tunnel frame");
+    };
+    let Some(Frame::Headers(got)) = got.frame else {
+        panic!("not the headers");
+    };
+    let header = &got.headers[0];
+    assert_eq!(&header.name[..], b"content-type");
+    assert_eq!(&header.value[..], b"application/json");
+    for field in [&header.name, &header.value] {
+        assert!(
+            region.contains(&(field.as_ptr() as usize)),
+            "a header field was copied out of the receive buffer"
+        );
+    }
+}
+
+#[test]
 fn encoded_body_frame_keeps_the_callers_body() {
     let body = Bytes::from(vec![1u8; 4096]);
     let frame = FrameEncoder::default()

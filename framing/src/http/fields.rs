@@ -98,12 +98,12 @@ impl Headers {
             .map(|&(n, v)| (n.get(&self.block), v.get(&self.block)))
     }
 
-    /// All `(name, value)` pairs in wire order, each value a refcounted
-    /// slice of the head (no copy).
-    pub fn iter_bytes(&self) -> impl Iterator<Item = (&[u8], Bytes)> + '_ {
+    /// All `(name, value)` pairs in wire order, each a refcounted slice of
+    /// the head (no copy).
+    pub fn iter_bytes(&self) -> impl Iterator<Item = (Bytes, Bytes)> + '_ {
         self.entries
             .iter()
-            .map(|&(n, v)| (n.get(&self.block), v.slice(&self.block)))
+            .map(|&(n, v)| (n.slice(&self.block), v.slice(&self.block)))
     }
 
     /// The value of the first field named `name` (ASCII case-insensitive).

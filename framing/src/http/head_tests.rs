@@ -72,7 +72,8 @@ fn head_views_share_the_receive_buffer() {
     assert!(range.contains(&(host.as_ptr() as usize)));
     let all: Vec<_> = head.headers().iter_bytes().collect();
     assert_eq!(all.len(), 1);
-    assert_eq!((all[0].0, &all[0].1[..]), (&b"Host"[..], &b"a"[..]));
+    assert_eq!((&all[0].0[..], &all[0].1[..]), (&b"Host"[..], &b"a"[..]));
+    assert!(range.contains(&(all[0].0.as_ptr() as usize)));
     assert_eq!(
         all[0].1.as_ptr(),
         host.as_ptr(),

@@ -201,7 +201,7 @@ pub struct AdapterConfig {
     /// Whether raw tunnel requests are allowed.
     pub supports_tunnel: bool,
     /// Extra request headers added to every provider request.
-    pub headers: Vec<(String, bytes::Bytes)>,
+    pub headers: Vec<(bytes::Bytes, bytes::Bytes)>,
     /// Health probe path (`health_probe.path`); empty means the kind's
     /// default (see [`probe`]).
     pub health_path: String,

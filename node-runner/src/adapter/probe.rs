@@ -210,7 +210,7 @@ fn probe_request(
 ) -> ProviderRequest {
     let mut request = ProviderRequest::new("GET", config.base.clone(), path.to_owned());
     for (name, value) in &config.headers {
-        if credential.is_some_and(|c| name.eq_ignore_ascii_case(&c.header)) {
+        if credential.is_some_and(|c| name.eq_ignore_ascii_case(c.header.as_bytes())) {
             continue;
         }
         request = request.header(name.clone(), value.clone());

@@ -99,9 +99,9 @@ impl LeaseContext {
 
 /// Sets `credential` as the request's header, replacing any of that name.
 pub(super) fn set_header(headers: &mut Vec<proto::v1::Header>, credential: &OpenedCredential) {
-    headers.retain(|h| !h.name.eq_ignore_ascii_case(&credential.header));
+    headers.retain(|h| !h.name.eq_ignore_ascii_case(credential.header.as_bytes()));
     headers.push(proto::v1::Header {
-        name: credential.header.clone(),
+        name: credential.header.clone().into(),
         value: Bytes::copy_from_slice(&credential.value),
     });
 }

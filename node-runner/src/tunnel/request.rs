@@ -121,7 +121,7 @@ pub(crate) fn prepare(
     provider.body = request.body.clone();
     let observes = request.extract_usage || request.strip_usage_event;
     for header in &request.headers {
-        let name = header.name.as_bytes();
+        let name = &header.name[..];
         if name.is_empty() || !name.iter().copied().all(is_tchar) {
             return Err(invalid(
                 FailureCode::InvalidRequest,
@@ -137,14 +137,14 @@ pub(crate) fn prepare(
                 FailureCode::InvalidRequest,
                 format!(
                     "tunnel header {:?} has CR, LF or NUL in its value",
-                    header.name
+                    String::from_utf8_lossy(&header.name)
                 ),
             ));
         }
         let configured = config
             .headers
             .iter()
-            .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name));
+            .any(|(n, _)| n.eq_ignore_ascii_case(name));
         // Usage is read from the bytes: ask for them uncompressed.
         let encoding = observes && name.eq_ignore_ascii_case(b"accept-encoding");
         if configured || encoding || is_hop_by_hop(name) {
@@ -152,7 +152,7 @@ pub(crate) fn prepare(
         }
         provider
             .headers
-            .push((Bytes::copy_from_slice(name), header.value.clone()));
+            .push((header.name.clone(), header.value.clone()));
     }
     if observes {
         provider.headers.push((

@@ -76,9 +76,6 @@ pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
             !is_hop_by_hop(name) && !named_by_connection(name)
                 || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
         })
-        .map(|(name, value)| Header {
-            name: String::from_utf8_lossy(name).into_owned(),
-            value,
-        })
+        .map(|(name, value)| Header { name, value })
         .collect()
 }

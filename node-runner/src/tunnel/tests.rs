@@ -251,8 +251,11 @@ fn requests_are_checked_before_any_provider_call() {
 fn request_headers_never_override_configured_ones() {
     let mut config = AdapterConfig::new("a", BaseUrl::parse("http://h:1").unwrap());
     config.supports_tunnel = true;
-    config.headers = vec![("Authorization".into(), Bytes::from_static(b"Bearer node"))];
-    let header = |name: &str, value: &'static str| Header {
+    config.headers = vec![(
+        Bytes::from_static(b"Authorization"),
+        Bytes::from_static(b"Bearer node"),
+    )];
+    let header = |name: &'static str, value: &'static str| Header {
         name: name.into(),
         value: Bytes::from_static(value.as_bytes()),
     };

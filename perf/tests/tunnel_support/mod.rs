@@ -134,7 +134,7 @@ pub(crate) fn target_config(base: &BaseUrl, knobs: &[(&str, &str)]) -> AdapterCo
     config.supports_tunnel = true;
     config.headers = knobs
         .iter()
-        .map(|(k, v)| (format!("x-mock-{k}"), v.to_string().into()))
+        .map(|(k, v)| (format!("x-mock-{k}").into(), v.to_string().into()))
         .collect();
     config
 }

@@ -18,7 +18,7 @@ pub(crate) struct HeldHead {
     /// The status to answer (502 when the provider's was missing or bad).
     pub(crate) status: u16,
     /// The relayed header fields, in the provider's order.
-    pub(crate) fields: Vec<(String, Bytes)>,
+    pub(crate) fields: Vec<(Bytes, Bytes)>,
 }
 
 /// What to do at a tunnel's `end` frame.
@@ -62,14 +62,14 @@ impl TunnelCommit {
 
     /// The provider's `headers` frame (already filtered to the relayed
     /// fields): held until the commit.
-    pub(crate) fn headers(&mut self, fields: Vec<(String, Bytes)>) {
+    pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>) {
         let status = if (100..=999).contains(&self.status) {
             self.status
         } else {
             502
         };
         self.event_stream = fields.iter().any(|(name, value)| {
-            name.eq_ignore_ascii_case("content-type") && value.starts_with(b"text/event-stream")
+            name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"text/event-stream")
         });
         self.held = Some(HeldHead { status, fields });
     }
@@ -145,9 +145,9 @@ pub(crate) fn run_event_commits(kind: RunEventKind) -> bool {
 mod tests {
     use super::*;
 
-    fn sse_head() -> Vec<(String, Bytes)> {
+    fn sse_head() -> Vec<(Bytes, Bytes)> {
         vec![(
-            "content-type".into(),
+            Bytes::from_static(b"content-type"),
             Bytes::from_static(b"text/event-stream; charset=utf-8"),
         )]
     }

@@ -110,7 +110,10 @@ pub(crate) fn serve<'a>(
             return Attempt::Answered(200);
         }
         responder
-            .start_stream(200, [("content-type", b"text/event-stream".as_slice())])
+            .start_stream(
+                200,
+                [(b"content-type".as_slice(), b"text/event-stream".as_slice())],
+            )
             .await;
         let mut writer = SseWriter {
             api,
