@@ -117,6 +117,19 @@ fn not_json_is_a_malformed_terminal() {
     }
 }
 
+#[test]
+fn a_line_that_is_not_utf8_is_a_malformed_terminal() {
+    let mut out = VecDeque::new();
+    assert!(line_events(
+        b"{\"message\":{\"content\":\"h\xffi\"}}",
+        &mut out
+    ));
+    assert_eq!(
+        Vec::from(out),
+        [RuntimeEvent::Error(malformed("line is not UTF-8"))]
+    );
+}
+
 /// JSON values built from the keys the adapter looks at.
 fn json_value() -> impl Strategy<Value = Value> {
     crate::adapter::lenient::json_value(vec![

@@ -39,7 +39,9 @@ pub(crate) fn observe(json: &[u8]) -> Option<Observed> {
     if !mentions_usage(json) {
         return None;
     }
-    let doc: UsageDoc = serde_json::from_slice(json).ok()?;
+    // Checked as UTF-8 once and read as a `str`: read as bytes, serde_json
+    // checks each string on its own.
+    let doc: UsageDoc = serde_json::from_str(std::str::from_utf8(json).ok()?).ok()?;
     let usage = doc.usage?;
     Some(Observed {
         usage: Usage {
