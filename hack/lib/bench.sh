@@ -211,7 +211,9 @@ bench_mock() {
 # provider's max_concurrency and the queue raised so the Edge does not limit
 # the load; IOP_WORKERS=N (unset: one per core) gives both `--workers N`;
 # IOP_EDGE_ARGS / IOP_NODE_ARGS (split on spaces) are added to each one's
-# command line (e.g. IOP_EDGE_ARGS="--link-core-slack 16" for an A/B).
+# command line (e.g. IOP_EDGE_ARGS="--link-core-slack 16" for an A/B);
+# IOP_EDGE_WRAP / IOP_NODE_WRAP (split on spaces) go before the binary (e.g.
+# valgrind, for hack/instructions.sh).
 # Sets IOP_INGRESS, IOP_NODE_SOCKET and IOP_DRIVER_SEEN (the driver the
 # Edge's log names).
 bench_iop() {
@@ -231,10 +233,12 @@ bench_iop() {
   local envs=() workers=()
   [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
   [ -z "${IOP_WORKERS:-}" ] || workers=(--workers "$IOP_WORKERS")
-  local edge_args node_args
+  local edge_args node_args edge_wrap node_wrap
   read -r -a edge_args <<<"${IOP_EDGE_ARGS:-}"
   read -r -a node_args <<<"${IOP_NODE_ARGS:-}"
-  procs_start edge env "${envs[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json "${workers[@]}" "${edge_args[@]}"
+  read -r -a edge_wrap <<<"${IOP_EDGE_WRAP:-}"
+  read -r -a node_wrap <<<"${IOP_NODE_WRAP:-}"
+  procs_start edge env "${envs[@]}" "${edge_wrap[@]}" "$BIN_DIR/iop-edge" --config "$BENCH_WORK/edge.yaml" --log-format json "${workers[@]}" "${edge_args[@]}"
   procs_wait_for "the Edge's edge_started line" grep -q '"edge_started"' "$BENCH_WORK/edge.log"
   local started
   started=$(grep -m 1 '"edge_started"' "$BENCH_WORK/edge.log")
@@ -242,7 +246,7 @@ bench_iop() {
   IOP_NODE_SOCKET=$(sed -n 's/.*"node_socket":"\([^"]*\)".*/\1/p' <<<"$started")
   [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
   IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
-  procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "$BIN_DIR/iop-node" \
+  procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "${node_wrap[@]}" "$BIN_DIR/iop-node" \
     --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${node_args[@]}"
   procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
 }

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Instructions a small request costs the Edge and the Node, counted by
+# callgrind: a figure this noisy 2-vCPU box cannot swing, for comparing two
+# builds of the per-request path (bench-results/profiles.md, round 21).
+#
+#   hack/instructions.sh [REQUESTS]
+#
+# For each model (MODELS, default "mock-chat mock-ollama") and each process
+# (the Edge, then the Node): the stack on loopback with the epoll driver
+# (valgrind does not follow io_uring), the process under
+# `valgrind --tool=callgrind` with instrumentation off, 400 warm-up requests,
+# then instrumentation on for REQUESTS (default 2000) small non-streaming
+# chats ("hi", the mock's 16 tokens) from 4 keep-alive clients, and a dump.
+# The figure is the process's user-space instructions (all its threads)
+# divided by REQUESTS; the kernel's share is not counted. Repeated runs of
+# one build agree within ~1 % (how requests happen to batch on the link).
+#
+# Writes bench-results/instructions.md (the table and each run's heaviest
+# functions, inclusive) and keeps the callgrind files in
+# target/instructions/ for `callgrind_annotate`.
+#
+# Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh),
+# INSTRUCTIONS_OUT (default bench-results/instructions.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_NAME=instructions
+# shellcheck source=hack/lib/bench.sh
+. hack/lib/bench.sh
+
+requests=${1:-2000}
+models=${MODELS:-mock-chat mock-ollama}
+out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
+keep=$bench_target/instructions
+# Valgrind starts a process ~50 times slower.
+PROCS_WAIT_S=90
+
+if ! command -v valgrind >/dev/null 2>&1; then
+  say "installing valgrind (apt-get install valgrind)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq valgrind >/dev/null || fail "apt-get install valgrind failed"
+  else
+    sudo apt-get install -y -qq valgrind >/dev/null || fail "apt-get install valgrind failed"
+  fi
+fi
+
+bench_init
+bench_bins
+mkdir -p "$keep"
+
+# client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
+# answer that is not a 200.
+client() {
+  python3 - "$@" <<'PY'
+import http.client, json, sys, threading, urllib.parse
+url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+host = urllib.parse.urlsplit(url).netloc
+body = json.dumps({"model": model, "stream": False,
+                   "messages": [{"role": "user", "content": "hi"}]})
+failed = []
+def run(count):
+    conn = http.client.HTTPConnection(host, timeout=120)
+    for _ in range(count):
+        conn.request("POST", "/v1/chat/completions", body,
+                     {"content-type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            failed.append(answer.status)
+threads = [threading.Thread(target=run, args=(n // 4 + (i < n % 4),)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+if failed:
+    sys.exit(f"{len(failed)} of {n} requests failed: {sorted(set(failed))}")
+PY
+}
+
+# total FILE: the file's instruction total.
+total() {
+  callgrind_annotate "$1" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+}
+
+# heaviest FILE: its functions by inclusive instructions a request, the
+# heaviest 12 of the product's own (edge_proxy::, node_runner::, framing::).
+heaviest() {
+  callgrind_annotate --inclusive=yes --auto=no "$1" 2>/dev/null \
+    | grep -E ':(edge_proxy|node_runner|framing)::[A-Za-z_:<>]+' \
+    | grep -v -E 'block_on|::run_connection|serve_core|Counted<F>' \
+    | sed -E 's#^ *([0-9,]+) \([ 0-9.]+%\) +[^:]*:([^ ]+).*#\1 \2#' \
+    | awk -v n="$requests" '!seen[$2]++ { gsub(",", "", $1); printf "| `%s` | %d |\n", $2, $1 / n }' \
+    | head -n 12
+}
+
+rows=() details=()
+for model in $models; do
+  for who in edge node; do
+    file=$keep/$model-$who.out
+    rm -f "$file" "$file".*
+    wrap="valgrind --tool=callgrind --callgrind-out-file=$file --dump-instr=no --instr-atstart=no -q"
+    say "$model: the $who under callgrind, $requests requests"
+    bench_mock mock --tokens 16
+    if [ "$who" = edge ]; then
+      IOP_EDGE_WRAP=$wrap bench_iop epoll "$MOCK_ADDR"
+    else
+      IOP_NODE_WRAP=$wrap bench_iop epoll "$MOCK_ADDR"
+    fi
+    client "http://$IOP_INGRESS" "$model" 400 || fail "warm-up requests failed"
+    pid=$(procs_pid "$who")
+    callgrind_control -i on "$pid" >/dev/null 2>&1
+    client "http://$IOP_INGRESS" "$model" "$requests" || fail "measured requests failed"
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    bench_stop
+    dump=$file.1
+    [ -s "$dump" ] || fail "callgrind wrote no dump ($dump)"
+    instructions=$(total "$dump")
+    per=$((instructions / requests))
+    rows+=("| $model | $who | $per | $instructions |")
+    details+=("" "### $model, the $who: $per instructions a request" "" "| function (inclusive) | instructions a request |" "|---|---|")
+    while IFS= read -r line; do details+=("$line"); done < <(heaviest "$dump")
+    say "$model $who: $per instructions a request"
+  done
+done
+
+{
+  BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
+    "Instructions a small request (callgrind)" "hack/instructions.sh $requests"
+  cat <<MD
+- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests small non-streaming chats ("hi"; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
+- **Callgrind files:** \`target/instructions/\` (\`callgrind_annotate --inclusive=yes FILE.1\`)
+
+| model | process | instructions a request | instructions in all |
+|---|---|---|---|
+MD
+  printf '%s\n' "${rows[@]}"
+  printf '%s\n' "${details[@]}"
+} >"$out"
+say "wrote $out"
