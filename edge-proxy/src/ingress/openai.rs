@@ -6,10 +6,11 @@
 //! runs — the messages and the remaining parameters. A tunnelled request is
 //! forwarded as the client sent it (with at most `stream_options` added).
 
-use bytes::Bytes;
-use proto::v1::Usage;
 use std::marker::PhantomData;
 
+use bytes::Bytes;
+use proto::v1::Usage;
+use serde::Serialize;
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
@@ -307,19 +308,52 @@ pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
 }
 
 /// Usage in the Chat Completions shape; breakdowns only when reported (F18).
+/// Its members are declared in sorted order, the order a `Value` object
+/// writes them in, so it serializes byte for byte as [`chat_usage`]'s
+/// value; serialized directly it builds no tree.
+#[derive(Debug, Serialize)]
+pub struct ChatUsage {
+    completion_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<ReasoningTokens>,
+    prompt_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<CachedTokens>,
+    total_tokens: u64,
+}
+
+/// `completion_tokens_details`.
+#[derive(Debug, Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
+/// `prompt_tokens_details`.
+#[derive(Debug, Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+impl ChatUsage {
+    /// `usage` in this shape.
+    pub fn of(usage: &Usage) -> Self {
+        Self {
+            completion_tokens: usage.output_tokens,
+            completion_tokens_details: usage
+                .reasoning_tokens
+                .map(|reasoning_tokens| ReasoningTokens { reasoning_tokens }),
+            prompt_tokens: usage.input_tokens,
+            prompt_tokens_details: usage
+                .cached_input_tokens
+                .map(|cached_tokens| CachedTokens { cached_tokens }),
+            total_tokens: usage.input_tokens.saturating_add(usage.output_tokens),
+        }
+    }
+}
+
+/// [`ChatUsage`] as a JSON value, for an event built as one.
 pub fn chat_usage(usage: &Usage) -> Value {
-    let mut out = json!({
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-    });
-    if let Some(reasoning) = usage.reasoning_tokens {
-        out["completion_tokens_details"] = json!({ "reasoning_tokens": reasoning });
-    }
-    if let Some(cached) = usage.cached_input_tokens {
-        out["prompt_tokens_details"] = json!({ "cached_tokens": cached });
-    }
-    out
+    serde_json::to_value(ChatUsage::of(usage)).unwrap_or_default()
 }
 
 /// Usage in the Responses shape.
@@ -327,7 +361,7 @@ pub fn responses_usage(usage: &Usage) -> Value {
     json!({
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "total_tokens": usage.input_tokens.saturating_add(usage.output_tokens),
         "input_tokens_details": { "cached_tokens": usage.cached_input_tokens.unwrap_or(0) },
         "output_tokens_details": { "reasoning_tokens": usage.reasoning_tokens.unwrap_or(0) },
     })

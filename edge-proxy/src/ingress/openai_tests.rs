@@ -185,3 +185,34 @@ fn a_member_is_added_last_to_any_object() {
         assert_eq!(with_last_member(not_an_object, member), None);
     }
 }
+
+#[test]
+fn chat_usage_serializes_as_the_tree_it_replaced() {
+    for (reasoning, cached) in [
+        (None, None),
+        (Some(3), None),
+        (None, Some(4)),
+        (Some(3), Some(4)),
+    ] {
+        let usage = Usage {
+            input_tokens: 10,
+            output_tokens: 20,
+            reasoning_tokens: reasoning,
+            cached_input_tokens: cached,
+        };
+        let mut tree = serde_json::json!({
+            "prompt_tokens": 10,
+            "completion_tokens": 20,
+            "total_tokens": 30,
+        });
+        if let Some(r) = reasoning {
+            tree["completion_tokens_details"] = serde_json::json!({ "reasoning_tokens": r });
+        }
+        if let Some(c) = cached {
+            tree["prompt_tokens_details"] = serde_json::json!({ "cached_tokens": c });
+        }
+        let typed = serde_json::to_string(&ChatUsage::of(&usage)).unwrap();
+        assert_eq!(typed, tree.to_string());
+        assert_eq!(chat_usage(&usage), tree);
+    }
+}

@@ -11,7 +11,7 @@ use super::{Ids, Output};
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::{chat_usage, responses_usage, sse};
+use crate::ingress::openai::{ChatUsage, chat_usage, responses_usage, sse};
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -240,7 +240,7 @@ pub(super) fn chat_body(ids: &Ids, out: &Output) -> Vec<u8> {
         id: &ids.id,
         model: &ids.model,
         object: "chat.completion",
-        usage: out.usage.as_ref().map(chat_usage),
+        usage: out.usage.as_ref().map(ChatUsage::of),
     };
     let mut bytes = Vec::with_capacity(256 + out.text.len() + out.reasoning.len());
     // Strings, numbers and a `Value` into a Vec: cannot fail.
@@ -256,7 +256,7 @@ struct ChatBody<'a> {
     id: &'a str,
     model: &'a str,
     object: &'static str,
-    usage: Option<Value>,
+    usage: Option<ChatUsage>,
 }
 
 /// Its one choice.
