@@ -67,6 +67,20 @@ fn decoded_body_shares_memory_with_the_receive_buffer() {
     );
 }
 
+/// `msg` framed, then decoded from a receive buffer: what came out, and
+/// the buffer's address range (a decoded field inside it was not copied).
+fn received(msg: Msg) -> (Msg, std::ops::Range<usize>) {
+    let envelope = Envelope {
+        stream_id: 3,
+        msg: Some(msg),
+    };
+    let wire = FrameEncoder::default().encode(&envelope).unwrap();
+    let mut rx = BytesMut::from(&wire[..]);
+    let region = rx.as_ptr() as usize..rx.as_ptr() as usize + rx.capacity();
+    let decoded = FrameDecoder::default().decode(&mut rx).unwrap().unwrap();
+    (decoded.msg.unwrap(), region)
+}
+
 #[test]
 fn a_runs_message_text_shares_memory_with_the_receive_buffer() {
     use proto::v1::{ChatMessage, RunInput, RunRequest};
@@ -82,20 +96,8 @@ fn a_runs_message_text_shares_memory_with_the_receive_buffer() {
         }),
         ..RunRequest::default()
     };
-    let envelope = Envelope {
-        stream_id: 3,
-        msg: Some(Msg::RunRequest(Box::new(request))),
-    };
-    let wire = FrameEncoder::default().encode(&envelope).unwrap();
-    let mut rx = BytesMut::from(&wire[..]);
-    let region = rx.as_ptr() as usize..rx.as_ptr() as usize + rx.capacity();
-
-    let Some(Msg::RunRequest(got)) = FrameDecoder::default()
-        .decode(&mut rx)
-        .unwrap()
-        .unwrap()
-        .msg
-    else {
+    let (msg, region) = received(Msg::RunRequest(Box::new(request)));
+    let Msg::RunRequest(got) = msg else {
         panic!("not a run request");
     };
     let content = &got.input.unwrap().messages[0].content;
@@ -117,20 +119,8 @@ fn a_tunnels_header_names_and_values_share_memory_with_the_receive_buffer() {
             }],
         })),
     };
-    let envelope = Envelope {
-        stream_id: 5,
-        msg: Some(Msg::ProviderTunnelFrame(frame)),
-    };
-    let wire = FrameEncoder::default().encode(&envelope).unwrap();
-    let mut rx = BytesMut::from(&wire[..]);
-    let region = rx.as_ptr() as usize..rx.as_ptr() as usize + rx.capacity();
-
-    let Some(Msg::ProviderTunnelFrame(got)) = FrameDecoder::default()
-        .decode(&mut rx)
-        .unwrap()
-        .unwrap()
-        .msg
-    else {
+    let (msg, region) = received(Msg::ProviderTunnelFrame(frame));
+    let Msg::ProviderTunnelFrame(got) = msg else {
         panic!("not a tunnel frame");
     };
     let Some(Frame::Headers(got)) = got.frame else {
