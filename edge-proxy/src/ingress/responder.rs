@@ -34,9 +34,6 @@ pub struct Responder {
     corked: Option<Vec<Bytes>>,
     /// While corked, the chunk that body pieces are being gathered into.
     gathering: Option<Gathering>,
-    /// Size lines come out of its scratch block, one block for many
-    /// chunks (a fresh encoder a chunk allocated a block for each).
-    encoder: ChunkedEncoder,
 }
 
 /// A chunk being gathered while corked: `corked[slot]` is the place of its
@@ -70,7 +67,6 @@ impl Responder {
             failed: false,
             corked: None,
             gathering: None,
-            encoder: ChunkedEncoder::new(),
         }
     }
 
@@ -174,7 +170,7 @@ impl Responder {
                 parts.push(body);
                 return;
             }
-            let Some(frame) = self.encoder.encode(body) else {
+            let Some(frame) = ChunkedEncoder::lone_chunk(body) else {
                 return;
             };
             self.send(frame.into_parts().to_vec()).await;
@@ -268,7 +264,7 @@ impl Responder {
         let (Some(gathering), Some(parts)) = (self.gathering.take(), self.corked.as_mut()) else {
             return;
         };
-        if let Some(line) = self.encoder.size_line(gathering.len) {
+        if let Some(line) = ChunkedEncoder::lone_size_line(gathering.len) {
             parts[gathering.slot] = line;
             parts.push(ChunkedEncoder::crlf());
         }

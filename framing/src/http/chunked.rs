@@ -68,6 +68,21 @@ const SIZE_LINE_MAX: usize = 18;
 const SCRATCH_BLOCK: usize = 512;
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The size line of a chunk of `len` bytes (hex digits, CRLF) and its
+/// length; `None` for 0, which would end the body.
+fn size_line_bytes(len: u64) -> Option<([u8; SIZE_LINE_MAX], usize)> {
+    if len == 0 {
+        return None;
+    }
+    let digits = (64 - len.leading_zeros()).div_ceil(4) as usize;
+    let mut line = [0u8; SIZE_LINE_MAX];
+    for (k, slot) in line[..digits].iter_mut().enumerate() {
+        *slot = HEX[((len >> (4 * (digits - 1 - k))) & 0xf) as usize];
+    }
+    line[digits..digits + 2].copy_from_slice(CRLF);
+    Some((line, digits + 2))
+}
+
 /// Encodes body pieces as chunks. Holds only a small scratch block for size
 /// lines; one encoder per response stream.
 #[derive(Debug, Default)]
@@ -96,20 +111,32 @@ impl ChunkedEncoder {
     /// the caller writes as several slices, followed by [`Self::crlf`]; or
     /// `None` for 0 (which would end the body).
     pub fn size_line(&mut self, len: u64) -> Option<Bytes> {
-        if len == 0 {
-            return None;
-        }
+        let (line, n) = size_line_bytes(len)?;
         if self.scratch.capacity() < SIZE_LINE_MAX {
             self.scratch = BytesMut::with_capacity(SCRATCH_BLOCK);
         }
-        let digits = (64 - len.leading_zeros()).div_ceil(4) as usize;
-        let mut line = [0u8; SIZE_LINE_MAX];
-        for (k, slot) in line[..digits].iter_mut().enumerate() {
-            *slot = HEX[((len >> (4 * (digits - 1 - k))) & 0xf) as usize];
-        }
-        line[digits..digits + 2].copy_from_slice(CRLF);
-        self.scratch.extend_from_slice(&line[..digits + 2]);
+        self.scratch.extend_from_slice(&line[..n]);
         Some(self.scratch.split().freeze())
+    }
+
+    /// [`Self::size_line`] for a writer that sends a chunk now and then and
+    /// keeps no encoder: the line is a small allocation of its own, freed
+    /// once it is written, where a fresh encoder would allocate a whole
+    /// scratch block for it (and a kept one would hold that block for as
+    /// long as its connection lives).
+    pub fn lone_size_line(len: u64) -> Option<Bytes> {
+        let (line, n) = size_line_bytes(len)?;
+        Some(Bytes::copy_from_slice(&line[..n]))
+    }
+
+    /// A whole chunk of `body` for a writer that keeps no encoder (see
+    /// [`Self::lone_size_line`]); `None` if `body` is empty.
+    pub fn lone_chunk(body: Bytes) -> Option<ChunkFrame> {
+        Some(ChunkFrame {
+            head: Self::lone_size_line(body.len() as u64)?,
+            body,
+            tail: Self::crlf(),
+        })
     }
 
     /// The CRLF that ends a chunk's data, as a static `Bytes`.

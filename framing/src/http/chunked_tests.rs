@@ -56,6 +56,24 @@ fn encoder_writes_hex_sizes_beside_the_body() {
 }
 
 #[test]
+fn a_lone_chunk_is_the_encoders_chunk() {
+    let mut enc = ChunkedEncoder::new();
+    for len in [1u64, 15, 16, 255, 0x1_0000, u64::from(u32::MAX), u64::MAX] {
+        assert_eq!(ChunkedEncoder::lone_size_line(len), enc.size_line(len));
+    }
+    let body = Bytes::from_static(b"hello");
+    let lone = ChunkedEncoder::lone_chunk(body.clone()).unwrap();
+    assert_eq!(
+        lone.body().as_ptr(),
+        body.as_ptr(),
+        "the body is not copied"
+    );
+    assert_eq!(frame_bytes(lone), frame_bytes(enc.encode(body).unwrap()));
+    assert_eq!(ChunkedEncoder::lone_size_line(0), None);
+    assert_eq!(ChunkedEncoder::lone_chunk(Bytes::new()), None);
+}
+
+#[test]
 fn a_chunk_of_several_slices_decodes_as_their_concatenation() {
     let mut enc = ChunkedEncoder::new();
     let slices = [&b"data: a"[..], b"bc\n", b"\n"];
