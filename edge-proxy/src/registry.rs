@@ -13,10 +13,10 @@
 //! - Only the live, ready generation is dispatchable. Releasing or readying
 //!   any other generation is a no-op: that is the fence.
 
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use foldhash::HashMap;
 use framing::link::CloseReason;
 use proto::v1::{NodeConfigPayload, RegisterRejectReason, RegisterRequest};
 

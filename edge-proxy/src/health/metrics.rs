@@ -13,10 +13,10 @@
 //! unavailable}. Every combination exists from the start at 0, so
 //! `/metrics` lists them before the first event.
 
-use foldhash::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use foldhash::HashMap;
 use proto::v1::ProviderHealth;
 
 use super::{EvidenceOutcome, EvidenceSource, HEALTH_LABELS, health_label};

@@ -15,9 +15,9 @@
 //! reads without a lock. The state itself has one writer and no lock: an
 //! `OverlayShard` is a plain value the core keeps in a `RefCell`.
 
-use foldhash::HashMap;
 use std::sync::{Arc, Weak};
 
+use foldhash::HashMap;
 use proto::v1::ProviderHealth;
 use tokio::sync::Notify;
 

@@ -5,11 +5,11 @@
 //! group / provider ids from the config. Counters are atomics indexed by
 //! position, so counting never takes a lock.
 
-use foldhash::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use foldhash::HashMap;
 use proto::v1::Usage;
 
 use super::Api;

@@ -47,7 +47,7 @@ impl ParsedRequest {
     /// The request as a JSON object, for re-encoding a tunnelled request
     /// whose own `stream_options` the Edge sets `include_usage` in.
     pub fn object(&self) -> Result<Map<String, Value>, ApiError> {
-        serde_json::from_slice(&self.body).map_err(|e| not_an_object(&self.body, &e))
+        read_json(&self.body, PhantomData)
     }
 
     /// The body with `stream_options.include_usage` set, for a tunnelled
@@ -225,15 +225,16 @@ impl<'de> Deserialize<'de> for Skipped {
     }
 }
 
-/// Reads one JSON value of `body` with `seed`, nothing but whitespace after
-/// it. A UTF-8 body is checked once and read as a `str`: read as bytes,
+/// Reads a request body, one JSON value with nothing but whitespace after
+/// it, with `seed`; the 400 of [`not_an_object`] when it does not read. A
+/// UTF-8 body is checked once and read as a `str`: read as bytes,
 /// serde_json checks each string it meets on its own, which cost more than
 /// the check of the whole body on a small request. A body that is not UTF-8
 /// is read as bytes, so the error says where it went wrong.
 pub(super) fn read_json<'de, S: DeserializeSeed<'de>>(
     body: &'de [u8],
     seed: S,
-) -> Result<S::Value, serde_json::Error> {
+) -> Result<S::Value, ApiError> {
     fn read_all<'de, R: serde_json::de::Read<'de>, S: DeserializeSeed<'de>>(
         read: R,
         seed: S,
@@ -247,6 +248,7 @@ pub(super) fn read_json<'de, S: DeserializeSeed<'de>>(
         Ok(text) => read_all(serde_json::de::StrRead::new(text), seed),
         Err(_) => read_all(serde_json::de::SliceRead::new(body), seed),
     }
+    .map_err(|e| not_an_object(body, &e))
 }
 
 /// The 400 for a body that did not parse as a JSON object: `invalid_json`
@@ -265,8 +267,7 @@ fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
 /// Parses the common fields of a request body.
 /// Takes the body: the parsed request holds it from here on.
 pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
-    let fields: RoutingFields =
-        read_json(&body, PhantomData).map_err(|e| not_an_object(&body, &e))?;
+    let fields: RoutingFields = read_json(&body, PhantomData)?;
     let model = match fields.model {
         Some(Value::String(model)) if !model.is_empty() => model,
         Some(_) => {

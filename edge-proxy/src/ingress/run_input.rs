@@ -22,7 +22,7 @@ use serde::de::{
 };
 use serde_json::{Map, Value};
 
-use super::{ParsedRequest, not_an_object, read_json};
+use super::{ParsedRequest, read_json};
 use crate::ingress::error::ApiError;
 
 /// The normalized input of a Chat Completions request: its messages, and
@@ -121,7 +121,7 @@ const RESPONSES_PARAMETERS: [(&str, &str); 3] = [
 
 /// Reads `request`'s body as `api`'s request.
 fn read(request: &ParsedRequest, api: Api) -> Result<RunBody<'_>, ApiError> {
-    read_json(&request.body, api).map_err(|e| not_an_object(&request.body, &e))
+    read_json(&request.body, api)
 }
 
 /// A message's text: a string as it is, `null` or absent as empty, an array

@@ -2,11 +2,11 @@
 //! the ticker that drives both, and the inbox through which other cores open
 //! streams on its connections.
 
-use foldhash::HashMap;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use framing::frame::FrameEncoder;
 use framing::timer::{DriverClock, TickerPace, TimerKey, TimerWheel};
 

@@ -24,10 +24,10 @@
 //! before, had to travel boxed: a second allocation a frame); a channel
 //! with a preallocated block (tokio's: 32 slots) cost ~9 KB.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use foldhash::HashMap;
 use framing::link::CloseReason;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use proto::Envelope;

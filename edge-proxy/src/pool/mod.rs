@@ -37,11 +37,11 @@ mod select;
 #[cfg(test)]
 mod tests;
 
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::sync::Notify;
 
 pub use self::select::{Preference, load_key};

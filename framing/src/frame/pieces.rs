@@ -30,9 +30,8 @@
 //! - Any other frame of a stream that is gathering drops what it gathered
 //!   (a sender that gave up on a frame says so by sending something else).
 
-use foldhash::HashMap;
-
 use bytes::{Bytes, BytesMut};
+use foldhash::HashMap;
 use prost::encoding::{WireType, decode_key, decode_varint};
 use proto::v1::EnvelopePiece;
 use proto::{ENVELOPE_PIECE_FIELD, ENVELOPE_STREAM_ID_FIELD, Envelope, Msg, PIECE_BYTES_FIELD};

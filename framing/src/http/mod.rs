@@ -64,7 +64,7 @@ pub use head::{
     MAX_HEADERS_CEILING, Method, RequestHead, ResponseHead, Version, parse_request_head,
     parse_response_head,
 };
-pub use write::{reason_phrase, write_request_head, write_response_head};
+pub use write::{is_token, reason_phrase, write_request_head, write_response_head};
 
 #[cfg(doc)]
 use bytes::{Bytes, BytesMut};

@@ -167,8 +167,8 @@ where
     Ok(())
 }
 
-/// `1*tchar` (RFC 9110 §5.6.2).
-fn is_token(s: &[u8]) -> bool {
+/// `1*tchar` (RFC 9110 §5.6.2): an HTTP method or field name.
+pub fn is_token(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|&b| BYTE_CLASS[usize::from(b)] & TCHAR != 0)
 }
 

@@ -1,11 +1,11 @@
 //! [`LeaseOpener`]: unseal, verify, check, record (see the module docs).
 
-use foldhash::HashMap;
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use foldhash::HashMap;
 use prost::Message;
 use proto::v1::{CredentialLease, FailureCode, LeaseRevocation, SealedLease};
 use zeroize::Zeroizing;

@@ -36,10 +36,10 @@
 //!   `Send` channel, encoded on the producing core ([`Outbox`]) and moved
 //!   as `Bytes`. A stream lives on one core, so its frames keep its order.
 
-use foldhash::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use proto::Envelope;
 use proto::v1::{CancelKind, NodeConfigPayload, envelope::Msg};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};

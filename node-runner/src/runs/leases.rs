@@ -7,10 +7,10 @@
 //! provider call; a refusal drops that unit and becomes the stream's one
 //! typed terminal.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::HashMap;
 use proto::v1::{ExecutionFailure, NodeConfigPayload};
 
 use super::LinkIdentity;

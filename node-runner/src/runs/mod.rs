@@ -61,11 +61,11 @@ mod stall_tests;
 mod tests;
 mod tunnels;
 
-use foldhash::HashMap;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use proto::Envelope;
 use proto::v1::{
     CancelKind, CancelRequest, CancelResponse, CancelStatus, FailureCode, FailureSide,

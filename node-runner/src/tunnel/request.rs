@@ -2,6 +2,7 @@
 //! request, before any byte goes to the provider (F16, F20).
 
 use bytes::Bytes;
+use framing::http::is_token;
 use proto::v1::{AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderTunnelRequest};
 
 use super::TunnelTarget;
@@ -99,7 +100,7 @@ pub(crate) fn prepare(
         ));
     }
     let method = &request.method;
-    if method.is_empty() || method.len() > MAX_METHOD_LEN || !method.bytes().all(is_tchar) {
+    if method.len() > MAX_METHOD_LEN || !is_token(method.as_bytes()) {
         return Err(invalid(
             FailureCode::InvalidRequest,
             "tunnel method is not an HTTP token".into(),
@@ -122,7 +123,7 @@ pub(crate) fn prepare(
     let observes = request.extract_usage || request.strip_usage_event;
     for header in &request.headers {
         let name = &header.name[..];
-        if name.is_empty() || !name.iter().copied().all(is_tchar) {
+        if !is_token(name) {
             return Err(invalid(
                 FailureCode::InvalidRequest,
                 "tunnel header name is not an HTTP token".into(),
@@ -168,9 +169,4 @@ pub(crate) fn prepare(
         request: provider,
         hard_timeout_ms,
     })
-}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -161,7 +161,7 @@ impl Checker {
         for (name, value) in &raw {
             let hpath = format!("{path}.{name}");
             let lower = name.to_ascii_lowercase();
-            if name.is_empty() || !name.bytes().all(is_tchar) {
+            if !framing::http::is_token(name.as_bytes()) {
                 self.fail(&hpath, format!("not a valid header name: {name:?}"));
             } else if RESERVED_HEADERS.contains(&lower.as_str()) {
                 self.fail(&hpath, "set by the Node itself; cannot be configured");
@@ -176,9 +176,4 @@ impl Checker {
         }
         raw
     }
-}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
