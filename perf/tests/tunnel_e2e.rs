@@ -97,6 +97,26 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
                 direct_headers,
             ));
             assert!(through.starts_with("HTTP/1.1 200"), "{through}");
+            // A streamed answer is chunked by the Edge; a whole one keeps
+            // the length the provider gave it, so its client reads it as
+            // the provider framed it.
+            let head = through
+                .split("\r\n\r\n")
+                .next()
+                .unwrap()
+                .to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map(|n| n.parse::<usize>().unwrap());
+            if body["stream"] == json!(true) {
+                assert!(head.contains("transfer-encoding: chunked"), "{head}");
+                assert_eq!(length, None, "{head}");
+            } else {
+                assert!(!head.contains("transfer-encoding"), "{head}");
+                assert!(!head.contains("cache-control"), "no stream's hints: {head}");
+                assert_eq!(length, Some(http_body(&through).len()), "{head}");
+            }
             let (through, direct) = (http_body(&through), http_body(&direct));
             // The Edge forwards the client's model name; the provider's
             // target here is `m`: compare with the model normalized too.

@@ -44,6 +44,7 @@ use monoio::net::TcpStream;
 
 use super::client_read::ClientRead;
 use super::error::ApiError;
+use super::responder::Framing;
 pub use super::responder::Responder;
 
 /// Bounds on client requests.
@@ -159,7 +160,7 @@ pub fn serve<H: Handler>(
             };
             responder.http10 = request.head.version() == Version::Http10;
             responder.close = !request.head.keep_alive();
-            responder.chunked = false;
+            responder.framing = Framing::Unstarted;
             {
                 // Watch for the client leaving while the handler runs.
                 let answer = pin!(handler.handle(request, &mut responder));

@@ -136,3 +136,86 @@ fn corked_writes_leave_together_and_byte_for_byte_as_uncorked() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_sized_body_goes_under_its_length_and_one_that_does_not_add_up_is_cut() {
+    crate::runtime::block_on(framing::io_driver::IoDriver::Epoll, async {
+        let json = [(&b"content-type"[..], &b"application/json"[..])];
+        // Adds up: the head carries the length, the body its bytes as they
+        // are (corked or not), and the connection stays open.
+        let (mut responder, mut client) = pair().await;
+        responder.cork();
+        responder.start_sized(200, json, 7).await;
+        responder.chunk(Bytes::from_static(b"{\"a\":")).await;
+        responder.chunk(Bytes::from_static(b"1}")).await;
+        responder.finish().await;
+        responder.uncork().await;
+        let head = String::from_utf8(read_head(&mut client)).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("content-length: 7\r\n"), "{head}");
+        assert!(head.contains("connection: keep-alive\r\n"), "{head}");
+        assert!(!head.contains("transfer-encoding"), "{head}");
+        assert!(!head.contains("cache-control"), "{head}");
+        assert_eq!(read_exactly(&mut client, 7), b"{\"a\":1}");
+        assert!(!responder.close, "a whole body leaves the connection open");
+        assert_eq!(responder.framing, Framing::Sized { left: 0 });
+
+        // Short of it at the end: cut (the connection closes after it).
+        let (mut short, _client) = pair().await;
+        short.start_sized(200, json, 7).await;
+        short.chunk(Bytes::from_static(b"{}")).await;
+        short.finish().await;
+        assert!(short.close, "a short body is cut");
+
+        // Past it: the bytes that would overrun are not written, and the
+        // answer is cut.
+        let (mut long, mut long_client) = pair().await;
+        long.start_sized(200, json, 3).await;
+        long.chunk(Bytes::from_static(b"ab")).await;
+        long.chunk(Bytes::from_static(b"cd")).await;
+        long.chunk(Bytes::from_static(b"e")).await;
+        long.finish().await;
+        assert!(long.close, "an overrun is cut");
+        drop(long);
+        let head = read_head(&mut long_client);
+        assert!(String::from_utf8_lossy(&head).contains("content-length: 3\r\n"));
+        let mut rest = Vec::new();
+        long_client.read_to_end(&mut rest).unwrap();
+        assert_eq!(
+            rest, b"ab",
+            "nothing past the length, nor after the overrun"
+        );
+
+        // HTTP/1.0: the length, and the connection closes after it.
+        let (mut old, mut old_client) = pair().await;
+        old.http10 = true;
+        old.start_sized(200, json, 2).await;
+        old.chunk(Bytes::from_static(b"{}")).await;
+        let head = String::from_utf8(read_head(&mut old_client)).unwrap();
+        assert!(
+            head.contains("content-length: 2\r\nconnection: close\r\n"),
+            "{head}"
+        );
+        assert!(old.close);
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_stream_gets_the_edges_hints_only_where_it_has_none_of_its_own() {
+    crate::runtime::block_on(framing::io_driver::IoDriver::Epoll, async {
+        let (mut responder, mut client) = pair().await;
+        let own = [
+            (&b"content-type"[..], &b"text/event-stream"[..]),
+            (&b"Cache-Control"[..], &b"no-store"[..]),
+        ];
+        responder.start_stream(200, own).await;
+        let head = String::from_utf8(read_head(&mut client)).unwrap();
+        let lower = head.to_ascii_lowercase();
+        assert_eq!(lower.matches("cache-control").count(), 1, "{head}");
+        assert!(head.contains("Cache-Control: no-store\r\n"), "{head}");
+        assert!(head.contains("x-accel-buffering: no\r\n"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+    })
+    .unwrap();
+}

@@ -1,6 +1,7 @@
 //! The writer of one response on a client connection: a full answer, or a
-//! stream (chunked, or close-delimited for HTTP/1.0) with the client's
-//! leaving reported by the connection's watching read (see `client_read`).
+//! body relayed as it comes (chunked, close-delimited for HTTP/1.0, or of a
+//! length known up front), with the client's leaving reported by the
+//! connection's watching read (see `client_read`).
 //! Writes can be corked so frames that arrived together leave in one
 //! `writev`; body pieces written while corked leave as one chunk (one size
 //! line before the slices, one CRLF after them; nothing is copied).
@@ -23,7 +24,8 @@ pub struct Responder {
     pub(super) close: bool,
     /// HTTP/1.0 client: no chunking; the body ends at the close.
     pub(super) http10: bool,
-    pub(super) chunked: bool,
+    /// How the body being relayed is framed.
+    pub(super) framing: Framing,
     /// Set by the connection's watching read when the client went away
     /// (`ClientRead::watching`, which polls this responder's handler right
     /// after setting it).
@@ -34,6 +36,28 @@ pub struct Responder {
     corked: Option<Vec<Bytes>>,
     /// While corked, the chunk that body pieces are being gathered into.
     gathering: Option<Gathering>,
+}
+
+/// A header field, borrowed for less long (to join fields made on the spot).
+fn shorter<'s, 'l: 's>(field: (&'l [u8], &'l [u8])) -> (&'s [u8], &'s [u8]) {
+    field
+}
+
+/// How a relayed body is framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No relayed body started (a whole answer frames itself).
+    Unstarted,
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// HTTP/1.0: the body ends at the close.
+    UntilClose,
+    /// `Content-Length`: `left` bytes still to come. A body that would go
+    /// past it, or ends short of it, is cut (see [`Responder::chunk`]).
+    Sized {
+        /// Bytes not yet written.
+        left: u64,
+    },
 }
 
 /// A chunk being gathered while corked: `corked[slot]` is the place of its
@@ -62,7 +86,7 @@ impl Responder {
             write,
             close: false,
             http10: false,
-            chunked: false,
+            framing: Framing::Unstarted,
             gone: Rc::new(Cell::new(false)),
             failed: false,
             corked: None,
@@ -117,33 +141,83 @@ impl Responder {
     }
 
     /// Starts a streamed body (chunked; close-delimited for HTTP/1.0) with
-    /// `headers` (which must not contain framing fields).
+    /// `headers` (which must not contain framing fields). The stream's hints
+    /// to caches and buffering proxies (`cache-control: no-cache`,
+    /// `x-accel-buffering: no`) follow, each unless `headers` has its own.
     pub async fn start_stream<'h>(
         &mut self,
         status: u16,
+        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8]), IntoIter: Clone>,
+    ) {
+        let headers = headers.into_iter();
+        let has = |name: &[u8]| headers.clone().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        let hints = [
+            (b"x-accel-buffering".as_slice(), b"no".as_slice()),
+            (b"cache-control".as_slice(), b"no-cache".as_slice()),
+        ];
+        let hints = hints.into_iter().filter(|(name, _)| !has(name));
+        if self.http10 {
+            self.close = true;
+        }
+        self.framing = if self.http10 {
+            Framing::UntilClose
+        } else {
+            Framing::Chunked
+        };
+        let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
+        let framing: (&[u8], &[u8]) = if self.http10 {
+            (b"connection", b"close")
+        } else {
+            (b"transfer-encoding", b"chunked")
+        };
+        let connection = (!self.http10).then_some((b"connection".as_slice(), connection));
+        let fields = headers
+            .clone()
+            .chain([framing])
+            .chain(hints)
+            .chain(connection);
+        self.write_head(status, fields).await;
+    }
+
+    /// Starts a body of `length` bytes, relayed as it comes
+    /// ([`Responder::chunk`]) under a `Content-Length`, with `headers`
+    /// (which must not contain framing fields): a provider's answer whose
+    /// length it gave. The client then gets the answer as the provider
+    /// framed it, no chunk framing to read; a body that does not add up to
+    /// `length` is cut, so the client sees the break.
+    pub async fn start_sized<'h>(
+        &mut self,
+        status: u16,
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+        length: u64,
     ) {
         if self.http10 {
             self.close = true;
         }
-        self.chunked = !self.http10;
+        self.framing = Framing::Sized { left: length };
+        let mut digits = itoa::Buffer::new();
         let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
-        let framing: (&[u8], &[u8]) = if self.chunked {
-            (b"transfer-encoding", b"chunked")
-        } else {
-            (b"connection", b"close")
-        };
+        let fields = headers.into_iter().map(shorter).chain([
+            (
+                b"content-length".as_slice(),
+                digits.format(length).as_bytes(),
+            ),
+            (b"connection".as_slice(), connection),
+        ]);
+        self.write_head(status, fields).await;
+    }
+
+    /// Writes a relayed body's head: the server's fields, then `fields`.
+    async fn write_head<'h>(
+        &mut self,
+        status: u16,
+        fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+    ) {
         let mut head = BytesMut::with_capacity(512);
         let fields = SERVER_HEADERS
             .iter()
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-            .chain(headers)
-            .chain([
-                framing,
-                (b"x-accel-buffering".as_slice(), b"no".as_slice()),
-                (b"cache-control".as_slice(), b"no-cache".as_slice()),
-            ])
-            .chain((!self.http10).then_some((b"connection".as_slice(), connection)));
+            .chain(fields);
         if write_response_head(&mut head, status, fields).is_err() {
             self.failed = true;
             return;
@@ -153,11 +227,27 @@ impl Responder {
 
     /// Sends body bytes as they are (one chunk), at once; while corked,
     /// they join the chunk the pieces before them went into.
+    ///
+    /// Under a `Content-Length` ([`Responder::start_sized`]), bytes that
+    /// would go past it are not written: the answer is marked to close
+    /// (nothing more of this body is written), and the client, short of
+    /// the length, sees the break.
     pub async fn chunk(&mut self, body: Bytes) {
         if body.is_empty() {
             return;
         }
-        if self.chunked {
+        if let Framing::Sized { left } = &mut self.framing {
+            let len = body.len() as u64;
+            if len > *left {
+                *left = 0;
+                self.close = true;
+                return;
+            }
+            *left -= len;
+            self.send(vec![body]).await;
+            return;
+        }
+        if self.framing == Framing::Chunked {
             if let Some(parts) = self.corked.as_mut() {
                 let gathering = self.gathering.get_or_insert_with(|| {
                     parts.push(Bytes::new());
@@ -179,10 +269,13 @@ impl Responder {
         }
     }
 
-    /// Ends a streamed body.
+    /// Ends a streamed body: its last chunk; a body short of its
+    /// `Content-Length` is cut instead (the connection closes).
     pub async fn finish(&mut self) {
-        if self.chunked {
-            self.send(vec![ChunkedEncoder::last_chunk()]).await;
+        match self.framing {
+            Framing::Chunked => self.send(vec![ChunkedEncoder::last_chunk()]).await,
+            Framing::Sized { left } if left > 0 => self.close = true,
+            _ => {}
         }
     }
 

@@ -15,8 +15,12 @@
 //!   head, body and end are one write. Credit for the stream is returned to the Node
 //!   after each write, so a client that stops reading pauses only its own
 //!   provider read.
-//! - Hop-by-hop and framing headers of the provider are dropped; the Edge
-//!   frames the body itself (chunked, or close-delimited for HTTP/1.0).
+//! - Hop-by-hop and framing headers of the provider are dropped. A body the
+//!   provider gave a `Content-Length` (the Node relays the field only when
+//!   its body frames add up to it) goes to the client under that length,
+//!   unless it is an event stream; any other body the Edge frames itself
+//!   (chunked, or close-delimited for HTTP/1.0). A non-streaming answer
+//!   then reaches the client framed as the provider framed it.
 //! - The provider's status and headers are held (they are small `Bytes`
 //!   values; the body never is) until its first body byte: only then is
 //!   anything committed to the client, so a stall before the first body
@@ -191,14 +195,15 @@ enum Ended {
     Stalled(ExecutionFailure),
 }
 
-/// Writes a held head: the client's response starts.
+/// Writes a held head: the client's response starts, under the provider's
+/// `Content-Length` when it is kept (see [`TunnelCommit::headers`]),
+/// chunked otherwise.
 async fn write_head(head: HeldHead, responder: &mut Responder) {
-    responder
-        .start_stream(
-            head.status,
-            head.fields.iter().map(|(n, v)| (&n[..], &v[..])),
-        )
-        .await;
+    let fields = head.fields.iter().map(|(n, v)| (&n[..], &v[..]));
+    match head.length {
+        Some(length) => responder.start_sized(head.status, fields, length).await,
+        None => responder.start_stream(head.status, fields).await,
+    }
 }
 
 /// Most frames written to the client in one go (see [`relay`]).
@@ -293,14 +298,22 @@ async fn relay_frame(
     let commit = &mut *state.commit;
     match frame {
         Frame::Status(s) => commit.status(s.code),
-        Frame::Headers(headers) => commit.headers(
-            headers
+        Frame::Headers(headers) => {
+            // A malformed or conflicting length is not relayed: the body is
+            // framed by the Edge (chunked), as before the Node sent lengths.
+            let length = framing::http::content_length(
+                headers.headers.iter().map(|h| (&h.name[..], &h.value[..])),
+            )
+            .ok()
+            .flatten();
+            let fields = headers
                 .headers
                 .into_iter()
                 .filter(|h| relayed(&h.name))
                 .map(|h| (h.name, h.value))
-                .collect(),
-        ),
+                .collect();
+            commit.headers(fields, length);
+        }
         Frame::Body(body) => {
             if let Some(head) = commit.body() {
                 // Committed: no attempt follows (see `release_body`).

@@ -247,6 +247,18 @@ impl FieldSummary {
 }
 
 /// `1*DIGIT` as a `u64`, overflow-checked; no sign, no whitespace inside.
+/// The agreed `Content-Length` of a message's fields (every such field, and
+/// every element of a list, the same decimal), `None` when there is none;
+/// a malformed or conflicting one is an error, by the rules every head
+/// parsed here follows. For a relay that gets a head's fields one by one
+/// (the Edge from a Node's tunnel frames) rather than as a parsed head.
+pub fn content_length<'a, I>(fields: I) -> Result<Option<u64>, HttpError>
+where
+    I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
+{
+    FieldSummary::scan(fields).map(|summary| summary.content_length)
+}
+
 fn parse_decimal(digits: &[u8]) -> Result<u64, HttpError> {
     if digits.is_empty() {
         return Err(HttpError::InvalidContentLength);
@@ -313,6 +325,18 @@ mod tests {
         for bad in ["", "-1", "+1", "1 2", "0x10", "1.0", "abc", " , "] {
             assert_eq!(cl(&[bad]), Err(HttpError::InvalidContentLength), "{bad:?}");
         }
+        let public = |f: &[(&str, &str)]| {
+            content_length(f.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+        };
+        assert_eq!(
+            public(&[("Content-Length", "42"), ("x", "1")]),
+            Ok(Some(42))
+        );
+        assert_eq!(public(&[("x", "1")]), Ok(None));
+        assert_eq!(
+            public(&[("content-length", "1"), ("CONTENT-LENGTH", "2")]),
+            Err(HttpError::ConflictingContentLength)
+        );
     }
 
     #[test]

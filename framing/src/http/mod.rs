@@ -58,7 +58,7 @@ pub use chunked::{
     CHUNKED_EXTENSIONS_LIMIT, ChunkFrame, ChunkedDecoder, ChunkedEncoder, LAST_CHUNK,
     MAX_CHUNK_SIZE_LINE, MAX_TRAILER_BYTES,
 };
-pub use fields::Headers;
+pub use fields::{Headers, content_length};
 pub use head::{
     DEFAULT_MAX_HEAD_BYTES, DEFAULT_MAX_HEADERS, HeadLimits, MAX_HEAD_BYTES_CEILING,
     MAX_HEADERS_CEILING, Method, RequestHead, ResponseHead, Version, parse_request_head,

@@ -19,6 +19,10 @@ pub(crate) struct HeldHead {
     pub(crate) status: u16,
     /// The relayed header fields, in the provider's order.
     pub(crate) fields: Vec<(Bytes, Bytes)>,
+    /// The body's length, when the provider framed it with a
+    /// `Content-Length` and it is relayed so (see [`TunnelCommit::headers`]);
+    /// `None`: the Edge frames the body itself (chunked).
+    pub(crate) length: Option<u64>,
 }
 
 /// What to do at a tunnel's `end` frame.
@@ -61,8 +65,15 @@ impl TunnelCommit {
     }
 
     /// The provider's `headers` frame (already filtered to the relayed
-    /// fields): held until the commit.
-    pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>) {
+    /// fields) and its `Content-Length`: held until the commit.
+    ///
+    /// The length is kept, to be the client's, for a body that is not an
+    /// event stream (a stall there ends with an appended error event, which
+    /// a fixed length has no room for) and whose status allows one (not
+    /// 1xx, 204 or 304). The Node sends one only when its body frames add up
+    /// to it (it drops it from a body it may cut), and the Edge's responder
+    /// cuts the answer if they do not.
+    pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>, length: Option<u64>) {
         let status = if (100..=999).contains(&self.status) {
             self.status
         } else {
@@ -71,7 +82,13 @@ impl TunnelCommit {
         self.event_stream = fields.iter().any(|(name, value)| {
             name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"text/event-stream")
         });
-        self.held = Some(HeldHead { status, fields });
+        let has_body = status >= 200 && status != 204 && status != 304;
+        let length = length.filter(|_| has_body && !self.event_stream);
+        self.held = Some(HeldHead {
+            status,
+            fields,
+            length,
+        });
     }
 
     /// A body frame arrived: the head to write before it when this byte
@@ -84,6 +101,7 @@ impl TunnelCommit {
         Some(self.held.take().unwrap_or(HeldHead {
             status: 502,
             fields: Vec::new(),
+            length: None,
         }))
     }
 
@@ -156,7 +174,7 @@ mod tests {
     fn the_head_is_held_until_the_first_body_byte() {
         let mut commit = TunnelCommit::default();
         commit.status(200);
-        commit.headers(sse_head());
+        commit.headers(sse_head(), None);
         assert!(!commit.committed(), "a head alone commits nothing");
         assert_eq!(commit.stall_ending(), FailureEnding::HttpError);
         let head = commit.body().expect("the first byte commits");
@@ -172,7 +190,7 @@ mod tests {
     fn a_head_only_response_commits_at_its_end() {
         let mut commit = TunnelCommit::default();
         commit.status(204);
-        commit.headers(Vec::new());
+        commit.headers(Vec::new(), None);
         let EndStep::CommitThenFinish(head) = commit.end() else {
             panic!("the held head is written at the end");
         };
@@ -187,7 +205,7 @@ mod tests {
         assert!(!commit.committed());
         let mut commit = TunnelCommit::default();
         commit.status(42);
-        commit.headers(Vec::new());
+        commit.headers(Vec::new(), None);
         assert_eq!(commit.body().unwrap().status, 502);
         let mut commit = TunnelCommit::default();
         assert_eq!(commit.body().unwrap().status, 502, "a body before any head");
@@ -197,20 +215,53 @@ mod tests {
     fn a_stall_after_commit_is_an_event_only_on_an_event_stream() {
         let mut sse = TunnelCommit::default();
         sse.status(200);
-        sse.headers(sse_head());
+        sse.headers(sse_head(), None);
         sse.body();
         assert_eq!(sse.stall_ending(), FailureEnding::ErrorEvent);
         assert_eq!(sse.failure_ending(), FailureEnding::Cut);
         let mut json = TunnelCommit::default();
         json.status(200);
-        json.headers(vec![(
-            "Content-Type".into(),
-            Bytes::from_static(b"application/json"),
-        )]);
+        json.headers(
+            vec![(
+                "Content-Type".into(),
+                Bytes::from_static(b"application/json"),
+            )],
+            None,
+        );
         json.body();
         assert_eq!(json.stall_ending(), FailureEnding::Cut);
         let fresh = TunnelCommit::default();
         assert_eq!(fresh.failure_ending(), FailureEnding::HttpError);
+    }
+
+    #[test]
+    fn a_length_is_kept_only_for_a_body_that_is_not_an_event_stream() {
+        let held = |status: u32, fields: Vec<(Bytes, Bytes)>| {
+            let mut commit = TunnelCommit::default();
+            commit.status(status);
+            commit.headers(fields, Some(427));
+            commit.body().expect("the first byte commits").length
+        };
+        let json = || {
+            vec![(
+                Bytes::from_static(b"content-type"),
+                Bytes::from_static(b"application/json"),
+            )]
+        };
+        assert_eq!(held(200, json()), Some(427));
+        assert_eq!(held(400, json()), Some(427), "an error body keeps it");
+        assert_eq!(held(200, Vec::new()), Some(427), "no content type");
+        assert_eq!(held(200, sse_head()), None, "an event stream");
+        for status in [101, 204, 304] {
+            assert_eq!(held(status, json()), None, "{status} has no body");
+        }
+        assert_eq!(
+            held(42, json()),
+            Some(427),
+            "a 502 for a bad status, its body whole"
+        );
+        let mut headless = TunnelCommit::default();
+        assert_eq!(headless.body().unwrap().length, None);
     }
 
     #[test]
