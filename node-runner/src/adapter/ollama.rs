@@ -220,13 +220,18 @@ impl NdjsonParser {
 ///
 /// The line is checked to be UTF-8 once, then read as a `str`: reading the
 /// bytes, serde_json checked each string on its own, ~650 instructions a
-/// line of Ollama's.
+/// line of Ollama's. A line of the common compact form is read by
+/// [`quick::quick_line`] without serde; any other goes through serde.
 fn line_events(line: &[u8], out: &mut VecDeque<RuntimeEvent>) -> bool {
     let Ok(line) = std::str::from_utf8(line) else {
         out.push_back(RuntimeEvent::Error(malformed("line is not UTF-8")));
         return true;
     };
-    let line = match serde_json::from_str::<JsonObject<LineJson<'_>>>(line) {
+    let parsed = match quick::quick_line(line) {
+        Some(line) => Ok(JsonObject::Object(line)),
+        None => serde_json::from_str::<JsonObject<LineJson<'_>>>(line),
+    };
+    let line = match parsed {
         Ok(JsonObject::Object(line)) => line,
         Ok(JsonObject::NotObject) => {
             out.push_back(RuntimeEvent::Error(malformed("line is not a JSON object")));
@@ -335,6 +340,9 @@ impl<'de> FromMap<'de> for MessageJson<'de> {
         read_text(map, slot)
     }
 }
+
+#[path = "ollama_quick.rs"]
+mod quick;
 
 #[cfg(test)]
 #[path = "ollama_line_tests.rs"]

@@ -153,3 +153,157 @@ proptest! {
         prop_assert_eq!(typed(&line), reference(&value), "{}", line);
     }
 }
+
+/// What serde reads from `line` (the reader the quick one must agree with).
+fn serde_read(line: &str) -> Option<super::LineJson<'_>> {
+    match serde_json::from_str::<super::JsonObject<super::LineJson<'_>>>(line) {
+        Ok(super::JsonObject::Object(line)) => Some(line),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_common_lines_are_read_without_serde() {
+    for line in [
+        r#"{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"tok "},"done":false}"#,
+        r#"{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}"#,
+        r#"{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":123456789,"load_duration":1,"prompt_eval_count":3,"prompt_eval_duration":2,"eval_count":16,"eval_duration":4}"#,
+        r#"{"error":"model not found"}"#,
+        r#"{"message":"text","done":null,"x":{"a":1,"b":"c"}}"#,
+        r#"{}"#,
+    ] {
+        let quick = super::quick::quick_line(line).expect(line);
+        assert_eq!(
+            format!("{quick:?}"),
+            format!("{:?}", serde_read(line).unwrap())
+        );
+        same(line);
+    }
+    // Declined, for serde to read: escapes, whitespace, floats, negative
+    // and leading-zero numbers, arrays, deeper objects, trailing bytes.
+    for line in [
+        r#"{"message":{"content":"a \"q\""}}"#,
+        r#"{"message":{"content":"\u00e9"}}"#,
+        r#"{ "done":true}"#,
+        r#"{"done":true} "#,
+        r#"{"eval_count":2.0}"#,
+        r#"{"eval_count":1e3}"#,
+        r#"{"eval_count":-1}"#,
+        r#"{"eval_count":01}"#,
+        r#"{"eval_count":18446744073709551616}"#,
+        r#"{"message":{"tool_calls":[]}}"#,
+        r#"{"x":{"y":{}}}"#,
+        r#"{"done":true,}"#,
+        "{\"message\":{\"content\":\"a\u{1}b\"}}",
+        r#"[1]"#,
+    ] {
+        assert!(super::quick::quick_line(line).is_none(), "{line}");
+    }
+}
+
+/// Lines near the common form: its pieces, and pieces that are one step
+/// off it, in any order.
+fn near_line() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "{",
+        "}",
+        ":",
+        ",",
+        "\"",
+        " ",
+        "\\",
+        "\u{1}",
+        ".",
+        "-",
+        "e",
+        "0",
+        "7",
+        "01",
+        "18446744073709551615",
+        "18446744073709551616",
+        "true",
+        "false",
+        "null",
+        "tru",
+        "\"message\"",
+        "\"content\"",
+        "\"thinking\"",
+        "\"done\"",
+        "\"done_reason\"",
+        "\"eval_count\"",
+        "\"prompt_eval_count\"",
+        "\"error\"",
+        "\"model\"",
+        "\"tok \"",
+        "\"\u{e9}\"",
+        "[",
+        "]",
+        "\"stop\"",
+    ]);
+    prop::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
+}
+
+/// A common line with up to three edits: a piece put in, or bytes taken
+/// out, anywhere.
+fn edited_line() -> impl Strategy<Value = String> {
+    let base = prop::sample::select(vec![
+        r#"{"model":"m","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"tok "},"done":false}"#,
+        r#"{"message":{"content":"","thinking":"hmm"},"done_reason":"stop","done":true,"prompt_eval_count":3,"eval_count":16}"#,
+        r#"{"error":"e","x":{"a":1,"b":null}}"#,
+    ]);
+    let edit = (any::<prop::sample::Index>(), 0usize..4, near_line());
+    (base, prop::collection::vec(edit, 1..4)).prop_map(|(base, edits)| {
+        let mut line = base.to_owned();
+        for (at, cut, piece) in edits {
+            let at = at.index(line.len() + 1);
+            let at = (0..=at)
+                .rev()
+                .find(|&i| line.is_char_boundary(i))
+                .unwrap_or(0);
+            let end = (at + cut).min(line.len());
+            let end = (end..=line.len())
+                .find(|&i| line.is_char_boundary(i))
+                .unwrap();
+            let piece: String = piece.chars().take(8).collect();
+            line.replace_range(at..end, &piece);
+        }
+        line
+    })
+}
+
+proptest! {
+    // The quick reader takes ~4 % of edited and near lines and ~14 % of
+    // compact objects: enough cases that each run sees a few hundred read.
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn an_edited_line_is_read_as_serde_reads_it_or_declined(line in edited_line()) {
+        if let Some(quick) = super::quick::quick_line(&line) {
+            let serde = serde_read(&line);
+            prop_assert!(serde.is_some(), "quick read what serde refuses: {}", line);
+            prop_assert_eq!(format!("{:?}", quick), format!("{:?}", serde.unwrap()), "{}", line);
+        }
+    }
+
+    #[test]
+    fn the_quick_reader_reads_what_serde_reads_or_declines(
+        line in near_line(),
+        framed in any::<bool>(),
+    ) {
+        // Half of them framed as an object, so more get past the first byte.
+        let line = if framed { format!("{{{line}}}") } else { line };
+        if let Some(quick) = super::quick::quick_line(&line) {
+            let serde = serde_read(&line);
+            prop_assert!(serde.is_some(), "quick read what serde refuses: {}", line);
+            prop_assert_eq!(format!("{:?}", quick), format!("{:?}", serde.unwrap()), "{}", line);
+        }
+    }
+
+    #[test]
+    fn the_quick_reader_reads_any_compact_object_as_serde_does(value in json_value()) {
+        let line = value.to_string();
+        if let Some(quick) = super::quick::quick_line(&line) {
+            prop_assert_eq!(format!("{:?}", quick), format!("{:?}", serde_read(&line).unwrap()), "{}", line);
+        }
+    }
+}

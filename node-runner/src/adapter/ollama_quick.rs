@@ -1,0 +1,202 @@
+//! The common `/api/chat` line read without serde.
+//!
+//! Nearly every line of an Ollama stream is a compact object of plain
+//! strings, booleans and counts, with one nested `message` object of the
+//! same:
+//! `{"model":"m","created_at":"…","message":{"role":"assistant","content":"tok"},"done":false}`.
+//! serde_json spent ~3,000 instructions on such a line (a visitor call and
+//! a string scan set up for every key and value; issue 8,
+//! `hack/instructions.sh`). [`quick_line`] reads exactly that form in one
+//! pass over its bytes and declines — `None`, the line then goes through
+//! serde — on anything else: whitespace between tokens, a string with an
+//! escape or a control character, a number that is not a plain
+//! non-negative integer within `u64`, an array, an object nested more than
+//! one level, and anything that is not valid JSON. So what it reads is
+//! always read as serde reads it (a property test holds it to that, on
+//! lines made to be near misses), and every error is still serde's.
+
+use std::borrow::Cow;
+
+use super::LineJson;
+
+/// The fields of `line` when it is a compact object of plain values (see
+/// the module docs); `None` when it is anything else.
+pub(super) fn quick_line(line: &str) -> Option<LineJson<'_>> {
+    let mut cursor = Cursor { text: line, at: 0 };
+    let mut out = LineJson::default();
+    cursor.object(|key, cursor| {
+        match key {
+            "error" => {
+                cursor.skip_value()?;
+                out.error = true;
+            }
+            "message" => {
+                // A message that is not an object reads as none (serde's
+                // `Lenient`); its fields replace the ones before.
+                let (mut thinking, mut content) = (None, None);
+                if cursor.peek() == Some(b'{') {
+                    cursor.object(|key, cursor| {
+                        let value = cursor.scalar()?;
+                        match key {
+                            "thinking" => thinking = value.text(),
+                            "content" => content = value.text(),
+                            _ => {}
+                        }
+                        Some(())
+                    })?;
+                } else {
+                    cursor.scalar()?;
+                }
+                out.thinking = thinking;
+                out.content = content;
+            }
+            "done" => out.done = cursor.scalar()?.flag(),
+            "done_reason" => out.done_reason = cursor.scalar()?.text(),
+            "prompt_eval_count" => out.prompt_eval_count = cursor.scalar()?.count(),
+            "eval_count" => out.eval_count = cursor.scalar()?.count(),
+            _ => cursor.skip_value()?,
+        }
+        Some(())
+    })?;
+    (cursor.at == line.len()).then_some(out)
+}
+
+/// A plain JSON value.
+#[derive(Debug, Clone, Copy)]
+enum Scalar<'a> {
+    Text(&'a str),
+    Flag(bool),
+    Count(u64),
+    Null,
+}
+
+impl<'a> Scalar<'a> {
+    fn text(self) -> Option<Cow<'a, str>> {
+        match self {
+            Scalar::Text(text) => Some(Cow::Borrowed(text)),
+            _ => None,
+        }
+    }
+
+    fn flag(self) -> Option<bool> {
+        match self {
+            Scalar::Flag(flag) => Some(flag),
+            _ => None,
+        }
+    }
+
+    fn count(self) -> Option<u64> {
+        match self {
+            Scalar::Count(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// The bytes that end a plain string's run: its closing quote, an escape,
+/// a control character (one table load a byte, not three comparisons).
+static STRING_STOP: [bool; 256] = {
+    let mut stop = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        stop[byte] = true;
+        byte += 1;
+    }
+    stop[b'"' as usize] = true;
+    stop[b'\\' as usize] = true;
+    stop
+};
+
+/// A position in a line; every reader returns `None` for what it declines.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    fn eat_word(&mut self, word: &str) -> Option<()> {
+        let rest = self.text.as_bytes().get(self.at..)?;
+        rest.starts_with(word.as_bytes())
+            .then(|| self.at += word.len())
+    }
+
+    /// `{`, then `"key":value` members joined by `,`, then `}`; `member`
+    /// reads each value.
+    fn object(&mut self, mut member: impl FnMut(&'a str, &mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            member(key, self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string without escapes or control characters (serde would unescape
+    /// or refuse those), as the slice between its quotes.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let rest = &self.text.as_bytes()[start..];
+        let len = rest.iter().position(|&b| STRING_STOP[usize::from(b)])?;
+        if rest[len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        Some(&self.text[start..start + len])
+    }
+
+    /// A plain value: a string, `true`, `false`, `null` or a count.
+    fn scalar(&mut self) -> Option<Scalar<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(Scalar::Text),
+            b't' => self.eat_word("true").map(|()| Scalar::Flag(true)),
+            b'f' => self.eat_word("false").map(|()| Scalar::Flag(false)),
+            b'n' => self.eat_word("null").map(|()| Scalar::Null),
+            b'0'..=b'9' => self.count().map(Scalar::Count),
+            _ => None,
+        }
+    }
+
+    /// Skips a value this reader takes: a scalar, or an object of scalars
+    /// (one level: nothing here recurses).
+    fn skip_value(&mut self) -> Option<()> {
+        if self.peek()? == b'{' {
+            return self.object(|_, cursor| cursor.scalar().map(drop));
+        }
+        self.scalar().map(drop)
+    }
+
+    /// A non-negative integer in `u64`, without leading zeros (JSON has
+    /// none), followed by no fraction or exponent.
+    fn count(&mut self) -> Option<u64> {
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut n = 0u64;
+        while let Some(digit) = bytes.get(self.at).filter(|b| b.is_ascii_digit()) {
+            n = n.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
+            self.at += 1;
+        }
+        let leading_zero = bytes[start] == b'0' && self.at - start > 1;
+        let fraction = matches!(self.peek(), Some(b'.' | b'e' | b'E'));
+        (!leading_zero && !fraction).then_some(n)
+    }
+}
