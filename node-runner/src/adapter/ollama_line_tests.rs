@@ -171,6 +171,7 @@ fn the_common_lines_are_read_without_serde() {
         r#"{"error":"model not found"}"#,
         r#"{"message":"text","done":null,"x":{"a":1,"b":"c"}}"#,
         r#"{}"#,
+        r#"{"message":{"content":"a \"q\"\n\t\\ \/ \b\f\r"},"done":false}"#,
     ] {
         let quick = super::quick::quick_line(line).expect(line);
         assert_eq!(
@@ -182,8 +183,10 @@ fn the_common_lines_are_read_without_serde() {
     // Declined, for serde to read: escapes, whitespace, floats, negative
     // and leading-zero numbers, arrays, deeper objects, trailing bytes.
     for line in [
-        r#"{"message":{"content":"a \"q\""}}"#,
         r#"{"message":{"content":"\u00e9"}}"#,
+        r#"{"m\nodel":"x","message":{"c\/ontent":"k"}}"#,
+        r#"{"message":{"content":"a \q"}}"#,
+        r#"{"message":{"content":"a \"#,
         r#"{ "done":true}"#,
         r#"{"done":true} "#,
         r#"{"eval_count":2.0}"#,
@@ -235,6 +238,11 @@ fn near_line() -> impl Strategy<Value = String> {
         "\"error\"",
         "\"model\"",
         "\"tok \"",
+        "\\n",
+        "\\\"",
+        "\\u0065",
+        "\\q",
+        "\\/",
         "\"\u{e9}\"",
         "[",
         "]",

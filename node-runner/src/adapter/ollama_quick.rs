@@ -8,8 +8,9 @@
 //! a string scan set up for every key and value; issue 8,
 //! `hack/instructions.sh`). [`quick_line`] reads exactly that form in one
 //! pass over its bytes and declines — `None`, the line then goes through
-//! serde — on anything else: whitespace between tokens, a string with an
-//! escape or a control character, a number that is not a plain
+//! serde — on anything else: whitespace between tokens, a `\u` escape or
+//! a control character in a string, an escape in a key, a number that is
+//! not a plain
 //! non-negative integer within `u64`, an array, an object nested more than
 //! one level, and anything that is not valid JSON. So what it reads is
 //! always read as serde reads it (a property test holds it to that, on
@@ -61,10 +62,12 @@ pub(super) fn quick_line(line: &str) -> Option<LineJson<'_>> {
     (cursor.at == line.len()).then_some(out)
 }
 
-/// A plain JSON value.
+/// A plain JSON value. A string is its raw text between the quotes, with
+/// its escapes checked; it is unescaped only when it is read
+/// ([`Scalar::text`]), not when it is skipped.
 #[derive(Debug, Clone, Copy)]
 enum Scalar<'a> {
-    Text(&'a str),
+    Text { raw: &'a str, escaped: bool },
     Flag(bool),
     Count(u64),
     Null,
@@ -73,7 +76,11 @@ enum Scalar<'a> {
 impl<'a> Scalar<'a> {
     fn text(self) -> Option<Cow<'a, str>> {
         match self {
-            Scalar::Text(text) => Some(Cow::Borrowed(text)),
+            Scalar::Text {
+                raw,
+                escaped: false,
+            } => Some(Cow::Borrowed(raw)),
+            Scalar::Text { raw, escaped: true } => Some(Cow::Owned(unescape(raw))),
             _ => None,
         }
     }
@@ -107,6 +114,42 @@ static STRING_STOP: [bool; 256] = {
     stop
 };
 
+/// The length of `bytes`' leading run of plain string bytes; `None` when
+/// nothing ends it (no closing quote).
+fn run_of_plain(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| STRING_STOP[usize::from(b)])
+}
+
+/// What the escape letter `letter` stands for (`\u` is not taken).
+fn escaped(letter: u8) -> Option<char> {
+    Some(match letter {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'n' => '\n',
+        b't' => '\t',
+        b'r' => '\r',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        _ => return None,
+    })
+}
+
+/// The text of a string's raw body whose escapes [`Cursor::string`]
+/// checked.
+fn unescape(raw: &str) -> String {
+    let mut text = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find('\\') {
+        text.push_str(&rest[..at]);
+        // Checked: a backslash is followed by an ASCII escape letter.
+        text.extend(rest.as_bytes().get(at + 1).copied().and_then(escaped));
+        rest = rest.get(at + 2..).unwrap_or_default();
+    }
+    text.push_str(rest);
+    text
+}
+
 /// A position in a line; every reader returns `None` for what it declines.
 struct Cursor<'a> {
     text: &'a str,
@@ -129,14 +172,16 @@ impl<'a> Cursor<'a> {
     }
 
     /// `{`, then `"key":value` members joined by `,`, then `}`; `member`
-    /// reads each value.
+    /// reads each value. A key with an escape is declined.
     fn object(&mut self, mut member: impl FnMut(&'a str, &mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
         if self.eat(b'}').is_some() {
             return Some(());
         }
         loop {
-            let key = self.string()?;
+            let (key, false) = self.string()? else {
+                return None;
+            };
             self.eat(b':')?;
             member(key, self)?;
             match self.peek()? {
@@ -150,24 +195,50 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A string without escapes or control characters (serde would unescape
-    /// or refuse those), as the slice between its quotes.
-    fn string(&mut self) -> Option<&'a str> {
+    /// A string's raw body (between its quotes) and whether it has
+    /// escapes. Declined: a `\\u` escape (serde pairs surrogates; this
+    /// reader does not), an unknown escape, a control character, no closing
+    /// quote.
+    #[inline]
+    fn string(&mut self) -> Option<(&'a str, bool)> {
         self.eat(b'"')?;
         let start = self.at;
-        let rest = &self.text.as_bytes()[start..];
-        let len = rest.iter().position(|&b| STRING_STOP[usize::from(b)])?;
-        if rest[len] != b'"' {
-            return None;
+        let end = start + run_of_plain(&self.text.as_bytes()[start..])?;
+        if self.text.as_bytes()[end] != b'"' {
+            return self.escaped_string(start, end);
         }
-        self.at = start + len + 1;
-        Some(&self.text[start..start + len])
+        self.at = end + 1;
+        Some((&self.text[start..end], false))
+    }
+
+    /// The rest of a string begun at `start` whose run of plain bytes
+    /// stopped at `at` on something other than its closing quote.
+    #[cold]
+    fn escaped_string(&mut self, start: usize, mut at: usize) -> Option<(&'a str, bool)> {
+        let bytes = self.text.as_bytes();
+        loop {
+            match bytes[at] {
+                b'"' => {
+                    self.at = at + 1;
+                    return Some((&self.text[start..at], true));
+                }
+                b'\\' => {
+                    escaped(*bytes.get(at + 1)?)?;
+                    at += 2;
+                }
+                _ => return None,
+            }
+            at += run_of_plain(bytes.get(at..)?)?;
+        }
     }
 
     /// A plain value: a string, `true`, `false`, `null` or a count.
     fn scalar(&mut self) -> Option<Scalar<'a>> {
         match self.peek()? {
-            b'"' => self.string().map(Scalar::Text),
+            b'"' => {
+                let (raw, escaped) = self.string()?;
+                Some(Scalar::Text { raw, escaped })
+            }
             b't' => self.eat_word("true").map(|()| Scalar::Flag(true)),
             b'f' => self.eat_word("false").map(|()| Scalar::Flag(false)),
             b'n' => self.eat_word("null").map(|()| Scalar::Null),
