@@ -10,11 +10,12 @@
 //! pass over its bytes and declines — `None`, the line then goes through
 //! serde — on anything else: whitespace between tokens, a `\u` escape or
 //! a control character in a string, an escape in a key, a number that is
-//! not a plain
-//! non-negative integer within `u64`, an array, an object nested more than
-//! one level, and anything that is not valid JSON. So what it reads is
-//! always read as serde reads it (a property test holds it to that, on
-//! lines made to be near misses), and every error is still serde's.
+//! not a plain non-negative integer within `u64`, an array, an object
+//! nested more than one level, and anything that is not valid JSON. Other
+//! escapes are taken, and only the texts it reads are unescaped. So what
+//! it reads is always read as serde reads it (property tests hold it to
+//! that, on lines made to be near misses), and every error is still
+//! serde's.
 
 use std::borrow::Cow;
 
