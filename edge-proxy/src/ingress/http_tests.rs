@@ -145,7 +145,8 @@ fn a_sized_body_goes_under_its_length_and_one_that_does_not_add_up_is_cut() {
         // are (corked or not), and the connection stays open.
         let (mut responder, mut client) = pair().await;
         responder.cork();
-        responder.start_sized(200, json, 7).await;
+        let head = responder.sized_head(200, json, 7);
+        responder.send_head(head).await;
         responder.chunk(Bytes::from_static(b"{\"a\":")).await;
         responder.chunk(Bytes::from_static(b"1}")).await;
         responder.finish().await;
@@ -162,7 +163,8 @@ fn a_sized_body_goes_under_its_length_and_one_that_does_not_add_up_is_cut() {
 
         // Short of it at the end: cut (the connection closes after it).
         let (mut short, _client) = pair().await;
-        short.start_sized(200, json, 7).await;
+        let head = short.sized_head(200, json, 7);
+        short.send_head(head).await;
         short.chunk(Bytes::from_static(b"{}")).await;
         short.finish().await;
         assert!(short.close, "a short body is cut");
@@ -170,7 +172,8 @@ fn a_sized_body_goes_under_its_length_and_one_that_does_not_add_up_is_cut() {
         // Past it: the bytes that would overrun are not written, and the
         // answer is cut.
         let (mut long, mut long_client) = pair().await;
-        long.start_sized(200, json, 3).await;
+        let head = long.sized_head(200, json, 3);
+        long.send_head(head).await;
         long.chunk(Bytes::from_static(b"ab")).await;
         long.chunk(Bytes::from_static(b"cd")).await;
         long.chunk(Bytes::from_static(b"e")).await;
@@ -189,7 +192,8 @@ fn a_sized_body_goes_under_its_length_and_one_that_does_not_add_up_is_cut() {
         // HTTP/1.0: the length, and the connection closes after it.
         let (mut old, mut old_client) = pair().await;
         old.http10 = true;
-        old.start_sized(200, json, 2).await;
+        let head = old.sized_head(200, json, 2);
+        old.send_head(head).await;
         old.chunk(Bytes::from_static(b"{}")).await;
         let head = String::from_utf8(read_head(&mut old_client)).unwrap();
         assert!(

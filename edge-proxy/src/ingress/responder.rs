@@ -43,6 +43,21 @@ fn shorter<'s, 'l: 's>(field: (&'l [u8], &'l [u8])) -> (&'s [u8], &'s [u8]) {
     field
 }
 
+/// A relayed body's head: the server's fields, then `fields`; `None` when
+/// a field cannot be written (not a token, or a control byte in a value).
+fn relayed_head<'h>(
+    status: u16,
+    fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+) -> Option<Bytes> {
+    let mut head = BytesMut::with_capacity(512);
+    let fields = SERVER_HEADERS
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .chain(fields);
+    write_response_head(&mut head, status, fields).ok()?;
+    Some(head.freeze())
+}
+
 /// How a relayed body is framed on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Framing {
@@ -144,11 +159,26 @@ impl Responder {
     /// `headers` (which must not contain framing fields). The stream's hints
     /// to caches and buffering proxies (`cache-control: no-cache`,
     /// `x-accel-buffering: no`) follow, each unless `headers` has its own.
-    pub async fn start_stream<'h>(
+    ///
+    /// The head is made before the returned future, which holds only it
+    /// while it is sent: a quiet stream's task holds the largest future it
+    /// awaits for its whole life (`CONNECTION_TASK_BUDGET`).
+    pub fn start_stream<'h>(
         &mut self,
         status: u16,
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8]), IntoIter: Clone>,
-    ) {
+    ) -> impl Future<Output = ()> {
+        let head = self.stream_head(status, headers);
+        self.send_head(head)
+    }
+
+    /// A streamed body's head (see [`Responder::start_stream`]); the
+    /// responder now frames the body that way.
+    pub(super) fn stream_head<'h>(
+        &mut self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'h [u8], &'h [u8]), IntoIter: Clone>,
+    ) -> Option<Bytes> {
         let headers = headers.into_iter();
         let has = |name: &[u8]| headers.clone().any(|(n, _)| n.eq_ignore_ascii_case(name));
         let hints = [
@@ -176,21 +206,22 @@ impl Responder {
             .chain([framing])
             .chain(hints)
             .chain(connection);
-        self.write_head(status, fields).await;
+        relayed_head(status, fields)
     }
 
-    /// Starts a body of `length` bytes, relayed as it comes
+    /// The head of a body of `length` bytes, relayed as it comes
     /// ([`Responder::chunk`]) under a `Content-Length`, with `headers`
     /// (which must not contain framing fields): a provider's answer whose
     /// length it gave. The client then gets the answer as the provider
     /// framed it, no chunk framing to read; a body that does not add up to
-    /// `length` is cut, so the client sees the break.
-    pub async fn start_sized<'h>(
+    /// `length` is cut, so the client sees the break. The responder now
+    /// frames the body that way; [`Responder::send_head`] sends the head.
+    pub(super) fn sized_head<'h>(
         &mut self,
         status: u16,
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
         length: u64,
-    ) {
+    ) -> Option<Bytes> {
         if self.http10 {
             self.close = true;
         }
@@ -204,31 +235,30 @@ impl Responder {
             ),
             (b"connection".as_slice(), connection),
         ]);
-        self.write_head(status, fields).await;
+        relayed_head(status, fields)
     }
 
-    /// Writes a relayed body's head: the server's fields, then `fields`.
-    async fn write_head<'h>(
-        &mut self,
-        status: u16,
-        fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
-    ) {
-        let mut head = BytesMut::with_capacity(512);
-        let fields = SERVER_HEADERS
-            .iter()
-            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-            .chain(fields);
-        if write_response_head(&mut head, status, fields).is_err() {
-            self.failed = true;
-            return;
-        }
-        self.send(vec![head.freeze()]).await;
+    /// Sends a head made by [`Responder::stream_head`] or
+    /// [`Responder::sized_head`]; `None` (a head that could not be written)
+    /// fails the answer.
+    ///
+    /// A plain fn: an async fn would keep `head` in its future beside the
+    /// write that took it.
+    pub(super) fn send_head(&mut self, head: Option<Bytes>) -> impl Future<Output = ()> + '_ {
+        let parts = match head {
+            Some(head) => vec![head],
+            None => {
+                self.failed = true;
+                Vec::new()
+            }
+        };
+        self.send(parts)
     }
 
     /// Sends body bytes as they are (one chunk), at once; while corked,
     /// they join the chunk the pieces before them went into.
     ///
-    /// Under a `Content-Length` ([`Responder::start_sized`]), bytes that
+    /// Under a `Content-Length` ([`Responder::sized_head`]), bytes that
     /// would go past it are not written: the answer is marked to close
     /// (nothing more of this body is written), and the client, short of
     /// the length, sees the break.

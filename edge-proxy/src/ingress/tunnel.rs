@@ -197,13 +197,16 @@ enum Ended {
 
 /// Writes a held head: the client's response starts, under the provider's
 /// `Content-Length` when it is kept (see [`TunnelCommit::headers`]),
-/// chunked otherwise.
-async fn write_head(head: HeldHead, responder: &mut Responder) {
+/// chunked otherwise. The head is made here, so the future holds only its
+/// bytes while they are sent, not the held fields (every quiet stream's
+/// task is as large as the largest future it awaits).
+fn write_head(head: HeldHead, responder: &mut Responder) -> impl Future<Output = ()> + '_ {
     let fields = head.fields.iter().map(|(n, v)| (&n[..], &v[..]));
-    match head.length {
-        Some(length) => responder.start_sized(head.status, fields, length).await,
-        None => responder.start_stream(head.status, fields).await,
-    }
+    let bytes = match head.length() {
+        Some(length) => responder.sized_head(head.status, fields, length),
+        None => responder.stream_head(head.status, fields),
+    };
+    responder.send_head(bytes)
 }
 
 /// Most frames written to the client in one go (see [`relay`]).

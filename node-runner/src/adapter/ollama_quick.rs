@@ -197,7 +197,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A string's raw body (between its quotes) and whether it has
-    /// escapes. Declined: a `\\u` escape (serde pairs surrogates; this
+    /// escapes. Declined: a `\u` escape (serde pairs surrogates; this
     /// reader does not), an unknown escape, a control character, no closing
     /// quote.
     #[inline]

@@ -19,10 +19,22 @@ pub(crate) struct HeldHead {
     pub(crate) status: u16,
     /// The relayed header fields, in the provider's order.
     pub(crate) fields: Vec<(Bytes, Bytes)>,
-    /// The body's length, when the provider framed it with a
-    /// `Content-Length` and it is relayed so (see [`TunnelCommit::headers`]);
-    /// `None`: the Edge frames the body itself (chunked).
-    pub(crate) length: Option<u64>,
+    /// The body's length, when `sized`.
+    length: u32,
+    /// The provider framed the body with a `Content-Length` and it is
+    /// relayed so (see [`TunnelCommit::headers`]); otherwise the Edge
+    /// frames the body itself (chunked). A `u32` and a flag, not an
+    /// `Option<u64>`, so a held head stays 32 bytes: it is part of every
+    /// tunnelled stream's task, which a bigger one pushed over a 128-byte
+    /// step of the connection's task (issue 8: 10k open streams).
+    sized: bool,
+}
+
+impl HeldHead {
+    /// The body's length when it is relayed under it.
+    pub(crate) fn length(&self) -> Option<u64> {
+        self.sized.then_some(u64::from(self.length))
+    }
 }
 
 /// What to do at a tunnel's `end` frame.
@@ -69,8 +81,8 @@ impl TunnelCommit {
     ///
     /// The length is kept, to be the client's, for a body that is not an
     /// event stream (a stall there ends with an appended error event, which
-    /// a fixed length has no room for) and whose status allows one (not
-    /// 1xx, 204 or 304). The Node sends one only when its body frames add up
+    /// a fixed length has no room for), whose status allows one (not 1xx,
+    /// 204 or 304), and that is under 4 GiB (a larger one is chunked). The Node sends one only when its body frames add up
     /// to it (it drops it from a body it may cut), and the Edge's responder
     /// cuts the answer if they do not.
     pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>, length: Option<u64>) {
@@ -83,11 +95,14 @@ impl TunnelCommit {
             name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"text/event-stream")
         });
         let has_body = status >= 200 && status != 204 && status != 304;
-        let length = length.filter(|_| has_body && !self.event_stream);
+        let length = length
+            .filter(|_| has_body && !self.event_stream)
+            .and_then(|length| u32::try_from(length).ok());
         self.held = Some(HeldHead {
             status,
             fields,
-            length,
+            length: length.unwrap_or(0),
+            sized: length.is_some(),
         });
     }
 
@@ -101,7 +116,8 @@ impl TunnelCommit {
         Some(self.held.take().unwrap_or(HeldHead {
             status: 502,
             fields: Vec::new(),
-            length: None,
+            length: 0,
+            sized: false,
         }))
     }
 
@@ -240,7 +256,7 @@ mod tests {
             let mut commit = TunnelCommit::default();
             commit.status(status);
             commit.headers(fields, Some(427));
-            commit.body().expect("the first byte commits").length
+            commit.body().expect("the first byte commits").length()
         };
         let json = || {
             vec![(
@@ -260,8 +276,16 @@ mod tests {
             Some(427),
             "a 502 for a bad status, its body whole"
         );
+        let mut huge = TunnelCommit::default();
+        huge.status(200);
+        huge.headers(json(), Some(1 << 32));
+        assert_eq!(
+            huge.body().unwrap().length(),
+            None,
+            "4 GiB or more is chunked"
+        );
         let mut headless = TunnelCommit::default();
-        assert_eq!(headless.body().unwrap().length, None);
+        assert_eq!(headless.body().unwrap().length(), None);
     }
 
     #[test]
