@@ -186,27 +186,30 @@ impl Responder {
             (b"cache-control".as_slice(), b"no-cache".as_slice()),
         ];
         let hints = hints.into_iter().filter(|(name, _)| !has(name));
-        if self.http10 {
-            self.close = true;
-        }
-        self.framing = if self.http10 {
-            Framing::UntilClose
+        let (framing, connection): ((&[u8], &[u8]), _) = if self.http10 {
+            self.begin_body(Framing::UntilClose);
+            ((b"connection", b"close"), None)
         } else {
-            Framing::Chunked
+            let connection = self.begin_body(Framing::Chunked);
+            (
+                (b"transfer-encoding", b"chunked"),
+                Some((b"connection".as_slice(), connection)),
+            )
         };
-        let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
-        let framing: (&[u8], &[u8]) = if self.http10 {
-            (b"connection", b"close")
-        } else {
-            (b"transfer-encoding", b"chunked")
-        };
-        let connection = (!self.http10).then_some((b"connection".as_slice(), connection));
         let fields = headers
             .clone()
             .chain([framing])
             .chain(hints)
             .chain(connection);
         relayed_head(status, fields)
+    }
+
+    /// Starts a relayed body framed as `framing` (an HTTP/1.0 client's
+    /// connection then closes after it); the `Connection` value to send.
+    fn begin_body(&mut self, framing: Framing) -> &'static [u8] {
+        self.framing = framing;
+        self.close |= self.http10;
+        if self.close { b"close" } else { b"keep-alive" }
     }
 
     /// The head of a body of `length` bytes, relayed as it comes
@@ -222,12 +225,8 @@ impl Responder {
         headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
         length: u64,
     ) -> Option<Bytes> {
-        if self.http10 {
-            self.close = true;
-        }
-        self.framing = Framing::Sized { left: length };
+        let connection = self.begin_body(Framing::Sized { left: length });
         let mut digits = itoa::Buffer::new();
-        let connection: &[u8] = if self.close { b"close" } else { b"keep-alive" };
         let fields = headers.into_iter().map(shorter).chain([
             (
                 b"content-length".as_slice(),

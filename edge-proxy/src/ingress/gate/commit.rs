@@ -82,9 +82,10 @@ impl TunnelCommit {
     /// The length is kept, to be the client's, for a body that is not an
     /// event stream (a stall there ends with an appended error event, which
     /// a fixed length has no room for), whose status allows one (not 1xx,
-    /// 204 or 304), and that is under 4 GiB (a larger one is chunked). The Node sends one only when its body frames add up
-    /// to it (it drops it from a body it may cut), and the Edge's responder
-    /// cuts the answer if they do not.
+    /// 204 or 304), and that is under 4 GiB (a larger one is chunked). The
+    /// Node sends one only when its body frames add up to it (it drops it
+    /// from a body it may cut), and the Edge's responder cuts the answer if
+    /// they do not.
     pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>, length: Option<u64>) {
         let status = if (100..=999).contains(&self.status) {
             self.status
