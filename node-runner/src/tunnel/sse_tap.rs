@@ -9,10 +9,12 @@
 //! at all: its data (that line's value) could not report usage either
 //! (`usage::observe` reads only events that do), and the observer's parse
 //! (its own scan, and a copy of the event's data) was most of what the tap
-//! cost a token stream. Every other event is fed to framing's
-//! [`SseObserver`] (data lines, comments, CR/LF rules), one event at a
-//! time, so when the observer dispatches an event, its byte range in the
-//! stream is known.
+//! cost a token stream. An event that spans chunks is kept aside as slices
+//! until its end ([`Unobserved`], up to [`MAX_UNOBSERVED`] bytes) and skips
+//! the observer too when its bytes never show the quoted key `"usage"`.
+//! Every other event is fed to framing's [`SseObserver`] (data lines,
+//! comments, CR/LF rules), one event at a time, so when the observer
+//! dispatches an event, its byte range in the stream is known.
 //!
 //! # Stripping
 //! With `strip`, an event whose data is a JSON object with a `usage` object
@@ -30,10 +32,11 @@
 //! stripped (a usage-only event is a few hundred bytes). Without `strip`
 //! nothing is held: every byte is relayed the moment it is read.
 //!
-//! Holding a slice keeps the HTTP client's receive buffer referenced, so the
-//! client's next read goes to a fresh buffer instead of reusing it: an
-//! allocation, never a copy. Releasing ruled-out events at once keeps that
-//! rare (`perf/tests/tunnel.rs` counts allocations).
+//! Holding a slice (held back, or kept aside unobserved) keeps the HTTP
+//! client's receive buffer referenced, so the client's next read goes to a
+//! fresh buffer instead of reusing it: an allocation, never a copy. Both end
+//! with the event, and a token stream's events rarely span reads
+//! (`perf/tests/tunnel.rs` counts allocations).
 //!
 //! # Limits
 //! The observer keeps at most [`OBSERVER_LIMIT`] bytes of a line and of an
@@ -47,7 +50,7 @@ use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use memchr::memmem::Finder;
 use proto::v1::Usage;
 
-use super::usage::{Observed, mentions_usage, observe, values_of};
+use super::usage::{Observed, mentions_usage, observe, usage_key, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
 pub const MAX_HELD_EVENT: usize = 64 * 1024;
@@ -86,6 +89,9 @@ pub(crate) struct SseTap {
     /// The observer holds part of an event (or a CR whose LF may follow):
     /// the next bytes must be shown to it.
     observer_open: bool,
+    /// The start of the unfinished event, not yet shown to the observer;
+    /// see [`Unobserved`]. Only while the observer is between events.
+    unobserved: Unobserved,
     /// The observer failed: relay everything unchanged from now on.
     failed: bool,
     /// The last usage any event reported.
@@ -109,6 +115,7 @@ impl SseTap {
             passthrough: false,
             event_open: false,
             observer_open: false,
+            unobserved: Unobserved::default(),
             failed: false,
             last: None,
         }
@@ -123,6 +130,18 @@ impl SseTap {
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.held_len
+    }
+
+    /// Bytes the observer has copied aside.
+    #[cfg(test)]
+    pub(crate) fn observer_buffered(&self) -> usize {
+        self.observer.buffered()
+    }
+
+    /// Bytes of the unfinished event kept aside, not yet observed.
+    #[cfg(test)]
+    pub(crate) fn unobserved(&self) -> usize {
+        self.unobserved.len
     }
 
     /// Takes the next chunk of the stream: pushes what to relay now onto
@@ -179,14 +198,25 @@ impl SseTap {
                 continue;
             }
             // A blank line: an event ends at `pos`. One that lies whole in
-            // this chunk and cannot carry usage skips the observer.
+            // this chunk and cannot carry usage skips the observer, and so
+            // does one begun in an earlier chunk whose bytes never show the
+            // key. (An event whose blank line ends in a CR at the end of the
+            // chunk goes to the observer: it must see the LF that may follow.)
             let event = &chunk[fed..pos];
             let whole = !self.observer_open && !self.after_cr && data_lines <= 1;
             data_lines = 0;
-            let observed = if whole && !mentions_usage(event) {
+            let skip = if self.unobserved.is_empty() {
+                whole && !mentions_usage(event)
+            } else {
+                self.unobserved.note(event);
+                !self.after_cr && !self.unobserved.shows_key
+            };
+            let observed = if skip {
+                self.unobserved.clear();
                 None
             } else {
-                let Some(observed) = self.observe(event) else {
+                let Some(observed) = self.show_unobserved().and_then(|()| self.observe(event))
+                else {
                     return self.give_up(chunk, emit_from, out);
                 };
                 observed
@@ -214,10 +244,20 @@ impl SseTap {
             self.passthrough = false;
             event_start = Some(pos);
         }
-        if self.observe(&chunk[fed..]).is_none() {
-            return self.give_up(chunk, emit_from, out);
+        // The unfinished event's bytes in this chunk: kept aside while the
+        // observer is between events (showing them would copy them), else
+        // shown to it.
+        let rest = &chunk[fed..];
+        if self.observer_open || self.after_cr || self.unobserved.len + rest.len() > MAX_UNOBSERVED
+        {
+            let shown = self.show_unobserved().and_then(|()| self.observe(rest));
+            if shown.is_none() {
+                return self.give_up(chunk, emit_from, out);
+            }
+            self.observer_open |= fed < len || self.after_cr;
+        } else if !rest.is_empty() {
+            self.unobserved.push(chunk.slice(fed..));
         }
-        self.observer_open |= fed < len || self.after_cr;
         // The tail: the unfinished event's bytes in this chunk (from
         // `emit_from` when it began in an earlier chunk).
         let tail_start = event_start.unwrap_or(emit_from);
@@ -245,6 +285,7 @@ impl SseTap {
     /// provider's bytes too) and ends the observation.
     pub(crate) fn finish(&mut self, out: &mut Vec<Bytes>) {
         self.flush(out);
+        self.unobserved.clear();
         self.observer.finish();
     }
 
@@ -265,10 +306,26 @@ impl SseTap {
         result.ok().map(|()| observed)
     }
 
+    /// Shows the unfinished event's bytes kept aside to the observer, which
+    /// is then inside that event; `None` when it failed. (They end no event:
+    /// the scan found no blank line in them.)
+    fn show_unobserved(&mut self) -> Option<()> {
+        if self.unobserved.is_empty() {
+            return Some(());
+        }
+        let parts = std::mem::take(&mut self.unobserved.parts);
+        self.unobserved.clear();
+        self.observer_open = true;
+        parts
+            .iter()
+            .try_for_each(|part| self.observe(part).map(drop))
+    }
+
     /// The observer failed: relay the rest of this chunk and everything
     /// after it unchanged.
     fn give_up(&mut self, chunk: Bytes, emit_from: usize, out: &mut Vec<Bytes>) {
         self.failed = true;
+        self.unobserved.clear();
         self.flush(out);
         push(out, chunk.slice(emit_from..));
     }
@@ -278,6 +335,78 @@ impl SseTap {
         for part in self.held.drain(..) {
             push(out, part);
         }
+    }
+}
+
+/// The start of an unfinished event, kept as slices of the chunks it came in
+/// (refcounted, not copied) instead of being shown to the observer, which
+/// would copy it into its line and data buffers: a 64 KiB event that spans
+/// two reads was copied twice, ~6 % of the Node's CPU relaying large events.
+/// At the event's end it goes to the observer only if its bytes show the
+/// quoted key `"usage"` anywhere (a looser test than [`mentions_usage`], so
+/// it never skips an event the observer would have found usage in).
+///
+/// The bound: [`MAX_UNOBSERVED`] bytes; a longer unfinished event is shown
+/// to the observer as before.
+#[derive(Debug, Default)]
+struct Unobserved {
+    parts: Vec<Bytes>,
+    len: usize,
+    /// The last bytes noted (at most the key's length − 1): a key may
+    /// straddle two parts, or more when they are short.
+    tail: [u8; USAGE_KEY.len() - 1],
+    tail_len: usize,
+    /// The bytes noted so far contain `"usage"`.
+    shows_key: bool,
+}
+
+/// The quoted key whose presence sends an event to the observer.
+const USAGE_KEY: &[u8; 7] = b"\"usage\"";
+
+/// Most bytes of an unfinished event kept aside, unobserved.
+pub(crate) const MAX_UNOBSERVED: usize = 256 * 1024;
+
+impl Unobserved {
+    fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn push(&mut self, part: Bytes) {
+        self.note(&part);
+        self.len += part.len();
+        self.parts.push(part);
+    }
+
+    /// Looks for the key in `bytes` and across the seam with what came
+    /// before.
+    fn note(&mut self, bytes: &[u8]) {
+        if self.shows_key || bytes.is_empty() {
+            return;
+        }
+        let mut seam = [0u8; 2 * (USAGE_KEY.len() - 1)];
+        let head = bytes.len().min(USAGE_KEY.len() - 1);
+        seam[..self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+        seam[self.tail_len..self.tail_len + head].copy_from_slice(&bytes[..head]);
+        let seam = &seam[..self.tail_len + head];
+        self.shows_key = seam.windows(USAGE_KEY.len()).any(|w| w == USAGE_KEY)
+            || usage_key().find(bytes).is_some();
+        // The new tail: the last bytes of the seam and `bytes` together.
+        let keep = self.tail.len();
+        if bytes.len() >= keep {
+            self.tail.copy_from_slice(&bytes[bytes.len() - keep..]);
+            self.tail_len = keep;
+        } else {
+            let from = seam.len().saturating_sub(keep);
+            self.tail_len = seam.len() - from;
+            self.tail[..self.tail_len].copy_from_slice(&seam[from..]);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.parts.clear();
+        self.len = 0;
+        self.tail_len = 0;
+        self.shows_key = false;
     }
 }
 

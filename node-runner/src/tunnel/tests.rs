@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use proto::v1::{AdapterKind, FailureCode, Header, ProviderTunnelRequest, Usage};
 
 use super::request::prepare;
-use super::sse_tap::{MAX_HELD_EVENT, Seen, SseTap};
+use super::sse_tap::{MAX_HELD_EVENT, MAX_UNOBSERVED, Seen, SseTap};
 use super::{TunnelLimits, TunnelTarget};
 use crate::adapter::AdapterConfig;
 use crate::provider_http::BaseUrl;
@@ -105,7 +105,9 @@ fn a_long_unfinished_event_is_relayed_as_it_comes() {
 
 #[test]
 fn an_observer_failure_relays_the_rest_unchanged() {
-    let line = format!("data: {}", "y".repeat(super::OBSERVER_LIMIT + 1));
+    // The line shows the key, so the observer must read it, and it is
+    // longer than the observer takes.
+    let line = format!("data: \"usage\" {}", "y".repeat(super::OBSERVER_LIMIT + 1));
     let input = format!("{line}\n\n{USAGE_EVENT}\n\n");
     let mut tap = SseTap::new(true);
     let (out, usages, _) = run(&mut tap, input.as_bytes(), &[10, 5000]);
@@ -141,6 +143,76 @@ fn usage_is_found_whatever_the_events_around_it_look_like() {
     assert_eq!(String::from_utf8(out).unwrap(), expected);
     assert_eq!(usages, [usage()]);
     assert!(uncopied);
+}
+
+#[test]
+fn an_event_spanning_chunks_without_the_key_is_never_observed() {
+    // A 64 KiB event cut into three reads: kept aside as slices, never
+    // copied into the observer, and dropped at its end; the usage event
+    // after it is still found.
+    let big = format!("data: {{\"content\":\"{}\"}}\n\n", "x".repeat(64 * 1024));
+    let input = format!("{big}{USAGE_EVENT}\n\n");
+    for strip in [false, true] {
+        let mut tap = SseTap::new(strip);
+        let mut out = Vec::new();
+        let mut seen = Seen::default();
+        for chunk in [&input[..20_000], &input[20_000..50_000]] {
+            tap.feed(
+                Bytes::copy_from_slice(chunk.as_bytes()),
+                &mut out,
+                &mut seen,
+            );
+            assert_eq!(tap.observer_buffered(), 0, "nothing copied");
+        }
+        assert_eq!(tap.unobserved(), 50_000);
+        tap.feed(
+            Bytes::copy_from_slice(&input.as_bytes()[50_000..]),
+            &mut out,
+            &mut seen,
+        );
+        assert_eq!(tap.unobserved(), 0);
+        assert_eq!(tap.observer_buffered(), 0);
+        assert_eq!(seen.usage_events, [usage()]);
+    }
+}
+
+#[test]
+fn an_unfinished_event_longer_than_the_bound_is_shown_to_the_observer() {
+    let big = format!("data: {}\n\n", "x".repeat(MAX_UNOBSERVED + 10));
+    let input = format!("{big}{USAGE_EVENT}\n\n");
+    let mut tap = SseTap::new(true);
+    let mut out = Vec::new();
+    let mut seen = Seen::default();
+    let mut most = 0;
+    for chunk in input.as_bytes().chunks(64 * 1024) {
+        tap.feed(Bytes::copy_from_slice(chunk), &mut out, &mut seen);
+        most = most.max(tap.unobserved());
+    }
+    tap.finish(&mut out);
+    assert!(most <= MAX_UNOBSERVED, "{most}");
+    assert_eq!(seen.usage_events, [usage()]);
+    let relayed: usize = out.iter().map(Bytes::len).sum();
+    assert_eq!(relayed, big.len(), "only the usage event was cut");
+}
+
+#[test]
+fn the_key_is_found_across_any_two_cuts() {
+    // The usage event cut at every pair of points around its key, so the key
+    // straddles two or three parts (some of one byte), after a token event
+    // that also spans a cut.
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"t\"}}]}\n\n";
+    let input = format!("{token}{USAGE_EVENT}\n\ndata: [DONE]\n\n");
+    let key = input.find("\"usage\"").unwrap();
+    for first in key - 2..key + 9 {
+        for second in first..key + 9 {
+            for strip in [false, true] {
+                let mut tap = SseTap::new(strip);
+                let (_, usages, uncopied) = run(&mut tap, input.as_bytes(), &[10, first, second]);
+                assert_eq!(usages, [usage()], "cuts at {first}, {second}");
+                assert!(uncopied);
+            }
+        }
+    }
 }
 
 proptest! {

@@ -191,8 +191,13 @@ impl<'de> Visitor<'de> for CountVisitor {
 /// Whether `json` contains `"usage"` followed (after optional whitespace) by
 /// `:` and something other than `null`.
 pub(super) fn mentions_usage(json: &[u8]) -> bool {
+    values_of(json, usage_key()).any(|value| !value.starts_with(b"null"))
+}
+
+/// The finder of `"usage"` (the quoted key), built once.
+pub(super) fn usage_key() -> &'static Finder<'static> {
     static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-    values_of(json, &KEY).any(|value| !value.starts_with(b"null"))
+    &KEY
 }
 
 /// The bytes after each `key` (a finder of a quoted member name) that is
