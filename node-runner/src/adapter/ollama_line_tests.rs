@@ -279,6 +279,52 @@ fn edited_line() -> impl Strategy<Value = String> {
     })
 }
 
+/// A token text of up to a few hundred bytes (past the quick reader's
+/// byte-at-a-time head, where runs are found by `memchr2`): plain bytes
+/// with up to three pieces put in anywhere, some that end a run (a quote,
+/// an escape, a control byte, `\u`), some plain (DEL, multi-byte text).
+fn long_text() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "\"", "\\n", "\\\"", "\\\\", "\\/", "\\u0065", "\\q", "\\", "\u{1}", "\u{1f}", "\u{7f}",
+        "\u{e9}", "tok ",
+    ]);
+    let insert = (any::<prop::sample::Index>(), piece);
+    (0usize..300, prop::collection::vec(insert, 0..4)).prop_map(|(len, inserts)| {
+        let mut text = "x".repeat(len);
+        for (at, piece) in inserts {
+            let at = at.index(text.len() + 1);
+            let at = (0..=at)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            text.insert_str(at, piece);
+        }
+        text
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn a_long_text_is_read_as_serde_reads_it_or_declined(text in long_text()) {
+        let line = format!(r#"{{"message":{{"role":"assistant","content":"{text}"}},"done":false}}"#);
+        let serde = serde_read(&line);
+        match super::quick::quick_line(&line) {
+            Some(quick) => {
+                prop_assert!(serde.is_some(), "quick read what serde refuses: {}", line);
+                prop_assert_eq!(format!("{:?}", quick), format!("{:?}", serde.unwrap()), "{}", line);
+            }
+            // Declined only for what the quick reader leaves to serde.
+            None => prop_assert!(
+                serde.is_none() || text.contains("\\u") || text.bytes().any(|b| b < 0x20),
+                "declined a line it takes: {}",
+                line
+            ),
+        }
+    }
+}
+
 proptest! {
     // The quick reader takes ~4 % of edited and near lines and ~14 % of
     // compact objects: enough cases that each run sees a few hundred read.
