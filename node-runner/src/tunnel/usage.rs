@@ -41,7 +41,7 @@ pub(crate) fn observe(json: &[u8]) -> Option<Observed> {
     }
     // Checked as UTF-8 once and read as a `str`: read as bytes, serde_json
     // checks each string on its own.
-    let doc: UsageDoc = serde_json::from_str(std::str::from_utf8(json).ok()?).ok()?;
+    let doc: UsageDoc = serde_json::from_str(simdutf8::basic::from_utf8(json).ok()?).ok()?;
     let usage = doc.usage?;
     Some(Observed {
         usage: Usage {
