@@ -38,7 +38,7 @@ use proto::v1::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-pub use self::stream::{CommandStream, RunStream, is_terminal};
+pub use self::stream::{CommandStream, RunStream, is_terminal, run_event_text};
 use self::stream::{StreamHandle, cancel_answer};
 pub use self::tunnel::TunnelStream;
 use crate::link::inbox::CoreMsg;

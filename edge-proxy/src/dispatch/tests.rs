@@ -9,7 +9,7 @@ use proto::v1::{RunEvent, RunEventKind, WindowUpdate};
 fn event(seq: u64, kind: RunEventKind, text: &str) -> StreamItem {
     let mut event = RunEvent {
         seq,
-        text: text.into(),
+        text: bytes::Bytes::copy_from_slice(text.as_bytes()),
         ..RunEvent::default()
     };
     event.set_kind(kind);
@@ -64,11 +64,18 @@ fn credit_is_granted_back_in_updates_of_a_quarter_window() {
     }
 }
 
-#[test]
-fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
+type Sink = crate::link::streams::StreamSink;
+
+/// A run stream (id 7, run `r`) fed by the returned sink, and what it sends
+/// to the link.
+fn run_stream() -> (
+    Sink,
+    tokio::sync::mpsc::UnboundedReceiver<CoreMsg>,
+    RunStream,
+) {
     let (sink, rx) = stream_channel();
-    let (inbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
-    let mut stream = RunStream {
+    let (inbox, sent) = tokio::sync::mpsc::unbounded_channel();
+    let stream = RunStream {
         handle: StreamHandle {
             node_id: "n1".into(),
             generation: 1,
@@ -82,6 +89,44 @@ fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
         run_id: "r".into(),
         last_seq: 0,
     };
+    (sink, sent, stream)
+}
+
+#[test]
+fn a_delta_that_is_not_utf8_ends_the_stream_and_cancels_the_run() {
+    let (sink, mut sent, mut stream) = run_stream();
+    sink.send(event(1, RunEventKind::Delta, "fine"));
+    let mut bad = RunEvent {
+        seq: 2,
+        text: bytes::Bytes::from_static(b"ab\xff"),
+        ..RunEvent::default()
+    };
+    bad.set_kind(RunEventKind::Delta);
+    sink.send(StreamItem::Frame(Msg::RunEvent(Box::new(bad))));
+    sink.send(event(3, RunEventKind::Delta, "never seen"));
+    block_on(IoDriver::Epoll, async {
+        let first = stream.next().await.unwrap();
+        assert_eq!(run_event_text(&first), "fine");
+        let error = stream.next().await.unwrap();
+        assert_eq!(error.kind(), RunEventKind::Error);
+        assert_eq!(error.seq, 2);
+        let failure = error.failure.unwrap();
+        assert_eq!(failure.code(), proto::v1::FailureCode::Internal);
+        assert_eq!(failure.side(), proto::v1::FailureSide::Node);
+        assert!(stream.next().await.is_none(), "that was the terminal");
+    })
+    .unwrap();
+    let cancels: Vec<_> = std::iter::from_fn(|| sent.try_recv().ok())
+        .filter(|msg| {
+            matches!(msg, CoreMsg::Send { msg: Msg::CancelRequest(c), .. } if c.run_id == "r")
+        })
+        .collect();
+    assert_eq!(cancels.len(), 1, "the node is told to stop the run");
+}
+
+#[test]
+fn a_run_stream_grants_what_it_handed_out_when_asked_for_more() {
+    let (sink, mut sent, mut stream) = run_stream();
     let text = "x".repeat(500);
     let cost = proto::RUN_EVENT_CREDIT_BASE + 500;
     sink.send(event(1, RunEventKind::Delta, &text));

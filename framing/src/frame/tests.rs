@@ -324,7 +324,7 @@ fn encoder_refuses_oversize_control_frames() {
     let env = Envelope {
         stream_id: 1,
         msg: Some(Msg::RunEvent(Box::new(RunEvent {
-            text: "x".repeat(200),
+            text: "x".repeat(200).into(),
             ..Default::default()
         }))),
     };
@@ -420,7 +420,7 @@ fn arb_envelope() -> impl Strategy<Value = Envelope> {
                 msg: Some(Msg::RunEvent(Box::new(RunEvent {
                     kind: RunEventKind::Delta as i32,
                     seq: out,
-                    text,
+                    text: text.into(),
                     usage: Some(Usage {
                         input_tokens: 1,
                         output_tokens: out,
@@ -469,7 +469,7 @@ proptest! {
         let event = RunEvent {
             kind: RunEventKind::Delta as i32,
             seq,
-            text,
+            text: text.into(),
             usage: Some(Usage {
                 input_tokens: 1,
                 output_tokens: seq,

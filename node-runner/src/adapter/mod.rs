@@ -118,11 +118,11 @@ impl RuntimeEvent {
             Self::Start => event.set_kind(RunEventKind::Start),
             Self::Delta(text) => {
                 event.set_kind(RunEventKind::Delta);
-                event.text = text;
+                event.text = text.into();
             }
             Self::ReasoningDelta(text) => {
                 event.set_kind(RunEventKind::ReasoningDelta);
-                event.text = text;
+                event.text = text.into();
             }
             Self::Usage(usage) => {
                 event.set_kind(RunEventKind::Usage);

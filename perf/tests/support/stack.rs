@@ -413,7 +413,7 @@ pub(crate) fn text(events: &[RunEvent], kind: RunEventKind) -> String {
     events
         .iter()
         .filter(|e| e.kind() == kind)
-        .map(|e| e.text.as_str())
+        .map(|e| std::str::from_utf8(&e.text).expect("UTF-8 text"))
         .collect()
 }
 

@@ -25,7 +25,7 @@ use super::gate::{Decision, Path};
 use super::http::Responder;
 use super::openai::{self, ParsedRequest};
 use super::{Api, Attempt, AttemptCtx, unix_s};
-use crate::dispatch::{RunStream, SubmitRun};
+use crate::dispatch::{RunStream, SubmitRun, run_event_text};
 use crate::pool::Lease;
 
 mod sse;
@@ -221,8 +221,10 @@ impl Ids {
 /// the failure to report (if any).
 fn apply(event: &RunEvent, out: &mut Output) -> Option<Result<(), ApiError>> {
     match event.kind() {
-        RunEventKind::Delta if out.keep_text => out.text.push_str(&event.text),
-        RunEventKind::ReasoningDelta if out.keep_text => out.reasoning.push_str(&event.text),
+        RunEventKind::Delta if out.keep_text => out.text.push_str(run_event_text(event)),
+        RunEventKind::ReasoningDelta if out.keep_text => {
+            out.reasoning.push_str(run_event_text(event));
+        }
         RunEventKind::Delta | RunEventKind::ReasoningDelta => {}
         RunEventKind::Usage => out.usage = event.usage,
         RunEventKind::Complete => {

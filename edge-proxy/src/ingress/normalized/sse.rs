@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Ids, Output};
+use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
@@ -118,9 +119,11 @@ impl SseWriter<'_> {
 
     fn chat(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
         match event.kind() {
-            RunEventKind::Delta => self.chat_delta(DeltaText::content(&event.text), bytes),
+            RunEventKind::Delta => {
+                self.chat_delta(DeltaText::content(run_event_text(event)), bytes)
+            }
             RunEventKind::ReasoningDelta => {
-                self.chat_delta(DeltaText::reasoning(&event.text), bytes);
+                self.chat_delta(DeltaText::reasoning(run_event_text(event)), bytes);
             }
             _ if terminal => {
                 let finish = if out.finish_reason.is_empty() {
@@ -144,7 +147,7 @@ impl SseWriter<'_> {
     fn responses(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
         let item = &self.ids.item_id;
         match event.kind() {
-            RunEventKind::Delta => self.responses_delta(&event.text, bytes),
+            RunEventKind::Delta => self.responses_delta(run_event_text(event), bytes),
             _ if terminal => {
                 let part = json!({"type": "output_text", "text": out.text, "annotations": []});
                 bytes.extend(sse(
