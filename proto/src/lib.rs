@@ -28,6 +28,8 @@ pub const ENVELOPE_STREAM_ID_FIELD: u32 = 1;
 pub const ENVELOPE_RUN_REQUEST_FIELD: u32 = 20;
 /// Field number of `Envelope.run_event`.
 pub const ENVELOPE_RUN_EVENT_FIELD: u32 = 21;
+/// Field number of `RunEvent.text`.
+pub const RUN_EVENT_TEXT_FIELD: u32 = 3;
 /// Field number of `Envelope.provider_tunnel_frame`.
 pub const ENVELOPE_TUNNEL_FRAME_FIELD: u32 = 31;
 /// Field number of `ProviderTunnelFrame.body`.

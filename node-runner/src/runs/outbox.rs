@@ -81,7 +81,27 @@ impl Outbox {
     /// Queues a run's event on `stream_id`, encoded from the borrowed
     /// event (no `Envelope` built, so no box for its variant); false if it
     /// could not be encoded or the writer is gone.
+    ///
+    /// A text of [`TEXT_AS_OWN_SLICE`] bytes or more goes to the writer as
+    /// its own slice after the frame's head, like a tunnel body, instead of
+    /// being copied into the frame (~6 % of the Node's CPU relaying 64 KiB
+    /// normalized events). The Edge decodes the same event either way.
     pub fn send_run_event(&self, stream_id: u64, event: &RunEvent) -> bool {
+        if event.text.len() >= TEXT_AS_OWN_SLICE {
+            let head = RunEvent {
+                text: Bytes::new(),
+                ..event.clone()
+            };
+            let frame = self.encoder.borrow_mut().encode_with_trailing_bytes(
+                stream_id,
+                proto::ENVELOPE_RUN_EVENT_FIELD,
+                &head,
+                proto::RUN_EVENT_TEXT_FIELD,
+                event.text.clone(),
+            );
+            return logged(frame, stream_id, "run event")
+                .is_some_and(|frame| self.tx.send((stream_id, Outgoing::Body(frame))).is_ok());
+        }
         let frame = self.encoder.borrow_mut().encode_message(
             stream_id,
             proto::ENVELOPE_RUN_EVENT_FIELD,
@@ -103,6 +123,10 @@ impl Outbox {
     }
 }
 
+/// The shortest event text [`Outbox::send_run_event`] writes as its own
+/// slice: below it, a copy into the frame costs less than another iovec.
+pub(crate) const TEXT_AS_OWN_SLICE: usize = 4 * 1024;
+
 /// The encoded frame, or `None` with the error logged: what failed to
 /// encode (`what`) is dropped, never sent half-made.
 fn logged<T>(encoded: Result<T, FrameError>, stream_id: u64, what: &str) -> Option<T> {
@@ -111,4 +135,59 @@ fn logged<T>(encoded: Result<T, FrameError>, stream_id: u64, what: &str) -> Opti
             tracing::error!(%error, stream_id, "could not encode a {what} for the edge");
         })
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use framing::frame::FrameDecoder;
+    use framing::link::Outgoing;
+    use proto::v1::{RunEvent, RunEventKind};
+
+    use super::{Outbox, TEXT_AS_OWN_SLICE};
+
+    /// What the writer gets for `event`, joined and decoded as the Edge
+    /// decodes it, and whether its text went as its own slice.
+    fn sent(event: &RunEvent) -> (proto::Envelope, bool) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let outbox = Outbox::new(tx, framing::frame::DEFAULT_MAX_FRAME_LEN);
+        assert!(outbox.send_run_event(9, event));
+        let (stream_id, outgoing) = rx.try_recv().unwrap();
+        assert_eq!(stream_id, 9);
+        let (wire, own_slice) = match outgoing {
+            Outgoing::Frame(frame) => (BytesMut::from(&frame[..]), false),
+            Outgoing::Body(frame) => {
+                assert_eq!(frame.body.as_ptr(), event.text.as_ptr(), "not copied");
+                let mut wire = BytesMut::from(&frame.head[..]);
+                frame.parts().for_each(|part| wire.extend_from_slice(part));
+                (wire, true)
+            }
+            other => panic!("{other:?}"),
+        };
+        let mut wire = wire;
+        let envelope = FrameDecoder::default().decode(&mut wire).unwrap().unwrap();
+        assert!(wire.is_empty());
+        (envelope, own_slice)
+    }
+
+    #[test]
+    fn a_long_text_goes_as_its_own_slice_and_decodes_the_same() {
+        for (len, own_slice) in [
+            (5, false),
+            (TEXT_AS_OWN_SLICE - 1, false),
+            (TEXT_AS_OWN_SLICE, true),
+            (70_000, true),
+        ] {
+            let mut event = RunEvent {
+                seq: 4,
+                text: Bytes::from("é".repeat(len / 2) + &"x".repeat(len % 2)),
+                ..RunEvent::default()
+            };
+            event.set_kind(RunEventKind::Delta);
+            let (envelope, went_alone) = sent(&event);
+            assert_eq!(went_alone, own_slice, "{len} bytes");
+            assert_eq!(envelope.stream_id, 9);
+            assert_eq!(envelope.msg, Some(proto::Msg::RunEvent(Box::new(event))));
+        }
+    }
 }
