@@ -245,10 +245,13 @@ impl SseTap {
             event_start = Some(pos);
         }
         // The unfinished event's bytes in this chunk: kept aside while the
-        // observer is between events (showing them would copy them), else
-        // shown to it.
+        // observer is between events and the event's start is large
+        // (showing them would copy them), else shown to it.
         let rest = &chunk[fed..];
-        if self.observer_open || self.after_cr || self.unobserved.len + rest.len() > MAX_UNOBSERVED
+        if self.observer_open
+            || self.after_cr
+            || (self.unobserved.is_empty() && rest.len() < MIN_UNOBSERVED)
+            || self.unobserved.len + rest.len() > MAX_UNOBSERVED
         {
             let shown = self.show_unobserved().and_then(|()| self.observe(rest));
             if shown.is_none() {
@@ -346,8 +349,13 @@ impl SseTap {
 /// quoted key `"usage"` anywhere (a looser test than [`mentions_usage`], so
 /// it never skips an event the observer would have found usage in).
 ///
-/// The bound: [`MAX_UNOBSERVED`] bytes; a longer unfinished event is shown
-/// to the observer as before.
+/// Only an event whose start in its first chunk is at least
+/// [`MIN_UNOBSERVED`] bytes is kept aside: a slice pins the whole receive
+/// buffer it is cut from until the event ends (the next read then takes a
+/// fresh one), which costs more than the observer's copy of a short start
+/// into buffers it reuses (`perf/tests/tunnel_flow.rs` counts the bytes
+/// allocated). The bound: [`MAX_UNOBSERVED`] bytes; a longer unfinished
+/// event is shown to the observer as before.
 #[derive(Debug, Default)]
 struct Unobserved {
     parts: Vec<Bytes>,
@@ -362,6 +370,9 @@ struct Unobserved {
 
 /// The quoted key whose presence sends an event to the observer.
 const USAGE_KEY: &[u8; 7] = b"\"usage\"";
+
+/// The shortest start of an event kept aside, unobserved.
+pub(crate) const MIN_UNOBSERVED: usize = 16 * 1024;
 
 /// Most bytes of an unfinished event kept aside, unobserved.
 pub(crate) const MAX_UNOBSERVED: usize = 256 * 1024;

@@ -197,19 +197,28 @@ fn an_unfinished_event_longer_than_the_bound_is_shown_to_the_observer() {
 
 #[test]
 fn the_key_is_found_across_any_two_cuts() {
-    // The usage event cut at every pair of points around its key, so the key
-    // straddles two or three parts (some of one byte), after a token event
-    // that also spans a cut.
+    // A usage event long enough before its key to be kept aside (its start
+    // in the first chunk is over `MIN_UNOBSERVED`), cut at every pair of
+    // points around the key, so the key straddles two or three parts (some
+    // of one byte).
     let token = "data: {\"choices\":[{\"delta\":{\"content\":\"t\"}}]}\n\n";
-    let input = format!("{token}{USAGE_EVENT}\n\ndata: [DONE]\n\n");
+    let pad = "p".repeat(super::sse_tap::MIN_UNOBSERVED + 100);
+    let usage_event = USAGE_EVENT.replacen("{", &format!("{{\"pad\":\"{pad}\","), 1);
+    let input = format!("{token}{usage_event}\n\ndata: [DONE]\n\n");
     let key = input.find("\"usage\"").unwrap();
     for first in key - 2..key + 9 {
         for second in first..key + 9 {
             for strip in [false, true] {
                 let mut tap = SseTap::new(strip);
-                let (_, usages, uncopied) = run(&mut tap, input.as_bytes(), &[10, first, second]);
+                let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &[10, first, second]);
                 assert_eq!(usages, [usage()], "cuts at {first}, {second}");
                 assert!(uncopied);
+                let expected = if strip {
+                    format!("{token}data: [DONE]\n\n")
+                } else {
+                    input.clone()
+                };
+                assert_eq!(String::from_utf8(out).unwrap(), expected);
             }
         }
     }
