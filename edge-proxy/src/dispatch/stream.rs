@@ -216,11 +216,11 @@ impl RunStream {
 }
 
 /// The `error` terminal that takes `event`'s place when its text is not
-/// UTF-8. The text crosses the link as
-/// bytes, a slice of the frame (decoded as a `string` it was copied and
-/// checked by core's check: ~14 % of the Edge's CPU relaying 64 KiB
-/// normalized events); this is its one full check, so [`run_event_text`]
-/// can read it as a `str`.
+/// UTF-8. The text crosses the link as bytes and is decoded as a slice of
+/// the frame (decoded as a `string`, it was copied and checked by core's
+/// check: ~14 % of the Edge's CPU relaying 64 KiB normalized events). It
+/// is checked here, as the stream hands the event out, so that
+/// [`run_event_text`] always reads it whole.
 fn text_error(event: &RunEvent) -> Option<RunEvent> {
     if simdutf8::basic::from_utf8(&event.text).is_ok() {
         return None;
@@ -240,7 +240,8 @@ fn text_error(event: &RunEvent) -> Option<RunEvent> {
     Some(error)
 }
 
-/// The text of an event a [`RunStream`] handed out (checked there: UTF-8).
+/// The text of an event a [`RunStream`] handed out, as a `str` (checked
+/// there to be UTF-8; `simdutf8` checks it again here, without a copy).
 pub fn run_event_text(event: &RunEvent) -> &str {
     simdutf8::basic::from_utf8(&event.text).unwrap_or_default()
 }
