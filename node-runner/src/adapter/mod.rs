@@ -46,6 +46,8 @@
 //! there.
 
 mod lenient;
+#[cfg(test)]
+pub(crate) use lenient::json_value;
 mod ollama;
 mod openai;
 pub mod probe;

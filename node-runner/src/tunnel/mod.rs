@@ -101,6 +101,7 @@ mod stall_tests;
 #[cfg(test)]
 mod tests;
 mod usage;
+mod usage_quick;
 
 use std::future::{Future, pending};
 use std::time::Duration;
