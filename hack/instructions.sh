@@ -20,7 +20,9 @@
 # target/instructions/ for `callgrind_annotate`.
 #
 # Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh),
-# INSTRUCTIONS_OUT (default bench-results/instructions.md).
+# INSTRUCTIONS_OUT (default bench-results/instructions.md), PROMPT_BYTES (a
+# prompt of that many ASCII bytes instead of "hi", for the long-prompt path;
+# e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=instructions
@@ -29,6 +31,11 @@ BENCH_NAME=instructions
 
 requests=${1:-2000}
 models=${MODELS:-mock-chat mock-ollama}
+prompt_bytes=${PROMPT_BYTES:-}
+case $prompt_bytes in
+  '' | *[!0-9]*) [ -z "$prompt_bytes" ] || fail "PROMPT_BYTES must be a number of bytes" ;;
+esac
+if [ -n "$prompt_bytes" ]; then prompt_desc="a prompt of $prompt_bytes ASCII bytes"; else prompt_desc='"hi"'; fi
 out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
 keep=$bench_target/instructions
 # Valgrind starts a process ~50 times slower.
@@ -50,12 +57,13 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" <<'PY'
+  python3 - "$@" "$prompt_bytes" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+content = "x" * int(sys.argv[4]) if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
 body = json.dumps({"model": model, "stream": False,
-                   "messages": [{"role": "user", "content": "hi"}]})
+                   "messages": [{"role": "user", "content": content}]})
 failed = []
 def run(count):
     conn = http.client.HTTPConnection(host, timeout=120)
@@ -124,7 +132,7 @@ done
   BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
     "Instructions a small request (callgrind)" "hack/instructions.sh $requests"
   cat <<MD
-- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests small non-streaming chats ("hi"; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
+- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests small non-streaming chats ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
 - **Callgrind files:** \`target/instructions/\` (\`callgrind_annotate --inclusive=yes FILE.1\`)
 
 | model | process | instructions a request | instructions in all |

@@ -173,8 +173,10 @@ impl SseParser {
                 });
                 return;
             }
-            // UTF-8 first, as a `Value` parse checked it (skipped fields too).
-            let parsed = std::str::from_utf8(event.data)
+            // UTF-8 first, as a `Value` parse checked it (skipped fields too);
+            // `simdutf8` as every provider line and body (`compat`: the error
+            // says where).
+            let parsed = simdutf8::compat::from_utf8(event.data)
                 .map_err(|e| malformed(format_args!("chunk is not JSON ({e})")))
                 .and_then(|data| {
                     ChunkJson::parse(data)

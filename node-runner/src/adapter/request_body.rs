@@ -58,7 +58,7 @@ pub(super) fn with_messages(
 /// A message's text, which the wire carries as bytes (to decode it
 /// without a copy) but which must be UTF-8.
 fn text(content: &[u8]) -> Result<&str, ExecutionFailure> {
-    std::str::from_utf8(content).map_err(|e| {
+    simdutf8::compat::from_utf8(content).map_err(|e| {
         failure(
             FailureCode::InvalidRequest,
             FailureSide::Client,
