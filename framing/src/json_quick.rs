@@ -1,19 +1,27 @@
-//! A cursor over compact JSON, for the few documents the Node reads on
-//! every request without serde: an Ollama `/api/chat` line
-//! (`adapter::ollama`'s quick reader) and a tunnelled answer's `usage`
-//! (`tunnel::usage`).
+//! A cursor over JSON, for the few documents IOP reads on every request
+//! without serde: the Node's Ollama `/api/chat` lines and a tunnelled
+//! answer's `usage`, the Edge's routing fields of a request body.
 //!
 //! serde_json sets up a visitor and a string scan for every key and value
 //! (~3,000 instructions an Ollama line, ~7,500 a small chat completion's
-//! body: issue 8, `hack/instructions.sh`). This cursor reads compact JSON in
-//! one pass over its bytes, and **declines** (`None`) on anything it does
-//! not take: whitespace between tokens, a `\u` escape or a control
-//! character in a string, an escape in a key, a number that is not a plain
-//! non-negative integer within `u64`, nesting deeper than
-//! [`MAX_SKIP_DEPTH`], and anything that is not valid JSON. Its callers
-//! then read the document through serde, so what a quick reader reads is
-//! always what serde reads (each caller's property tests hold it to that),
-//! and every error is still serde's.
+//! body), and scans a string ~2.4 instructions a byte (78 % of the Edge's
+//! instructions routing a 100 KB prompt; issue 8, `hack/instructions.sh`).
+//! This cursor reads in one pass over the bytes, a long string by
+//! `memchr2`, and **declines** (`None`) on anything it does not take; its
+//! callers then read the document through serde, so what a quick reader
+//! reads is always what serde reads (each caller's property tests hold it
+//! to that), and every error is still serde's.
+//!
+//! Declined everywhere: a control character in a string, an escape in a
+//! key, nesting deeper than [`MAX_SKIP_DEPTH`], and anything that is not
+//! valid JSON. Whitespace between tokens is declined too, unless the cursor
+//! is [`Cursor::spaced`]. A value *read* ([`Cursor::scalar`]) is declined if
+//! it is a string with a `\u` escape (serde pairs surrogates; this reader
+//! does not unescape them) or a number that is not a plain non-negative
+//! integer within `u64`. A value *skipped* ([`Cursor::skip_any`]) may also
+//! hold `\u` escapes other than surrogates, and negative or fractional
+//! numbers of up to [`MAX_SKIPPED_NUMBER`] bytes without an exponent (so
+//! that no number serde would find out of range is taken).
 
 use std::borrow::Cow;
 
@@ -21,16 +29,25 @@ use std::borrow::Cow;
 /// its escapes checked; it is unescaped only when it is read
 /// ([`Scalar::text`]), not when it is skipped.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Scalar<'a> {
-    Text { raw: &'a str, escaped: bool },
+pub enum Scalar<'a> {
+    /// A string.
+    Text {
+        /// Its bytes between the quotes, escapes as written.
+        raw: &'a str,
+        /// Whether it has escapes.
+        escaped: bool,
+    },
+    /// `true` or `false`.
     Flag(bool),
+    /// A non-negative integer within `u64`.
     Count(u64),
+    /// `null`.
     Null,
 }
 
 impl<'a> Scalar<'a> {
     /// The text of a string (unescaped); `None` for any other value.
-    pub(crate) fn text(self) -> Option<Cow<'a, str>> {
+    pub fn text(self) -> Option<Cow<'a, str>> {
         match self {
             Scalar::Text {
                 raw,
@@ -42,7 +59,7 @@ impl<'a> Scalar<'a> {
     }
 
     /// The value of a boolean; `None` for any other value.
-    pub(crate) fn flag(self) -> Option<bool> {
+    pub fn flag(self) -> Option<bool> {
         match self {
             Scalar::Flag(flag) => Some(flag),
             _ => None,
@@ -50,12 +67,12 @@ impl<'a> Scalar<'a> {
     }
 
     /// Whether it is `null`.
-    pub(crate) fn is_null(self) -> bool {
+    pub fn is_null(self) -> bool {
         matches!(self, Scalar::Null)
     }
 
     /// The value of a count; `None` for any other value.
-    pub(crate) fn count(self) -> Option<u64> {
+    pub fn count(self) -> Option<u64> {
         match self {
             Scalar::Count(n) => Some(n),
             _ => None,
@@ -65,7 +82,10 @@ impl<'a> Scalar<'a> {
 
 /// How deep [`Cursor::skip_any`] goes before it declines (serde_json's own
 /// limit is 128).
-pub(crate) const MAX_SKIP_DEPTH: usize = 32;
+pub const MAX_SKIP_DEPTH: usize = 32;
+
+/// The longest number [`Cursor::skip_any`] takes, in bytes.
+pub const MAX_SKIPPED_NUMBER: usize = 24;
 
 /// The bytes that end a plain string's run: its closing quote, an escape,
 /// a control character (one table load a byte, not three comparisons).
@@ -145,6 +165,23 @@ fn escaped(letter: u8) -> Option<char> {
     })
 }
 
+/// The length of the escape that `after` (the bytes after a backslash)
+/// begins: 2 for one letter, 6 for `\u` and four hex digits that are not a
+/// surrogate (a lone or a reversed surrogate is an error in serde, a pair
+/// is left to it); `None` for anything else.
+fn escape_len(after: &[u8]) -> Option<usize> {
+    if escaped(*after.first()?).is_some() {
+        return Some(2);
+    }
+    let hex = after.strip_prefix(b"u")?.get(..4)?;
+    if !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    // Checked: four ASCII hex digits (`from_str_radix` would take a sign).
+    let unit = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+    (!(0xD800..=0xDFFF).contains(&unit)).then_some(6)
+}
+
 /// The text of a string's raw body whose escapes [`Cursor::string`]
 /// checked.
 fn unescape(raw: &str) -> String {
@@ -162,40 +199,80 @@ fn unescape(raw: &str) -> String {
 
 /// A position in a document; every reader returns `None` for what it
 /// declines.
-pub(crate) struct Cursor<'a> {
+///
+/// `SPACED`: whether whitespace between tokens is taken (a constant, so a
+/// compact cursor's reads carry no check for it).
+#[derive(Debug)]
+pub struct Cursor<'a, const SPACED: bool = false> {
     text: &'a str,
     at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    /// A cursor at the start of `text`.
-    pub(crate) fn new(text: &'a str) -> Self {
+    /// A cursor at the start of `text` that declines whitespace between
+    /// tokens (compact JSON: provider lines and bodies).
+    #[inline]
+    pub fn new(text: &'a str) -> Self {
         Self { text, at: 0 }
     }
+}
 
+impl<'a> Cursor<'a, true> {
+    /// A cursor at the start of `text` that takes whitespace between tokens
+    /// (a client's body, e.g. Python's `json.dumps` with its `", "`), and
+    /// before the first.
+    pub fn spaced(text: &'a str) -> Self {
+        let mut cursor = Self { text, at: 0 };
+        cursor.space();
+        cursor
+    }
+}
+
+impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
     /// Whether the whole document has been read.
-    pub(crate) fn at_end(&self) -> bool {
+    #[inline]
+    pub fn at_end(&self) -> bool {
         self.at == self.text.len()
+    }
+
+    /// Where the cursor is, in bytes from the start.
+    #[inline]
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    /// Skips whitespace, when the cursor is [`spaced`](Cursor::spaced).
+    #[inline(always)]
+    fn space(&mut self) {
+        if SPACED {
+            let bytes = self.text.as_bytes();
+            while matches!(bytes.get(self.at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+                self.at += 1;
+            }
+        }
     }
 
     /// Whether only JSON whitespace is left (what serde allows after a
     /// document).
-    pub(crate) fn only_whitespace_left(&self) -> bool {
+    pub fn only_whitespace_left(&self) -> bool {
         self.text.as_bytes()[self.at..]
             .iter()
             .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
     }
 
     /// The next byte, not taken.
-    pub(crate) fn peek(&self) -> Option<u8> {
+    #[inline]
+    pub fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
     /// Takes `byte` if it comes next.
-    pub(crate) fn eat(&mut self, byte: u8) -> Option<()> {
+    #[inline]
+    pub fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
+    #[inline]
     fn eat_word(&mut self, word: &str) -> Option<()> {
         let rest = self.text.as_bytes().get(self.at..)?;
         rest.starts_with(word.as_bytes())
@@ -203,12 +280,14 @@ impl<'a> Cursor<'a> {
     }
 
     /// `{`, then `"key":value` members joined by `,`, then `}`; `member`
-    /// reads each value. A key with an escape is declined.
-    pub(crate) fn object(
+    /// reads each value (the cursor at its first byte). A key with an
+    /// escape is declined. The whitespace after the `}` is the caller's.
+    pub fn object(
         &mut self,
         mut member: impl FnMut(&'a str, &mut Self) -> Option<()>,
     ) -> Option<()> {
         self.eat(b'{')?;
+        self.space();
         if self.eat(b'}').is_some() {
             return Some(());
         }
@@ -216,10 +295,16 @@ impl<'a> Cursor<'a> {
             let (key, false) = self.string(key_run)? else {
                 return None;
             };
+            self.space();
             self.eat(b':')?;
+            self.space();
             member(key, self)?;
+            self.space();
             match self.peek()? {
-                b',' => self.at += 1,
+                b',' => {
+                    self.at += 1;
+                    self.space();
+                }
                 b'}' => {
                     self.at += 1;
                     return Some(());
@@ -267,7 +352,8 @@ impl<'a> Cursor<'a> {
     }
 
     /// A plain value: a string, `true`, `false`, `null` or a count.
-    pub(crate) fn scalar(&mut self) -> Option<Scalar<'a>> {
+    #[inline]
+    pub fn scalar(&mut self) -> Option<Scalar<'a>> {
         match self.peek()? {
             b'"' => {
                 let (raw, escaped) = self.string(run_of_plain)?;
@@ -284,7 +370,7 @@ impl<'a> Cursor<'a> {
     /// Skips a scalar or an object of scalars (one level: nothing here
     /// recurses); declines arrays and deeper objects. See
     /// [`skip_any`](Self::skip_any) for any value.
-    pub(crate) fn skip_value(&mut self) -> Option<()> {
+    pub fn skip_value(&mut self) -> Option<()> {
         if self.peek()? == b'{' {
             return self.object(|_, cursor| cursor.scalar().map(drop));
         }
@@ -293,7 +379,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips any value this reader takes: a scalar, or an array or object of
     /// them nested up to `depth` levels ([`MAX_SKIP_DEPTH`] from the top).
-    pub(crate) fn skip_any(&mut self, depth: usize) -> Option<()> {
+    pub fn skip_any(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
             b'{' => {
                 let inner = depth.checked_sub(1)?;
@@ -303,20 +389,75 @@ impl<'a> Cursor<'a> {
                 let inner = depth.checked_sub(1)?;
                 self.array(|cursor| cursor.skip_any(inner))
             }
+            b'"' => self.skip_string(),
+            b'-' | b'0'..=b'9' => self.skip_number(),
             _ => self.scalar().map(drop),
         }
     }
 
+    /// Skips a string, its escapes checked: any but a `\u` of a surrogate.
+    fn skip_string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        let mut at = self.at;
+        loop {
+            at += run_of_plain(bytes.get(at..)?)?;
+            match bytes[at] {
+                b'"' => {
+                    self.at = at + 1;
+                    return Some(());
+                }
+                b'\\' => at += escape_len(bytes.get(at + 1..)?)?,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Skips a number: `-`, an integer without leading zeros, a fraction;
+    /// no exponent, at most [`MAX_SKIPPED_NUMBER`] bytes.
+    fn skip_number(&mut self) -> Option<()> {
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut at = start + usize::from(bytes[start] == b'-');
+        let digits = |from: usize| {
+            bytes.get(from..).map_or(0, |rest| {
+                rest.iter().take_while(|b| b.is_ascii_digit()).count()
+            })
+        };
+        let whole = digits(at);
+        if whole == 0 || (whole > 1 && bytes[at] == b'0') {
+            return None;
+        }
+        at += whole;
+        if bytes.get(at) == Some(&b'.') {
+            let fraction = digits(at + 1);
+            if fraction == 0 {
+                return None;
+            }
+            at += 1 + fraction;
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) || at - start > MAX_SKIPPED_NUMBER {
+            return None;
+        }
+        self.at = at;
+        Some(())
+    }
+
     /// `[`, then values joined by `,`, then `]`; `element` reads each.
-    pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
+        self.space();
         if self.eat(b']').is_some() {
             return Some(());
         }
         loop {
             element(self)?;
+            self.space();
             match self.peek()? {
-                b',' => self.at += 1,
+                b',' => {
+                    self.at += 1;
+                    self.space();
+                }
                 b']' => {
                     self.at += 1;
                     return Some(());
@@ -341,3 +482,7 @@ impl<'a> Cursor<'a> {
         (!leading_zero && !fraction).then_some(n)
     }
 }
+
+#[cfg(test)]
+#[path = "json_quick_tests.rs"]
+mod tests;

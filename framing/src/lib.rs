@@ -11,6 +11,7 @@
 //! | [`http`]   | HTTP/1.1 heads (via `httparse`) and chunked transfer coding   |
 //! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
+//! | [`json_quick`] | a one-pass JSON cursor that leaves what it does not take to serde |
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
@@ -45,6 +46,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod http;
 pub mod io_driver;
+pub mod json_quick;
 pub mod link;
 pub mod ndjson;
 pub mod outbound;

@@ -66,7 +66,6 @@ pub mod adapter;
 pub mod admin;
 pub mod commands;
 pub mod drain;
-mod json_quick;
 pub mod lease;
 pub mod link;
 pub mod metrics;

@@ -1,3 +1,5 @@
+use proptest::prelude::*;
+
 use super::*;
 
 #[test]
@@ -214,5 +216,174 @@ fn chat_usage_serializes_as_the_tree_it_replaced() {
         let typed = serde_json::to_string(&ChatUsage::of(&usage)).unwrap();
         assert_eq!(typed, tree.to_string());
         assert_eq!(chat_usage(&usage), tree);
+    }
+}
+
+/// serde's reading of a body's routing fields: the quick reader's oracle.
+fn serde_fields(body: &str) -> Option<RoutingFields> {
+    read_json(body.as_bytes(), PhantomData).ok()
+}
+
+#[test]
+fn common_bodies_are_routed_by_the_quick_reader_as_serde_reads_them() {
+    let prompt = "a long prompt, \"quoted\",\nwith lines and \u{e9} ".repeat(2_000);
+    let python = format!(
+        r#"{{"messages": [{{"role": "user", "content": {}}}], "model": "gpt-4o", "stream": true, "stream_options": {{"include_usage": true}}, "temperature": 0.7, "max_tokens": -1}}"#,
+        serde_json::to_string(&prompt).unwrap()
+    );
+    for body in [
+        python.as_str(),
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        "{\n  \"model\": \"m\",\n  \"stream\": null,\n  \"input\": \"\\u00e9\"\n}\n",
+        r#"{"model":"a","model":"b","stream":false}"#,
+        r#"{"model":7,"stream":"yes"}"#,
+        r#"{}"#,
+    ] {
+        let quick = quick_routing_fields(body).unwrap_or_else(|| panic!("declined {body}"));
+        assert_eq!(Some(quick), serde_fields(body), "{body}");
+    }
+    let request = parse(Bytes::from(python)).unwrap();
+    assert_eq!(request.model, "gpt-4o");
+    assert!(request.stream && request.include_usage && request.has_stream_options);
+}
+
+#[test]
+fn the_quick_reader_leaves_the_rest_to_serde() {
+    for body in [
+        r#"{"mod\u0065l":"m"}"#,
+        r#"{"model":"m","x":"\ud83d\ude00"}"#,
+        r#"{"model":"m","x":1e3}"#,
+        r#"[{"model":"m"}]"#,
+        r#"{"model":"m"} x"#,
+        "{\"model\":\"m\",\"x\":\"a\u{1}\"}",
+        &format!(
+            r#"{{"model":"m","x":{}{}}}"#,
+            "[".repeat(40),
+            "]".repeat(40)
+        ),
+    ] {
+        assert_eq!(quick_routing_fields(body), None, "{body}");
+    }
+    // Read by serde, as before.
+    let request = parse(Bytes::from_static(br#"{"mod\u0065l":"m","x":1e3}"#)).unwrap();
+    assert_eq!(request.model, "m");
+}
+
+/// Request bodies of the routing keys and others, compact or pretty.
+fn request_body() -> impl Strategy<Value = String> {
+    let keys = vec![
+        "model",
+        "stream",
+        "stream_options",
+        "include_usage",
+        "messages",
+        "x",
+    ];
+    let value = json_value();
+    (
+        prop::collection::btree_map(prop::sample::select(keys), value, 0..5),
+        any::<bool>(),
+    )
+        .prop_map(|(members, pretty)| {
+            let object = Value::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+            );
+            if pretty {
+                serde_json::to_string_pretty(&object).unwrap()
+            } else {
+                object.to_string()
+            }
+        })
+}
+
+/// JSON values with strings of any characters and numbers of every kind.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        ".{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{0,14}", inner, 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A common body with up to three edits: a piece put in, or bytes taken
+/// out, anywhere.
+fn edited_body() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "{",
+        "}",
+        "[",
+        "]",
+        ":",
+        ",",
+        "\"",
+        " ",
+        "\n",
+        "\\",
+        "\\u0041",
+        "\\ud800",
+        "1e5",
+        "-",
+        ".5",
+        "null",
+        "true",
+        "\"model\":",
+        "\"stream\":",
+        "\"model\":\"n\",",
+        "\u{1}",
+        "\u{e9}",
+    ]);
+    let edit = (any::<prop::sample::Index>(), 0usize..4, piece);
+    (
+        prop::sample::select(vec![
+            r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}"#,
+            r#"{"model":"m","stream_options":{"include_usage":true},"temperature":0.5}"#,
+        ]),
+        prop::collection::vec(edit, 1..4),
+    )
+        .prop_map(|(base, edits)| {
+            let mut body = base.to_owned();
+            for (at, cut, piece) in edits {
+                let at = at.index(body.len() + 1);
+                let at = (0..=at)
+                    .rev()
+                    .find(|&i| body.is_char_boundary(i))
+                    .unwrap_or(0);
+                let end = (at + cut).min(body.len());
+                let end = (end..=body.len())
+                    .find(|&i| body.is_char_boundary(i))
+                    .unwrap();
+                body.replace_range(at..end, piece);
+            }
+            body
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn any_body_is_routed_as_serde_routes_it(body in request_body()) {
+        if let Some(quick) = quick_routing_fields(&body) {
+            proptest::prop_assert_eq!(Some(quick), serde_fields(&body), "{}", body);
+        }
+    }
+
+    #[test]
+    fn an_edited_body_is_routed_as_serde_routes_it_or_declined(body in edited_body()) {
+        if let Some(quick) = quick_routing_fields(&body) {
+            proptest::prop_assert_eq!(Some(quick), serde_fields(&body), "{}", body);
+        }
     }
 }

@@ -15,11 +15,11 @@
 //! escapes are taken, and only the texts it reads are unescaped. So what
 //! it reads is always read as serde reads it (property tests hold it to
 //! that, on lines made to be near misses), and every error is still
-//! serde's. The cursor is [`crate::json_quick`]'s, shared with the
+//! serde's. The cursor is [`framing::json_quick`]'s, shared with the
 //! tunnel's usage reader.
 
 use super::LineJson;
-use crate::json_quick::Cursor;
+use framing::json_quick::Cursor;
 
 /// The fields of `line` when it is a compact object of plain values (see
 /// the module docs); `None` when it is anything else.

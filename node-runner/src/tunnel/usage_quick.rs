@@ -6,10 +6,11 @@
 //! instructions on a small chat's ~430-byte body, ~14 % of the Node's
 //! instructions for a small tunnelled request (issue 8,
 //! `hack/instructions.sh`). [`read`] walks such a document once with
-//! [`crate::json_quick`]'s cursor and declines — the document then goes
+//! [`framing::json_quick`]'s cursor and declines — the document then goes
 //! through serde, [`super::usage::observe_with_serde`] — on anything the
-//! cursor declines (whitespace between tokens, `\u` escapes, floats,
-//! negative numbers, nesting past its bound, invalid JSON) and on every
+//! cursor declines (whitespace between tokens, a surrogate's `\u` escape,
+//! a number with an exponent, a count that is not a plain integer, nesting
+//! past its bound, invalid JSON) and on every
 //! case where serde's typed reading is not the obvious one: a top level
 //! that is not an object, a `usage` (or a details object inside it) that is
 //! neither an object nor `null`, and a known key given twice (serde refuses
@@ -17,7 +18,7 @@
 //! holds it to that.
 
 use super::usage::{Counts, Observed};
-use crate::json_quick::{Cursor, MAX_SKIP_DEPTH};
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
 
 /// Nesting the members' values may have below a known key's object.
 const INNER_DEPTH: usize = MAX_SKIP_DEPTH - 2;

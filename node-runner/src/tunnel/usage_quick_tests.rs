@@ -21,6 +21,8 @@ fn compact_bodies_and_chunks_are_read_as_serde_reads_them() {
         "{\"choices\":null,\"usage\":{\"prompt_tokens\":9}}\n",
         // Counts that are not unsigned integers read as absent.
         r#"{"usage":{"prompt_tokens":"3","completion_tokens":[1],"completion_tokens_details":{"reasoning_tokens":{"n":1}}},"choices":{"x":1}}"#,
+        // Skipped members may hold escapes and numbers of any sign.
+        r#"{"id":"\u00e9\n","created":-1,"x":[0.5,-2.25],"usage":{"prompt_tokens":1}}"#,
         // No usage.
         r#"{"choices":[{"delta":{"content":"\"usage\":{}"}}],"usage":null}"#,
     ] {
@@ -58,7 +60,8 @@ fn what_serde_reads_otherwise_is_declined() {
         r#"{"usage":{"prompt_tokens":1.5}}"#,
         r#"{"usage":{"prompt_tokens":-1}}"#,
         r#"{"usage":{"prompt_tokens":18446744073709551616}}"#,
-        r#"{"id":"\u0041","usage":{"prompt_tokens":1}}"#,
+        r#"{"id":"\ud83d\ude00","usage":{"prompt_tokens":1}}"#,
+        r#"{"id":1e5,"usage":{"prompt_tokens":1}}"#,
         r#"{"usage":{"prompt_tokens":1}}x"#,
         r#"{"usage":{"prompt_tokens":1}"#,
     ] {

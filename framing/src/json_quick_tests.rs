@@ -1,0 +1,143 @@
+//! The cursor's skipping against serde_json's reading, its oracle.
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::{Cursor, MAX_SKIP_DEPTH};
+
+/// Whether the cursor skips `text` as one whole document.
+fn skips(text: &str, spaced: bool) -> bool {
+    fn whole<const SPACED: bool>(mut cursor: Cursor<'_, SPACED>) -> bool {
+        cursor.skip_any(MAX_SKIP_DEPTH).is_some() && cursor.only_whitespace_left()
+    }
+    if spaced {
+        whole(Cursor::spaced(text))
+    } else {
+        whole(Cursor::new(text))
+    }
+}
+
+/// Whether serde reads `text` as a value, as the Edge's routing skips
+/// members (`deserialize_any`: numbers out of range are errors).
+fn serde_reads(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok()
+}
+
+#[test]
+fn numbers_are_skipped_by_the_json_grammar_without_exponents() {
+    for taken in [
+        "0",
+        "-0",
+        "7",
+        "-12",
+        "0.5",
+        "-3.25",
+        "123456789012345678901234",
+    ] {
+        assert!(skips(&format!("[{taken}]"), false), "{taken}");
+    }
+    for declined in [
+        "01",
+        "-",
+        "-a",
+        "1.",
+        ".5",
+        "1.e3",
+        "1e5",
+        "2E-3",
+        "+1",
+        "1234567890123456789012345",
+    ] {
+        assert!(!skips(&format!("[{declined}]"), false), "{declined}");
+    }
+}
+
+#[test]
+fn escapes_are_skipped_but_surrogates_left_to_serde() {
+    for taken in [r#""\u0041""#, r#""a\n\"\\\/\b\f\r\t""#, r#""\u00e9\uFFFF""#] {
+        assert!(skips(taken, false), "{taken}");
+        assert!(serde_reads(taken), "{taken}");
+    }
+    for declined in [
+        r#""\ud83d\ude00""#,
+        r#""\uDC00""#,
+        r#""\u+123""#,
+        r#""\u12""#,
+        r#""\x""#,
+        "\"a\u{1}b\"",
+        r#""open"#,
+    ] {
+        assert!(!skips(declined, false), "{declined}");
+    }
+}
+
+#[test]
+fn whitespace_between_tokens_only_when_spaced() {
+    let doc = " {\n  \"a\" : [ 1 , {\"b\" :null} ],\t\"c\":\"d\" } \n";
+    assert!(skips(doc, true));
+    assert!(!skips(doc, false));
+    assert!(skips(r#"{"a":[1,{"b":null}],"c":"d"}"#, false));
+    assert!(!skips("{} x", true));
+    assert!(skips("[ ]", true) && skips("{ }", true));
+}
+
+#[test]
+fn a_long_string_is_skipped_to_its_end() {
+    let text = "x".repeat(100_000);
+    let doc = format!(r#"{{"messages":[{{"content":"{text}\n{text}"}}],"model":"m"}}"#);
+    assert!(skips(&doc, true));
+    let broken = format!("{{\"content\":\"{text}\u{1}{text}\"}}");
+    assert!(!skips(&broken, true));
+}
+
+/// Documents near JSON: its pieces, and pieces one step off it.
+fn near_document() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "{", "}", "[", "]", ":", ",", "\"", "\"k\"", "\"v w\"", " ", "\n", "\\", "\\n", "\\u0041",
+        "\\ud800", "\\u00", "0", "-", "1", ".", "5", "e", "01", "true", "nul", "null", "\u{1}",
+        "\u{e9}",
+    ]);
+    prop::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
+}
+
+/// Any JSON value the cursor takes whole: integers of any size, fractions
+/// serde writes without an exponent, strings of any characters (serde
+/// writes a control character as a `\u` escape), plain keys.
+fn any_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-1_000_000i32..1_000_000).prop_map(|k| Value::from(f64::from(k) / 1000.0)),
+        ".{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(6, 64, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{0,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn what_is_skipped_serde_reads(doc in near_document(), spaced in any::<bool>()) {
+        if skips(&doc, spaced) {
+            prop_assert!(serde_reads(&doc), "skipped what serde refuses: {:?}", doc);
+        }
+    }
+
+    #[test]
+    fn what_serde_writes_is_skipped(value in any_value()) {
+        let compact = value.to_string();
+        let pretty = serde_json::to_string_pretty(&value).unwrap();
+        prop_assert!(skips(&compact, false), "{:?}", compact);
+        prop_assert!(skips(&compact, true), "{:?}", compact);
+        prop_assert!(skips(&pretty, true), "{:?}", pretty);
+        prop_assert!(!pretty.contains('\n') || !skips(&pretty, false), "{:?}", pretty);
+    }
+}
