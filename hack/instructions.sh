@@ -21,7 +21,8 @@
 #
 # Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh),
 # INSTRUCTIONS_OUT (default bench-results/instructions.md), PROMPT_BYTES (a
-# prompt of that many ASCII bytes instead of "hi", for the long-prompt path;
+# prompt of that many bytes of text lines, each with a quote and a newline,
+# instead of "hi", for the long-prompt path;
 # e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,7 @@ prompt_bytes=${PROMPT_BYTES:-}
 case $prompt_bytes in
   '' | *[!0-9]*) [ -z "$prompt_bytes" ] || fail "PROMPT_BYTES must be a number of bytes" ;;
 esac
-if [ -n "$prompt_bytes" ]; then prompt_desc="a prompt of $prompt_bytes ASCII bytes"; else prompt_desc='"hi"'; fi
+if [ -n "$prompt_bytes" ]; then prompt_desc="a prompt of $prompt_bytes bytes of 60-byte text lines, each with a quote and a newline"; else prompt_desc='"hi"'; fi
 out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
 keep=$bench_target/instructions
 # Valgrind starts a process ~50 times slower.
@@ -60,7 +61,9 @@ client() {
   python3 - "$@" "$prompt_bytes" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-content = "x" * int(sys.argv[4]) if sys.argv[4] else "hi"
+# A prompt of text lines, each with a quote and a newline to escape in JSON.
+line = 'The quick brown fox said "hi" to the lazy dog; 0123456789.\n'
+content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
 body = json.dumps({"model": model, "stream": False,
                    "messages": [{"role": "user", "content": content}]})
