@@ -21,8 +21,8 @@
 #
 # Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh),
 # INSTRUCTIONS_OUT (default bench-results/instructions.md), PROMPT_BYTES (a
-# prompt of that many bytes of text lines, each with a quote and a newline,
-# instead of "hi", for the long-prompt path;
+# prompt of that many bytes of text lines with quotes and a newline, as k6's
+# PROMPT_TEXT=prose, instead of "hi", for the long-prompt path;
 # e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,11 @@ prompt_bytes=${PROMPT_BYTES:-}
 case $prompt_bytes in
   '' | *[!0-9]*) [ -z "$prompt_bytes" ] || fail "PROMPT_BYTES must be a number of bytes" ;;
 esac
-if [ -n "$prompt_bytes" ]; then prompt_desc="a prompt of $prompt_bytes bytes of 60-byte text lines, each with a quote and a newline"; else prompt_desc='"hi"'; fi
+title="Instructions a small request (callgrind)" prompt_desc='"hi"'
+if [ -n "$prompt_bytes" ]; then
+  title="Instructions a request with a $prompt_bytes-byte prompt (callgrind)"
+  prompt_desc="a prompt of $prompt_bytes bytes of 56-byte text lines with quotes and a newline, as k6's PROMPT_TEXT=prose"
+fi
 out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
 keep=$bench_target/instructions
 # Valgrind starts a process ~50 times slower.
@@ -61,8 +65,8 @@ client() {
   python3 - "$@" "$prompt_bytes" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-# A prompt of text lines, each with a quote and a newline to escape in JSON.
-line = 'The quick brown fox said "hi" to the lazy dog; 0123456789.\n'
+# k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
+line = 'The "quick" brown fox jumps over the lazy dog, twice.\n'
 content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
 body = json.dumps({"model": model, "stream": False,
@@ -133,9 +137,9 @@ done
 
 {
   BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
-    "Instructions a small request (callgrind)" "hack/instructions.sh $requests"
+    "$title" "${prompt_bytes:+PROMPT_BYTES=$prompt_bytes }hack/instructions.sh $requests"
   cat <<MD
-- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests small non-streaming chats ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
+- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests non-streaming chats ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
 - **Callgrind files:** \`target/instructions/\` (\`callgrind_annotate --inclusive=yes FILE.1\`)
 
 | model | process | instructions a request | instructions in all |
