@@ -248,3 +248,18 @@ pub fn chunked_decoder(data: &[u8]) {
     }
     assert_eq!(again, body, "re-encoded body did not round-trip");
 }
+
+/// For the quick JSON readers' property tests (near-miss documents):
+/// replaces up to `cut` bytes of `text` from `at` (at most its length; both
+/// ends moved to char boundaries) with `piece`.
+pub fn edit(text: &mut String, at: usize, cut: usize, piece: &str) {
+    let at = (0..=at.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let end = (at + cut).min(text.len());
+    let end = (end..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    text.replace_range(at..end, piece);
+}

@@ -350,18 +350,25 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
             self.eat(b':')?;
             self.space();
             member(key, self)?;
-            self.space();
-            match self.peek()? {
-                b',' => {
-                    self.at += 1;
-                    self.space();
-                }
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next_or_end(b'}')? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a member or an element: `,` (true: another follows) or `end`
+    /// (false: the object or array is done), whitespace around taken when
+    /// spaced.
+    #[inline(always)]
+    fn next_or_end(&mut self, end: u8) -> Option<bool> {
+        self.space();
+        let next = self.peek()?;
+        self.at += 1;
+        if next == b',' {
+            self.space();
+            Some(true)
+        } else {
+            (next == end).then_some(false)
         }
     }
 
@@ -503,17 +510,8 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
         }
         loop {
             element(self)?;
-            self.space();
-            match self.peek()? {
-                b',' => {
-                    self.at += 1;
-                    self.space();
-                }
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next_or_end(b']')? {
+                return Some(());
             }
         }
     }

@@ -356,15 +356,7 @@ fn edited_body() -> impl Strategy<Value = String> {
             let mut body = base.to_owned();
             for (at, cut, piece) in edits {
                 let at = at.index(body.len() + 1);
-                let at = (0..=at)
-                    .rev()
-                    .find(|&i| body.is_char_boundary(i))
-                    .unwrap_or(0);
-                let end = (at + cut).min(body.len());
-                let end = (end..=body.len())
-                    .find(|&i| body.is_char_boundary(i))
-                    .unwrap();
-                body.replace_range(at..end, piece);
+                framing::fuzzing::edit(&mut body, at, cut, piece);
             }
             body
         })

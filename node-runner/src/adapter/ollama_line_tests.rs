@@ -263,17 +263,9 @@ fn edited_line() -> impl Strategy<Value = String> {
     (base, prop::collection::vec(edit, 1..4)).prop_map(|(base, edits)| {
         let mut line = base.to_owned();
         for (at, cut, piece) in edits {
-            let at = at.index(line.len() + 1);
-            let at = (0..=at)
-                .rev()
-                .find(|&i| line.is_char_boundary(i))
-                .unwrap_or(0);
-            let end = (at + cut).min(line.len());
-            let end = (end..=line.len())
-                .find(|&i| line.is_char_boundary(i))
-                .unwrap();
             let piece: String = piece.chars().take(8).collect();
-            line.replace_range(at..end, &piece);
+            let at = at.index(line.len() + 1);
+            framing::fuzzing::edit(&mut line, at, cut, &piece);
         }
         line
     })

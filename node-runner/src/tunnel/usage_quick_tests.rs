@@ -166,10 +166,7 @@ fn edited_document() -> impl Strategy<Value = String> {
             let mut doc = base.to_owned();
             for (at, cut, piece) in edits {
                 let at = at.index(doc.len() + 1);
-                let at = (0..=at).rev().find(|&i| doc.is_char_boundary(i)).unwrap_or(0);
-                let end = (at + cut).min(doc.len());
-                let end = (end..=doc.len()).find(|&i| doc.is_char_boundary(i)).unwrap();
-                doc.replace_range(at..end, piece);
+                framing::fuzzing::edit(&mut doc, at, cut, piece);
             }
             doc
         })
