@@ -263,3 +263,38 @@ pub fn edit(text: &mut String, at: usize, cut: usize, piece: &str) {
         .unwrap_or(text.len());
     text.replace_range(at..end, piece);
 }
+
+/// Pieces of JSON and pieces one step off it, for near-miss documents:
+/// structure, whitespace, escapes (a surrogate's and an unknown one
+/// among them), numbers (a leading zero, an exponent, a sign, a bare
+/// fraction), literals and a cut one, a control byte, a non-ASCII letter.
+pub const JSON_PIECES: [&str; 28] = [
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "\"",
+    " ",
+    "\n",
+    "\\",
+    "\\n",
+    "\\\"",
+    "\\/",
+    "\\u0041",
+    "\\ud800",
+    "\\q",
+    "0",
+    "7",
+    "01",
+    "-",
+    ".5",
+    "e3",
+    "true",
+    "fals",
+    "null",
+    "\u{1}",
+    "\u{e9}",
+    "\"\u{e9}\"",
+];

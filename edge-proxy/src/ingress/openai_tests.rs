@@ -320,30 +320,9 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// A common body with up to three edits: a piece put in, or bytes taken
 /// out, anywhere.
 fn edited_body() -> impl Strategy<Value = String> {
-    let piece = prop::sample::select(vec![
-        "{",
-        "}",
-        "[",
-        "]",
-        ":",
-        ",",
-        "\"",
-        " ",
-        "\n",
-        "\\",
-        "\\u0041",
-        "\\ud800",
-        "1e5",
-        "-",
-        ".5",
-        "null",
-        "true",
-        "\"model\":",
-        "\"stream\":",
-        "\"model\":\"n\",",
-        "\u{1}",
-        "\u{e9}",
-    ]);
+    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
+    pieces.extend(["1e5", "\"model\":", "\"stream\":", "\"model\":\"n\","]);
+    let piece = prop::sample::select(pieces);
     let edit = (any::<prop::sample::Index>(), 0usize..4, piece);
     (
         prop::sample::select(vec![

@@ -119,28 +119,8 @@ fn document() -> impl Strategy<Value = String> {
 /// A compact body with up to three edits: a piece put in, or bytes taken
 /// out, anywhere (duplicates, arrays for objects, escapes, whitespace…).
 fn edited_document() -> impl Strategy<Value = String> {
-    let piece = prop::sample::select(vec![
-        "{",
-        "}",
-        "[",
-        "]",
-        ":",
-        ",",
-        "\"",
-        " ",
-        "\n",
-        "\\",
-        "\\u0041",
-        "\\n",
-        ".5",
-        "-",
-        "e3",
-        "0",
-        "7",
-        "01",
-        "null",
-        "true",
-        "fals",
+    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
+    pieces.extend([
         "\"usage\":",
         "\"choices\":",
         "\"prompt_tokens\":",
@@ -150,9 +130,8 @@ fn edited_document() -> impl Strategy<Value = String> {
         "\"choices\":[],",
         "\"prompt_tokens\":1,",
         "\"cached_tokens\":2,",
-        "\u{1}",
-        "\u{e9}",
     ]);
+    let piece = prop::sample::select(pieces);
     let edit = (any::<prop::sample::Index>(), 0usize..4, piece);
     (
         prop::sample::select(vec![
