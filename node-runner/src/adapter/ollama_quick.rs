@@ -8,8 +8,9 @@
 //! a string scan set up for every key and value; issue 8,
 //! `hack/instructions.sh`). [`quick_line`] reads exactly that form in one
 //! pass over its bytes and declines — `None`, the line then goes through
-//! serde — on anything else: whitespace between tokens, a `\u` escape or
-//! a control character in a string, an escape in a key, a number that is
+//! serde — on anything else: whitespace between tokens, a `\u` escape in
+//! a string it reads (or a surrogate's in one it skips), a control
+//! character in a string, an escape in a key, a number that is
 //! not a plain non-negative integer within `u64`, an array, an object
 //! nested more than one level, and anything that is not valid JSON. Other
 //! escapes are taken, and only the texts it reads are unescaped. So what
