@@ -223,6 +223,12 @@ fn escape_len(after: &[u8]) -> Option<usize> {
     }
 }
 
+/// [`escape_len`] for a string that is read: a letter escape only.
+#[inline]
+fn letter_escape_len(after: &[u8]) -> Option<usize> {
+    escaped(*after.first()?).map(|_| 2)
+}
+
 /// [`escape_len`] of a `\u` escape whose four digits are `hex`.
 fn unicode_escape_len(hex: &[u8]) -> Option<usize> {
     if !hex.iter().all(u8::is_ascii_hexdigit) {
@@ -373,25 +379,48 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
     }
 
     /// A string's raw body (between its quotes) and whether it has
-    /// escapes. Declined: a `\u` escape (serde pairs surrogates; this
-    /// reader does not), an unknown escape, a control character, no closing
-    /// quote.
+    /// escapes, for one that is read. Declined: a `\u` escape (serde pairs
+    /// surrogates; this reader does not), an unknown escape, a control
+    /// character, no closing quote.
     #[inline(always)]
-    fn string(&mut self, run: fn(&[u8]) -> Option<usize>) -> Option<(&'a str, bool)> {
+    fn string(&mut self, run: impl Fn(&[u8]) -> Option<usize>) -> Option<(&'a str, bool)> {
+        self.string_with(run, letter_escape_len)
+    }
+
+    /// A string's raw body and whether it has escapes: `run` finds each run
+    /// of plain bytes, `escape` the length of each escape after its
+    /// backslash (`None` declines it).
+    #[inline(always)]
+    fn string_with<R, E>(&mut self, run: R, escape: E) -> Option<(&'a str, bool)>
+    where
+        R: Fn(&[u8]) -> Option<usize>,
+        E: Fn(&[u8]) -> Option<usize>,
+    {
         self.eat(b'"')?;
         let start = self.at;
         let end = start + run(&self.text.as_bytes()[start..])?;
         if self.text.as_bytes()[end] != b'"' {
-            return self.escaped_string(start, end);
+            return self.escaped_string(start, end, run, escape);
         }
         self.at = end + 1;
         Some((&self.text[start..end], false))
     }
 
     /// The rest of a string begun at `start` whose run of plain bytes
-    /// stopped at `at` on something other than its closing quote.
-    #[cold]
-    fn escaped_string(&mut self, start: usize, mut at: usize) -> Option<(&'a str, bool)> {
+    /// stopped at `at` on something other than its closing quote. Out of
+    /// line: most strings have no escape.
+    #[inline(never)]
+    fn escaped_string<R, E>(
+        &mut self,
+        start: usize,
+        mut at: usize,
+        run: R,
+        escape: E,
+    ) -> Option<(&'a str, bool)>
+    where
+        R: Fn(&[u8]) -> Option<usize>,
+        E: Fn(&[u8]) -> Option<usize>,
+    {
         let bytes = self.text.as_bytes();
         loop {
             match bytes[at] {
@@ -399,13 +428,10 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
                     self.at = at + 1;
                     return Some((&self.text[start..at], true));
                 }
-                b'\\' => {
-                    escaped(*bytes.get(at + 1)?)?;
-                    at += 2;
-                }
+                b'\\' => at += escape(bytes.get(at + 1..)?)?,
                 _ => return None,
             }
-            at += run_of_plain(bytes.get(at..)?)?;
+            at += run(bytes.get(at..)?)?;
         }
     }
 
@@ -467,20 +493,7 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
 
     /// Skips a string, its escapes checked: any but a `\u` of a surrogate.
     fn skip_string(&mut self) -> Option<()> {
-        self.eat(b'"')?;
-        let bytes = self.text.as_bytes();
-        let mut at = self.at;
-        loop {
-            at += skipped_run(bytes.get(at..)?)?;
-            match bytes[at] {
-                b'"' => {
-                    self.at = at + 1;
-                    return Some(());
-                }
-                b'\\' => at += escape_len(bytes.get(at + 1..)?)?,
-                _ => return None,
-            }
-        }
+        self.string_with(skipped_run, escape_len).map(drop)
     }
 
     /// Skips a number: `-`, an integer without leading zeros, a fraction;

@@ -272,8 +272,19 @@ fn quick_routing_fields(text: &str) -> Option<RoutingFields> {
 /// check runs a byte or a word at a time, a long prompt's whole length). A
 /// body that is not UTF-8 is read as bytes, so the error says where it went
 /// wrong.
+#[inline]
 pub(super) fn read_json<'de, S: DeserializeSeed<'de>>(
     body: &'de [u8],
+    seed: S,
+) -> Result<S::Value, ApiError> {
+    read_json_checked(body, simdutf8::basic::from_utf8(body).ok(), seed)
+}
+
+/// [`read_json`] of a body whose UTF-8 check is done: `text` is the body
+/// as a `str` when it is UTF-8.
+fn read_json_checked<'de, S: DeserializeSeed<'de>>(
+    body: &'de [u8],
+    text: Option<&'de str>,
     seed: S,
 ) -> Result<S::Value, ApiError> {
     fn read_all<'de, R: serde_json::de::Read<'de>, S: DeserializeSeed<'de>>(
@@ -285,9 +296,9 @@ pub(super) fn read_json<'de, S: DeserializeSeed<'de>>(
         reader.end()?;
         Ok(value)
     }
-    match simdutf8::basic::from_utf8(body) {
-        Ok(text) => read_all(serde_json::de::StrRead::new(text), seed),
-        Err(_) => read_all(serde_json::de::SliceRead::new(body), seed),
+    match text {
+        Some(text) => read_all(serde_json::de::StrRead::new(text), seed),
+        None => read_all(serde_json::de::SliceRead::new(body), seed),
     }
     .map_err(|e| not_an_object(body, &e))
 }
@@ -308,12 +319,11 @@ fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
 /// Parses the common fields of a request body.
 /// Takes the body: the parsed request holds it from here on.
 pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
-    let quick = simdutf8::basic::from_utf8(&body)
-        .ok()
-        .and_then(quick_routing_fields);
-    let fields = match quick {
+    // Checked as UTF-8 once, for the quick reader and serde alike.
+    let text = simdutf8::basic::from_utf8(&body).ok();
+    let fields = match text.and_then(quick_routing_fields) {
         Some(fields) => fields,
-        None => read_json(&body, PhantomData)?,
+        None => read_json_checked(&body, text, PhantomData)?,
     };
     let model = match fields.model {
         Some(Value::String(model)) if !model.is_empty() => model,
