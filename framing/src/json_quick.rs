@@ -6,8 +6,9 @@
 //! (~3,000 instructions an Ollama line, ~7,500 a small chat completion's
 //! body), and scans a string ~2.4 instructions a byte (78 % of the Edge's
 //! instructions routing a 100 KB prompt; issue 8, `hack/instructions.sh`).
-//! This cursor reads in one pass over the bytes, a long string by
-//! `memchr2`, and **declines** (`None`) on anything it does not take; its
+//! This cursor reads in one pass over the bytes (a long string it skips
+//! 64 bytes a step, [`blocks`]; one it reads by `memchr2`), and
+//! **declines** (`None`) on anything it does not take; its
 //! callers then read the document through serde, so what a quick reader
 //! reads is always what serde reads (each caller's property tests hold it
 //! to that), and every error is still serde's.
@@ -24,6 +25,11 @@
 //! that no number serde would find out of range is taken).
 
 use std::borrow::Cow;
+
+use blocks::Scan;
+
+#[path = "json_quick_blocks.rs"]
+mod blocks;
 
 /// A plain JSON value. A string is its raw text between the quotes, with
 /// its escapes checked; it is unescaped only when it is read
@@ -180,6 +186,28 @@ fn skipped_run(bytes: &[u8]) -> Option<usize> {
     tail.iter()
         .position(|&b| STRING_STOP[usize::from(b)])
         .map(|found| at + found)
+}
+
+/// Bytes of a skipped string [`short_plain_end`] looks at.
+const SHORT_SKIPPED: usize = 32;
+
+/// The index of the closing quote of a string whose body `bytes` begins,
+/// when it comes within the first [`SHORT_SKIPPED`] bytes with nothing but
+/// plain bytes before it (a role, a model's name, a timestamp), found
+/// eight bytes a step; `None` for anything else. A block of
+/// [`blocks::skip`] costs ~150 instructions however short the string.
+#[inline]
+fn short_plain_end(bytes: &[u8]) -> Option<usize> {
+    for at in (0..SHORT_SKIPPED).step_by(8) {
+        let word = bytes.get(at..at + 8)?;
+        // Checked: `get` took exactly eight bytes.
+        let stops = stop_bytes(u64::from_le_bytes(word.try_into().ok()?));
+        if stops != 0 {
+            let end = at + stops.trailing_zeros() as usize / 8;
+            return (bytes[end] == b'"').then_some(end);
+        }
+    }
+    None
 }
 
 /// The high bit of each byte of `word` that may end a string's run (a
@@ -492,8 +520,28 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
     }
 
     /// Skips a string, its escapes checked: any but a `\u` of a surrogate.
+    /// A short plain one a word at a time ([`short_plain_end`]); else by
+    /// blocks of 64 bytes ([`blocks`]) while they last, then byte-wise.
     fn skip_string(&mut self) -> Option<()> {
-        self.string_with(skipped_run, escape_len).map(drop)
+        self.eat(b'"')?;
+        let start = self.at;
+        let bytes = self.text.as_bytes();
+        let scan = match short_plain_end(&bytes[start..]) {
+            Some(end) => Scan::End(end),
+            None => blocks::skip(&bytes[start..])?,
+        };
+        match scan {
+            Scan::End(end) => {
+                self.at = start + end + 1;
+                Some(())
+            }
+            Scan::Rest(from) => {
+                let from = start + from;
+                let stop = from + skipped_run(&bytes[from..])?;
+                self.escaped_string(start, stop, skipped_run, escape_len)
+                    .map(drop)
+            }
+        }
     }
 
     /// Skips a number: `-`, an integer without leading zeros, a fraction;

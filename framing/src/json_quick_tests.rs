@@ -111,6 +111,8 @@ fn any_value() -> impl Strategy<Value = Value> {
         any::<u64>().prop_map(Value::from),
         (-1_000_000i32..1_000_000).prop_map(|k| Value::from(f64::from(k) / 1000.0)),
         ".{0,12}".prop_map(Value::String),
+        // Long enough for the 64-byte blocks, escapes anywhere in them.
+        "[a \"\\\\\n\u{1}\u{e9}]{0,160}".prop_map(Value::String),
     ];
     leaf.prop_recursive(6, 64, 4, |inner| {
         prop_oneof![
@@ -127,6 +129,19 @@ proptest! {
     #[test]
     fn what_is_skipped_serde_reads(doc in near_document(), spaced in any::<bool>()) {
         if skips(&doc, spaced) {
+            prop_assert!(serde_reads(&doc), "skipped what serde refuses: {:?}", doc);
+        }
+    }
+
+    #[test]
+    fn a_long_string_skipped_is_one_serde_reads(
+        pad in 0usize..140,
+        doc in near_document(),
+    ) {
+        // The pieces inside a string long enough for the 64-byte blocks,
+        // at any offset in them.
+        let doc = format!("{{\"p\":\"{}{doc}\",\"model\":\"m\"}}{}", "x".repeat(pad), " ".repeat(64));
+        if skips(&doc, false) {
             prop_assert!(serde_reads(&doc), "skipped what serde refuses: {:?}", doc);
         }
     }

@@ -1,0 +1,247 @@
+//! A skipped string scanned 64 bytes a step, whatever its escapes.
+//!
+//! A client's prompt has an escape (a newline, a quote) every few dozen
+//! bytes. Found run by run, each escape costs a mispredicted branch and a
+//! restart of the scan: ~5 instructions a byte of k6's prose prompt, most
+//! of the Edge's routing of a long request. Here each block of 64 bytes is
+//! read as three bit masks (its quotes, backslashes and control bytes, by
+//! `wide`: SSE2 on x86-64, NEON on aarch64, plain code elsewhere), and the
+//! bytes its escapes cover are found from the masks with two additions:
+//!
+//! - A byte is escaped when the run of backslashes before it is odd. Runs
+//!   are told apart by where they start: adding a run's first bit to the
+//!   backslash mask carries through the run and lands on the byte after
+//!   it. The run's length is odd exactly when that byte's position and the
+//!   run's start differ in parity, so runs starting on even bits and runs
+//!   starting on odd bits are added separately and each kept on the
+//!   other parity.
+//! - A run that reaches the block's last byte carries out of the addition;
+//!   when it started on an odd bit its length is odd, so the next block's
+//!   first byte is escaped (the carry into that block).
+//!
+//! The string ends at the first quote not escaped. Before it, a control
+//! byte declines the string, and each escape's letter is checked as the
+//! byte-wise scan checks it ([`escape_len`]: one of `"\/bfnrt`, or `u` and
+//! four hex digits that are not a surrogate), one step an escape with no
+//! scan between them. Fewer than 64 bytes left (a short document's end),
+//! the caller scans on byte-wise from where the blocks stopped.
+
+use wide::u8x64;
+
+use super::escape_len;
+
+/// Bytes a step.
+const BLOCK: usize = 64;
+
+/// Bits at the even positions of a block.
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+/// How far [`skip`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scan {
+    /// The string's closing quote is at this index.
+    End(usize),
+    /// Fewer than a block's bytes were left: scan on byte-wise from this
+    /// index, which is never inside an escape (it is the backslash when
+    /// one began just before).
+    Rest(usize),
+}
+
+/// Skips the string whose body `bytes` begins (the bytes after its opening
+/// quote, to the document's end). `None` declines it: a control byte or an
+/// escape that [`escape_len`] does not take.
+#[inline]
+pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
+    let mut at = 0;
+    // 1 when the block's first byte is escaped by the last one before it.
+    let mut carry = 0u64;
+    while let Some(block) = bytes.get(at..at + BLOCK) {
+        let masks = Masks::of(block);
+        let (escaped, carry_out) = escaped(masks.backslashes, carry);
+        let quotes = masks.quotes & !escaped;
+        // The lowest quote's bit (none: 0), and the bits below it (all
+        // when there is none).
+        let end = quotes & quotes.wrapping_neg();
+        let before = end.wrapping_sub(1);
+        if masks.controls & before != 0 {
+            return None;
+        }
+        // `\"`, `\\` and `\n` (nearly every escape of a prompt) are taken
+        // by their masks; the rest one at a time.
+        let mut escapes = escaped & before & !(masks.quotes | masks.backslashes | masks.ns);
+        while escapes != 0 {
+            let letter = at + escapes.trailing_zeros() as usize;
+            escape_len(&bytes[letter..])?;
+            escapes &= escapes - 1;
+        }
+        if end != 0 {
+            return Some(Scan::End(at + end.trailing_zeros() as usize));
+        }
+        carry = carry_out;
+        at += BLOCK;
+    }
+    // Back to the backslash of an escape the last block began.
+    Some(Scan::Rest(at - carry as usize))
+}
+
+/// The bytes of a block its backslashes escape (the byte after each odd
+/// run; a run's inner backslashes are left out, they are escaped
+/// backslashes), and whether the next block's first byte is escaped.
+/// `carry`: whether this block's first byte is.
+#[inline(always)]
+fn escaped(backslashes: u64, carry: u64) -> (u64, u64) {
+    // An escaped backslash begins nothing.
+    let backslashes = backslashes & !carry;
+    let starts = backslashes & !(backslashes << 1);
+    let after_even_starts = backslashes.wrapping_add(starts & EVEN) & !backslashes;
+    let (odd_sum, carry_out) = backslashes.overflowing_add(starts & !EVEN);
+    let after_odd_starts = odd_sum & !backslashes;
+    let escaped = (after_even_starts & !EVEN) | (after_odd_starts & EVEN) | carry;
+    (escaped, u64::from(carry_out))
+}
+
+/// A block's bytes of each kind a string cares about, bit `i` for byte `i`.
+#[derive(Debug, PartialEq, Eq)]
+struct Masks {
+    quotes: u64,
+    backslashes: u64,
+    /// Below 0x20.
+    controls: u64,
+    /// `n`, the letter of the commonest escape.
+    ns: u64,
+}
+
+impl Masks {
+    /// The masks of `block` (exactly [`BLOCK`] bytes).
+    #[inline(always)]
+    fn of(block: &[u8]) -> Self {
+        let mut bytes = [0u8; BLOCK];
+        bytes.copy_from_slice(block);
+        let v = u8x64::new(bytes);
+        Self {
+            quotes: v.simd_eq(u8x64::splat(b'"')).to_bitmask(),
+            backslashes: v.simd_eq(u8x64::splat(b'\\')).to_bitmask(),
+            controls: v.min(u8x64::splat(0x1f)).simd_eq(v).to_bitmask(),
+            ns: v.simd_eq(u8x64::splat(b'n')).to_bitmask(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The masks a byte at a time, the vector code's oracle.
+    fn masks_by_bytes(block: &[u8]) -> Masks {
+        let mask = |f: &dyn Fn(u8) -> bool| {
+            block
+                .iter()
+                .enumerate()
+                .fold(0u64, |m, (i, &b)| m | (u64::from(f(b)) << i))
+        };
+        Masks {
+            quotes: mask(&|b| b == b'"'),
+            backslashes: mask(&|b| b == b'\\'),
+            controls: mask(&|b| b < 0x20),
+            ns: mask(&|b| b == b'n'),
+        }
+    }
+
+    /// Where a byte-wise scan from `from` ends a string body: the closing
+    /// quote's index, `None` when it declines.
+    fn end_by_bytes(bytes: &[u8], from: usize) -> Option<usize> {
+        let mut at = from;
+        loop {
+            match *bytes.get(at)? {
+                b'"' => return Some(at),
+                b'\\' => at += escape_len(bytes.get(at + 1..)?)?,
+                b if b < 0x20 => return None,
+                _ => at += 1,
+            }
+        }
+    }
+
+    /// Where [`skip`] then the byte-wise scan end `bytes`.
+    fn end_by_blocks(bytes: &[u8]) -> Option<usize> {
+        match skip(bytes)? {
+            Scan::End(end) => Some(end),
+            Scan::Rest(from) => end_by_bytes(bytes, from),
+        }
+    }
+
+    #[test]
+    fn runs_of_backslashes_across_a_block_boundary() {
+        // A run of n backslashes ending on the block's last byte, then a
+        // quote: escaped when n is odd.
+        for n in 1..=70usize {
+            let mut body = vec![b'a'; BLOCK - n.min(BLOCK)];
+            body.extend(std::iter::repeat_n(b'\\', n));
+            body.extend_from_slice(
+                b"\"tail, then the end\" and more text to fill a block.........",
+            );
+            let expected = end_by_bytes(&body, 0);
+            assert_eq!(end_by_blocks(&body), expected, "{n} backslashes");
+            let quote = body.iter().rposition(|&b| b == b'\\').unwrap() + 1;
+            assert_eq!(expected.unwrap() == quote, n % 2 == 0, "{n}");
+        }
+    }
+
+    #[test]
+    fn a_prose_prompt_ends_at_its_quote() {
+        let line = "The \\\"quick\\\" brown fox jumps over the lazy dog, twice.\\n";
+        let body = format!(
+            "{}\", \"model\": \"m\"}}{}",
+            line.repeat(40),
+            " ".repeat(BLOCK)
+        );
+        let end = line.len() * 40;
+        assert_eq!(skip(body.as_bytes()), Some(Scan::End(end)));
+    }
+
+    #[test]
+    fn declines_what_the_byte_scan_declines() {
+        let pad = "x".repeat(100);
+        for bad in ["\\x", "\\u12g4", "\\ud800", "\u{1}", "\t", "\\\u{1}"] {
+            let body = format!("{pad}{bad}{pad}\"{pad}");
+            assert_eq!(skip(body.as_bytes()), None, "{bad:?}");
+        }
+        // A control byte after the end is not the string's.
+        let body = format!("{pad}\"\n{pad}");
+        assert_eq!(skip(body.as_bytes()), Some(Scan::End(100)));
+        // A `\u` whose digits cross into the next block.
+        let body = format!("{}\\u00e9{pad}\"{pad}", "y".repeat(BLOCK - 3));
+        assert_eq!(
+            end_by_blocks(body.as_bytes()),
+            end_by_bytes(body.as_bytes(), 0)
+        );
+    }
+
+    fn string_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let byte = prop::sample::select(vec![
+            b'a', b'\\', b'\\', b'"', b'n', b'u', b'0', b'e', b'D', b'8', 0x1f, 0x20, 0x7f, 0xc3,
+            0xa9,
+        ]);
+        prop::collection::vec(byte, 0..400)
+    }
+
+    proptest! {
+        #[test]
+        fn masks_are_the_bytes(block in prop::collection::vec(any::<u8>(), BLOCK)) {
+            prop_assert_eq!(Masks::of(&block), masks_by_bytes(&block));
+        }
+
+        #[test]
+        fn blocks_end_a_string_where_the_byte_scan_does(
+            bytes in string_bytes(),
+            plain in 0usize..130,
+        ) {
+            // A plain prefix of any length, so escapes fall anywhere in a
+            // block and across its ends.
+            let mut body = vec![b'x'; plain];
+            body.extend(bytes);
+            prop_assert_eq!(end_by_blocks(&body), end_by_bytes(&body, 0), "{:?}", body);
+        }
+    }
+}
