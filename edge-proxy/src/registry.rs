@@ -278,23 +278,22 @@ impl<D: NodeDirectory> NodeRegistry<D> {
 
     /// Ends `generation` if it is the live one; otherwise does nothing.
     pub fn release(&self, node_id: &str, generation: u64) {
-        if let Some(slot) = self.slots().get_mut(node_id) {
-            if slot
+        if let Some(slot) = self.slots().get_mut(node_id)
+            && slot
                 .live
                 .as_ref()
                 .is_some_and(|l| l.generation == generation)
-            {
-                slot.live = None;
-            }
+        {
+            slot.live = None;
         }
     }
 
     /// Records a heartbeat round trip for the live generation.
     pub fn record_rtt(&self, node_id: &str, generation: u64, rtt_us: u64) {
-        if let Some(live) = self.slots().get_mut(node_id).and_then(|s| s.live.as_mut()) {
-            if live.generation == generation {
-                live.last_rtt_us = Some(rtt_us);
-            }
+        if let Some(live) = self.slots().get_mut(node_id).and_then(|s| s.live.as_mut())
+            && live.generation == generation
+        {
+            live.last_rtt_us = Some(rtt_us);
         }
     }
 

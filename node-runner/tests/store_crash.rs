@@ -29,8 +29,8 @@ fn record(i: u64) -> RunRecord {
         run_id: format!("run-{i:08}"),
         adapter: "vllm".into(),
         target: "m".repeat((i % 50) as usize + 1),
-        session_id: (i % 2 == 0).then(|| format!("s-{i}")),
-        background: i % 3 == 0,
+        session_id: i.is_multiple_of(2).then(|| format!("s-{i}")),
+        background: i.is_multiple_of(3),
         created_at_ms: i,
     });
     r.apply(&Transition::Failed {

@@ -15,7 +15,7 @@ fn info(i: u64) -> RunInfo {
         adapter: "openai_compat".into(),
         target: "gpt-x".into(),
         session_id: Some(format!("sess-{}", i % 4)),
-        background: i % 3 == 0,
+        background: i.is_multiple_of(3),
         created_at_ms: 1_700_000_000_000 + i,
     }
 }

@@ -97,10 +97,10 @@ impl HealthMetrics {
             EvidenceOutcome::Restored => Some(1),
             _ => None,
         };
-        if let Some(t) = transition {
-            if let Some(c) = self.transitions.get(p * TRANSITIONS.len() + t) {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(t) = transition
+            && let Some(c) = self.transitions.get(p * TRANSITIONS.len() + t)
+        {
+            c.fetch_add(1, Ordering::Relaxed);
         }
     }
 

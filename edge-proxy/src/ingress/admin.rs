@@ -128,10 +128,10 @@ fn route(path: &str) -> Result<Route<'_>, ApiError> {
     if let Some(id) = path
         .strip_prefix("/admin/providers/")
         .and_then(|rest| rest.strip_suffix("/disable"))
+        && !id.is_empty()
+        && !id.contains('/')
     {
-        if !id.is_empty() && !id.contains('/') {
-            return Ok(Route::Disable(id));
-        }
+        return Ok(Route::Disable(id));
     }
     Err(not_found(&format!("no admin route {path}")))
 }

@@ -264,10 +264,10 @@ async fn read_request(
     .map_err(|_| timeout("head", limits.head_timeout_ms))??;
     let Some(head) = head else { return Ok(None) };
     let framing = head.body();
-    if let BodyFraming::Length(len) = framing {
-        if len > limits.max_body_bytes as u64 {
-            return Err(too_large(limits));
-        }
+    if let BodyFraming::Length(len) = framing
+        && len > limits.max_body_bytes as u64
+    {
+        return Err(too_large(limits));
     }
     if head.expects_continue() && framing != BodyFraming::Empty {
         responder

@@ -354,10 +354,10 @@ impl Responder {
     /// again.
     pub async fn uncork(&mut self) {
         self.end_gathering();
-        if let Some(parts) = self.corked.take() {
-            if !parts.is_empty() {
-                self.send(parts).await;
-            }
+        if let Some(parts) = self.corked.take()
+            && !parts.is_empty()
+        {
+            self.send(parts).await;
         }
     }
 

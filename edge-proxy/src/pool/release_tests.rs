@@ -54,15 +54,15 @@ fn release_is_exactly_once_under_racing_terminal_disconnect_and_stall() {
             threads.push(std::thread::spawn(move || {
                 for slot in rx {
                     let mut held = slot.lock().unwrap();
-                    if racer == 2 {
-                        if let Some(lease) = held.as_ref() {
-                            let node = lease.provider().node_id.clone();
-                            let n = seq.fetch_add(1, Ordering::Relaxed) + 1;
-                            let evidence = stall(ProviderHealth::Available, Some(n));
-                            let reception = (node.as_str(), lease.generation());
-                            if w.pools.handoff_stall(lease, reception, &evidence).is_some() {
-                                handoffs.fetch_add(1, Ordering::Relaxed);
-                            }
+                    if racer == 2
+                        && let Some(lease) = held.as_ref()
+                    {
+                        let node = lease.provider().node_id.clone();
+                        let n = seq.fetch_add(1, Ordering::Relaxed) + 1;
+                        let evidence = stall(ProviderHealth::Available, Some(n));
+                        let reception = (node.as_str(), lease.generation());
+                        if w.pools.handoff_stall(lease, reception, &evidence).is_some() {
+                            handoffs.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     // Whoever takes it drops it: the one release.

@@ -375,11 +375,11 @@ impl Link {
     /// Hands a work frame to the core the router picks.
     fn route(&self, envelope: proto::Envelope) {
         // A drain refuses new work that crossed its notice, typed, at once.
-        if crate::drain::node_drain().is_draining() {
-            if let Some(refusal) = envelope.msg.as_ref().and_then(crate::drain::refusal) {
-                self.outbox.send_msg(envelope.stream_id, refusal);
-                return;
-            }
+        if crate::drain::node_drain().is_draining()
+            && let Some(refusal) = envelope.msg.as_ref().and_then(crate::drain::refusal)
+        {
+            self.outbox.send_msg(envelope.stream_id, refusal);
+            return;
         }
         // F29: revocations apply here, on the link core, in frame order:
         // a request after a revocation is checked against it.

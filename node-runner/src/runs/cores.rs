@@ -248,10 +248,9 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
                 if current
                     .as_ref()
                     .is_some_and(|m| m.generation() == generation)
+                    && let Some(manager) = current.take()
                 {
-                    if let Some(manager) = current.take() {
-                        manager.shutdown();
-                    }
+                    manager.shutdown();
                 }
                 retired.retain(|m| {
                     let ended = m.generation() == generation;

@@ -107,7 +107,7 @@ impl ReplayStore {
         let n = self
             .inserts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n % PURGE_EVERY == 0 {
+        if n.is_multiple_of(PURGE_EVERY) {
             self.purge(&mut wtxn, now_ms)?;
         }
         wtxn.commit()?;

@@ -83,10 +83,10 @@ impl Credit {
             .get()
             .saturating_add(i64::from(increment));
         self.inner.balance.set(now);
-        if now >= self.inner.wake_at.get() {
-            if let Some(waker) = self.inner.waiter.take() {
-                waker.wake();
-            }
+        if now >= self.inner.wake_at.get()
+            && let Some(waker) = self.inner.waiter.take()
+        {
+            waker.wake();
         }
     }
 

@@ -298,12 +298,11 @@ impl SseTap {
     fn observe(&mut self, bytes: &[u8]) -> Option<Option<Observed>> {
         let mut observed = None;
         let result = self.observer.feed(bytes, |item| {
-            if let SseItemRef::Event(event) = item {
-                if !event.is_done() {
-                    if let Some(o) = observe(event.data) {
-                        observed = Some(o);
-                    }
-                }
+            if let SseItemRef::Event(event) = item
+                && !event.is_done()
+                && let Some(o) = observe(event.data)
+            {
+                observed = Some(o);
             }
         });
         result.ok().map(|()| observed)

@@ -80,15 +80,14 @@ pub fn sample(pid: Pid) -> io::Result<ProcSample> {
             continue;
         };
         // A thread may exit between listing and reading: skip it.
-        if let Ok(text) = fs::read_to_string(entry.path().join("schedstat")) {
-            if let Some(ns) = text
+        if let Ok(text) = fs::read_to_string(entry.path().join("schedstat"))
+            && let Some(ns) = text
                 .split_whitespace()
                 .next()
                 .and_then(|s| s.parse::<u64>().ok())
-            {
-                cpu_ns += ns;
-                tids.push(tid);
-            }
+        {
+            cpu_ns += ns;
+            tids.push(tid);
         }
         if let Ok(text) = fs::read_to_string(entry.path().join("status")) {
             voluntary_switches += status_count(&text, "voluntary_ctxt_switches").unwrap_or(0);

@@ -192,7 +192,7 @@ impl EventBuf {
         };
         let chunk = u64::from(chunk);
         self.push_seg(Seg::repeat(piece(chunk), (tokens / chunk) as usize));
-        if tokens % chunk != 0 {
+        if !tokens.is_multiple_of(chunk) {
             self.push(piece(tokens % chunk));
         }
         self

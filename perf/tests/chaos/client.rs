@@ -142,11 +142,12 @@ async fn exchange(addr: SocketAddr, model: &str, pad: usize, reader: Reader) -> 
     let mut buf = vec![0u8; 16 * 1024];
     let mut stalled = false;
     loop {
-        if let Reader::StallAfterHead(pause) = reader {
-            if !stalled && find(&raw, b"\r\n\r\n").is_some() {
-                stalled = true;
-                tokio::time::sleep(pause).await;
-            }
+        if let Reader::StallAfterHead(pause) = reader
+            && !stalled
+            && find(&raw, b"\r\n\r\n").is_some()
+        {
+            stalled = true;
+            tokio::time::sleep(pause).await;
         }
         match socket.read(&mut buf).await {
             Ok(0) => break,

@@ -297,11 +297,12 @@ async fn stream_events(
         writer.event(&current, out, terminal.as_ref(), &mut batch);
         // Events already queued join this write; it goes out when the
         // run has nothing more ready (or at the terminal, or when full).
-        if terminal.is_none() && batch.len() < MAX_BATCH {
-            if let Some(next) = stream.try_next() {
-                current = next;
-                continue;
-            }
+        if terminal.is_none()
+            && batch.len() < MAX_BATCH
+            && let Some(next) = stream.try_next()
+        {
+            current = next;
+            continue;
         }
         let chunk = Bytes::from(std::mem::take(&mut batch));
         // Two writes on purpose: one shared write with the terminal held
