@@ -59,7 +59,9 @@ impl<'a> Scalar<'a> {
                 raw,
                 escaped: false,
             } => Some(Cow::Borrowed(raw)),
-            Scalar::Text { raw, escaped: true } => Some(Cow::Owned(unescape(raw))),
+            Scalar::Text { raw, escaped: true } => {
+                String::from_utf8(unescape(raw)?).ok().map(Cow::Owned)
+            }
             _ => None,
         }
     }
@@ -267,19 +269,12 @@ fn unicode_escape_len(hex: &[u8]) -> Option<usize> {
     (!(0xD800..=0xDFFF).contains(&unit)).then_some(6)
 }
 
-/// The text of a string's raw body whose escapes [`Cursor::string`]
-/// checked.
-fn unescape(raw: &str) -> String {
-    let mut text = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while let Some(at) = rest.find('\\') {
-        text.push_str(&rest[..at]);
-        // Checked: a backslash is followed by an ASCII escape letter.
-        text.extend(rest.as_bytes().get(at + 1).copied().and_then(escaped));
-        rest = rest.get(at + 2..).unwrap_or_default();
-    }
-    text.push_str(rest);
-    text
+/// The text of a string's raw body (between its quotes) whose escapes a
+/// cursor checked, read ([`Scalar::text`]) or skipped
+/// ([`Cursor::raw_string`]): letter escapes and `\u` escapes other than
+/// surrogates. `None` for any other escape, which no cursor takes.
+pub fn unescape(raw: &str) -> Option<Vec<u8>> {
+    blocks::unescape(raw)
 }
 
 /// A position in a document; every reader returns `None` for what it
@@ -517,6 +512,15 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
             b'-' | b'0'..=b'9' => self.skip_number(),
             _ => self.scalar().map(drop),
         }
+    }
+
+    /// A string's raw body (between its quotes, escapes as written), its
+    /// escapes checked as [`skip_any`](Self::skip_any) checks them: for a
+    /// long text, whose escapes [`unescape`] then reads.
+    pub fn raw_string(&mut self) -> Option<&'a str> {
+        let start = self.at + 1;
+        self.skip_string()?;
+        self.text.get(start..self.at - 1)
     }
 
     /// Skips a string, its escapes checked: any but a `\u` of a surrogate.

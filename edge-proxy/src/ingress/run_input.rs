@@ -8,6 +8,11 @@
 //! whole body is built first, which had copied every text into it, then
 //! copied it again into the run.
 //!
+//! A chat request of the common shape (messages of a `role` and a string
+//! `content`, nothing else) is read without serde first ([`quick`]: the
+//! same input, a text's escapes undone 64 bytes a step); any other body is
+//! read here by serde.
+//!
 //! The body was checked whole by routing ([`super::parse`]: JSON, UTF-8,
 //! nesting limit), so the only errors here are the request's shape, each a
 //! typed 400: `missing_messages`, `invalid_message`, `missing_input`,
@@ -27,7 +32,20 @@ use crate::ingress::error::ApiError;
 
 /// The normalized input of a Chat Completions request: its messages, and
 /// every member but the messages and routing's as the run's parameters.
+/// Read in one pass without serde when the body has the common shape
+/// ([`quick`]), by serde otherwise.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
+    let quick = simdutf8::basic::from_utf8(&request.body)
+        .ok()
+        .and_then(|text| quick::chat_input(&request.body, text));
+    match quick {
+        Some(input) => Ok(input),
+        None => chat_input_by_serde(request),
+    }
+}
+
+/// [`chat_input`] read by serde: every shape, and every error.
+fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let body = read(request, Api::Chat)?;
     let messages = match body.messages {
         Some(Messages::List(messages)) if !messages.is_empty() => messages,
@@ -429,6 +447,9 @@ fn collect<'de, A: SeqAccess<'de>, T: Deserialize<'de>>(mut seq: A) -> Result<Ve
     }
     Ok(out)
 }
+
+#[path = "run_input_quick.rs"]
+mod quick;
 
 #[cfg(test)]
 #[path = "run_input_tests.rs"]

@@ -218,3 +218,159 @@ proptest! {
         prop_assert_eq!(String::from_utf8(got.parameters_json.to_vec()).unwrap(), parameters);
     }
 }
+
+/// The quick reader's input of `body`, and serde's when the quick reader
+/// took it (`None` when it declined, or routing refused the body).
+fn quick_and_serde(body: &str) -> Option<(RunInput, Result<RunInput, ApiError>)> {
+    let request = parse(Bytes::from(body.to_owned())).ok()?;
+    let quick = quick::chat_input(&request.body, std::str::from_utf8(&request.body).ok()?)?;
+    Some((quick, chat_input_by_serde(&request)))
+}
+
+#[test]
+fn the_quick_reader_leaves_other_shapes_to_serde() {
+    for declined in [
+        // Content parts, a message's other members, a role not a string.
+        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":"a","name":"n"}]}"#,
+        r#"{"model":"m","messages":[{"role":1,"content":"a"}]}"#,
+        r#"{"model":"m","messages":[{"content":"a"}]}"#,
+        // No messages, an empty list, not a list.
+        r#"{"model":"m"}"#,
+        r#"{"model":"m","messages":[]}"#,
+        r#"{"model":"m","messages":"a"}"#,
+        // A surrogate pair, an exponent.
+        r#"{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}],"temperature":1e0}"#,
+    ] {
+        assert!(quick_and_serde(declined).is_none(), "{declined}");
+    }
+    // Something after the object (which routing refuses first).
+    let trailing = r#"{"model":"m","messages":[{"role":"user","content":"a"}]} x"#;
+    assert!(quick::chat_input(&Bytes::from(trailing), trailing).is_none());
+    // Declined, then read by serde as before.
+    let input = input(r#"{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}"#);
+    assert_eq!(input.unwrap().messages[0].content, "😀");
+}
+
+#[test]
+fn the_quick_reader_takes_the_common_shape() {
+    let prose = "The \\\"quick\\\" brown fox jumps over the lazy dog, twice.\\n".repeat(40);
+    let body = format!(
+        "{{\"model\": \"m\", \"messages\": [{{\"role\": \"system\", \"content\": \"be brief \\u00e9\"}}, \
+         {{\"content\": null, \"role\": \"user\"}}, {{\"role\": \"user\", \"content\": \"{prose}\"}}], \
+         \"stream\": true, \"temperature\": 0.5, \"max_tokens\": 16}}"
+    );
+    let (quick, serde) = quick_and_serde(&body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    assert_eq!(quick.messages[0].content, "be brief é");
+    assert_eq!(quick.messages[1].content, "");
+    assert!(quick.messages[2].content.starts_with(b"The \"quick\""));
+    assert_eq!(
+        &quick.parameters_json[..],
+        br#"{"max_tokens":16,"temperature":0.5}"#
+    );
+}
+
+/// Chat bodies of the quick reader's shape and near it, compact or spaced.
+fn chat_body() -> impl Strategy<Value = String> {
+    let text = prop_oneof![
+        any::<String>(),
+        "[a \"\\\\\n\u{1}\u{e9}]{0,150}",
+        "[a-z]{0,8}".prop_map(|t| format!("{t}\u{1F600}")),
+    ];
+    let content = prop_oneof![
+        text.clone().prop_map(|t| Some(json!(t))),
+        Just(None),
+        Just(Some(Value::Null)),
+        Just(Some(json!([{"type": "text", "text": "a"}]))),
+    ];
+    let message = ("[a-z]{1,8}", content, prop::option::of(text), any::<bool>());
+    let parameter = prop_oneof![
+        Just(json!(0.5)),
+        Just(json!(16)),
+        Just(json!(-1.25)),
+        Just(json!(1e300)),
+        Just(json!(["stop", "\n"])),
+        Just(json!({"type": "json_object"})),
+        any::<String>().prop_map(Value::String),
+    ];
+    (
+        prop::collection::vec(message, 0..4),
+        prop::collection::btree_map("[a-z_]{1,12}", parameter, 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(messages, parameters, pretty)| {
+            let messages: Vec<Value> = messages
+                .into_iter()
+                .map(|(role, content, name, role_first)| {
+                    let mut m = serde_json::Map::new();
+                    if role_first {
+                        m.insert("role".into(), json!(role));
+                    }
+                    if let Some(content) = content {
+                        m.insert("content".into(), content);
+                    }
+                    if !role_first {
+                        m.insert("role".into(), json!(role));
+                    }
+                    if let Some(name) = name.filter(|n| n.len() % 3 == 0) {
+                        m.insert("name".into(), json!(name));
+                    }
+                    Value::Object(m)
+                })
+                .collect();
+            let mut body = json!({"model": "m", "stream": true, "messages": messages});
+            for (key, value) in parameters {
+                body[key] = value;
+            }
+            if pretty {
+                serde_json::to_string_pretty(&body).unwrap()
+            } else {
+                body.to_string()
+            }
+        })
+}
+
+/// A chat body with up to three edits: a piece put in, or bytes taken out.
+fn edited_chat_body() -> impl Strategy<Value = String> {
+    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
+    pieces.extend([
+        "\"messages\":",
+        "\"role\":",
+        "\"content\":",
+        "\\u00e9",
+        "{\"role\":\"a\"}",
+    ]);
+    let edit = (
+        any::<prop::sample::Index>(),
+        0usize..4,
+        prop::sample::select(pieces),
+    );
+    (chat_body(), prop::collection::vec(edit, 1..4)).prop_map(|(mut body, edits)| {
+        for (at, cut, piece) in edits {
+            let at = at.index(body.len() + 1);
+            framing::fuzzing::edit(&mut body, at, cut, piece);
+        }
+        body
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// What the quick reader takes, serde reads to the same input.
+    #[test]
+    fn the_quick_reader_reads_as_serde_reads(body in chat_body()) {
+        if let Some((quick, serde)) = quick_and_serde(&body) {
+            prop_assert_eq!(Ok(quick), serde.map_err(|e| e.code), "{}", body);
+        }
+    }
+
+    #[test]
+    fn an_edited_body_is_read_as_serde_reads_it_or_declined(body in edited_chat_body()) {
+        if let Some((quick, serde)) = quick_and_serde(&body) {
+            prop_assert_eq!(Ok(quick), serde.map_err(|e| e.code), "{}", body);
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! A Chat Completions request's input in one pass over its bytes, without
+//! serde, for the common shape: messages of a string `role` and a string
+//! (or `null`) `content` and nothing else.
+//!
+//! serde reads a message's text by copying each run between its escapes
+//! into a scratch buffer, then the visitor copies it out: ~11 instructions
+//! a byte of k6's prose prompt, three quarters of the normalized Edge's
+//! instructions on a 100 KB prompt (`hack/instructions.sh`, issue 8). Here
+//! a text is skipped by [`Cursor::raw_string`] (64 bytes a step) and, when
+//! it has escapes, unescaped by [`unescape`] (runs copied whole); without
+//! escapes it is a slice of the body, as with serde.
+//!
+//! Anything else is **declined** (`None`) to the serde reader, whose
+//! reading and errors are then the request's: content parts, a message's
+//! other members (`name`, `tool_calls`, …), a `role` that is not a plain
+//! string, no messages, and whatever [`Cursor`] declines. What this reader
+//! reads it reads as serde does (a property test holds the two to the same
+//! input): the routing members are left out, every other member is a
+//! parameter whose value serde reads from its bytes, and a later duplicate
+//! wins.
+
+use bytes::Bytes;
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, unescape};
+use proto::v1::{ChatMessage, RunInput};
+use serde_json::{Map, Value};
+
+use super::ROUTING;
+
+/// The run input of a Chat Completions `body` (`text`: the same bytes,
+/// UTF-8 checked); `None` when this reader declines it.
+pub(super) fn chat_input(body: &Bytes, text: &str) -> Option<RunInput> {
+    let mut messages = None;
+    let mut parameters = Map::new();
+    let mut cursor = Cursor::spaced(text);
+    cursor.object(|key, cursor| {
+        if key == "messages" {
+            messages = Some(read_messages(body, cursor)?);
+            return Some(());
+        }
+        let start = cursor.position();
+        cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
+        if !ROUTING.contains(&key) {
+            let value = serde_json::from_str(&text[start..cursor.position()]).ok()?;
+            parameters.insert(key.to_owned(), value);
+        }
+        Some(())
+    })?;
+    if !cursor.only_whitespace_left() {
+        return None;
+    }
+    Some(RunInput {
+        messages: messages.filter(|m: &Vec<ChatMessage>| !m.is_empty())?,
+        parameters_json: Value::Object(parameters).to_string().into(),
+    })
+}
+
+/// The `messages` array at `cursor`.
+fn read_messages(body: &Bytes, cursor: &mut Cursor<'_, true>) -> Option<Vec<ChatMessage>> {
+    let mut messages = Vec::new();
+    cursor.array(|cursor| {
+        let (mut role, mut content) = (None, Bytes::new());
+        cursor.object(|key, cursor| {
+            match key {
+                "role" => role = Some(cursor.scalar()?.text()?.into_owned()),
+                "content" => content = read_content(body, cursor)?,
+                _ => return None,
+            }
+            Some(())
+        })?;
+        messages.push(ChatMessage {
+            role: role?,
+            content,
+            extra_json: Bytes::new(),
+        });
+        Some(())
+    })?;
+    Some(messages)
+}
+
+/// A message's `content` at `cursor`: a string's text (a slice of `body`
+/// when it has no escapes), or empty for `null`.
+fn read_content(body: &Bytes, cursor: &mut Cursor<'_, true>) -> Option<Bytes> {
+    if cursor.peek()? != b'"' {
+        return cursor.scalar()?.is_null().then(Bytes::new);
+    }
+    let raw = cursor.raw_string()?;
+    Some(if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
+        body.slice_ref(raw.as_bytes())
+    } else {
+        Bytes::from(unescape(raw)?)
+    })
+}
