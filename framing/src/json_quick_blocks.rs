@@ -95,7 +95,11 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
 /// cost ~110 instructions an escape.
 pub(super) fn unescape(raw: &str) -> Option<Vec<u8>> {
     let src = raw.as_bytes();
-    let mut out = vec![0u8; src.len() + STEP];
+    // Filled by a copy, not zeroed: a large zeroed allocation may come as
+    // fresh pages, each faulted in when written.
+    let mut out = Vec::with_capacity(src.len() + STEP);
+    out.extend_from_slice(src);
+    out.extend_from_slice(&[0; STEP]);
     let mut written = 0;
     // The start of the run not yet copied.
     let mut from = 0;
