@@ -320,25 +320,36 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// A common body with up to three edits: a piece put in, or bytes taken
 /// out, anywhere.
 fn edited_body() -> impl Strategy<Value = String> {
-    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
-    pieces.extend(["1e5", "\"model\":", "\"stream\":", "\"model\":\"n\","]);
-    let piece = prop::sample::select(pieces);
-    let edit = (any::<prop::sample::Index>(), 0usize..4, piece);
-    (
-        prop::sample::select(vec![
-            r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}"#,
-            r#"{"model":"m","stream_options":{"include_usage":true},"temperature":0.5}"#,
-        ]),
-        prop::collection::vec(edit, 1..4),
+    let bases = prop::sample::select(vec![
+        r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}"#,
+        r#"{"model":"m","stream_options":{"include_usage":true},"temperature":0.5}"#,
+    ]);
+    with_edits(
+        bases.prop_map(str::to_owned),
+        &["1e5", "\"model\":", "\"stream\":", "\"model\":\"n\","],
     )
-        .prop_map(|(base, edits)| {
-            let mut body = base.to_owned();
-            for (at, cut, piece) in edits {
-                let at = at.index(body.len() + 1);
-                framing::fuzzing::edit(&mut body, at, cut, piece);
-            }
-            body
-        })
+}
+
+/// `bodies` with up to three edits each: a piece of JSON (`JSON_PIECES`
+/// and `extra`) put in, or bytes taken out, anywhere.
+pub(super) fn with_edits(
+    bodies: impl Strategy<Value = String>,
+    extra: &'static [&'static str],
+) -> impl Strategy<Value = String> {
+    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
+    pieces.extend(extra);
+    let edit = (
+        any::<prop::sample::Index>(),
+        0usize..4,
+        prop::sample::select(pieces),
+    );
+    (bodies, prop::collection::vec(edit, 1..4)).prop_map(|(mut body, edits)| {
+        for (at, cut, piece) in edits {
+            let at = at.index(body.len() + 1);
+            framing::fuzzing::edit(&mut body, at, cut, piece);
+        }
+        body
+    })
 }
 
 proptest::proptest! {

@@ -334,26 +334,14 @@ fn chat_body() -> impl Strategy<Value = String> {
 
 /// A chat body with up to three edits: a piece put in, or bytes taken out.
 fn edited_chat_body() -> impl Strategy<Value = String> {
-    let mut pieces = framing::fuzzing::JSON_PIECES.to_vec();
-    pieces.extend([
+    let extra = &[
         "\"messages\":",
         "\"role\":",
         "\"content\":",
         "\\u00e9",
         "{\"role\":\"a\"}",
-    ]);
-    let edit = (
-        any::<prop::sample::Index>(),
-        0usize..4,
-        prop::sample::select(pieces),
-    );
-    (chat_body(), prop::collection::vec(edit, 1..4)).prop_map(|(mut body, edits)| {
-        for (at, cut, piece) in edits {
-            let at = at.index(body.len() + 1);
-            framing::fuzzing::edit(&mut body, at, cut, piece);
-        }
-        body
-    })
+    ];
+    super::super::tests::with_edits(chat_body(), extra)
 }
 
 proptest! {
