@@ -50,6 +50,7 @@ fn spec() -> ExecuteSpec {
                 extra_json: Vec::new().into(),
             }],
             parameters_json: b"{\"temperature\":0.5}".to_vec().into(),
+            escaped_content: false,
         },
         session_id: "s".into(),
         stall_timeout_ms: 0,

@@ -405,6 +405,18 @@ impl FakeNode {
     /// Registers as `node-a` (saying whether it gathers pieces) and waits
     /// until the Edge can dispatch to it.
     fn ready(edge: &EdgeServer, gathers: bool) -> Self {
+        Self::ready_as(
+            edge,
+            RegisterRequest {
+                reassembles_pieces: gathers,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Registers as `node-a` with `register` (its token set here) and
+    /// waits until the Edge can dispatch to it.
+    fn ready_as(edge: &EdgeServer, register: RegisterRequest) -> Self {
         let mut node = Self {
             stream: TcpStream::connect(edge.node_addr).unwrap(),
             decoder: FrameDecoder::default(),
@@ -413,8 +425,7 @@ impl FakeNode {
         node.stream.set_read_timeout(Some(PATIENCE)).unwrap();
         node.send(Msg::RegisterRequest(Box::new(RegisterRequest {
             token: "tok-a".into(),
-            reassembles_pieces: gathers,
-            ..Default::default()
+            ..register
         })));
         node.next_frame();
         node.send(Msg::NodeReadyRequest(NodeReadyRequest::default()));
@@ -507,6 +518,40 @@ fn a_long_request_goes_in_pieces_only_to_a_node_that_gathers_them() {
         } else {
             assert!(pieces.is_empty(), "a node that did not say gets one frame");
         }
+    }
+}
+
+#[test]
+fn escaped_texts_go_as_they_are_only_to_a_node_that_pastes_them() {
+    use proto::v1::RunRequest;
+    use support::stack::block_on;
+
+    let escaped = r#"say \"hi\"\n\u00e9"#;
+    for pastes in [false, true] {
+        let clock = SharedManualClock::new(0);
+        let (edge, _events) = start_edge(IoDriver::Epoll, &clock);
+        let mut node = FakeNode::ready_as(
+            &edge,
+            RegisterRequest {
+                pastes_escaped_content: pastes,
+                ..Default::default()
+            },
+        );
+        let mut run = long_run(0);
+        run.input.messages[0].content = escaped.into();
+        run.input.escaped_content = true;
+        let _run = block_on(edge.dispatcher.submit_run(run)).expect("submitted");
+        let request: RunRequest = loop {
+            match node.next_frame().msg {
+                Some(Msg::RunRequest(request)) => break *request,
+                Some(Msg::HeartbeatPing(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let input = request.input.unwrap();
+        assert_eq!(input.escaped_content, pastes);
+        let expected = if pastes { escaped } else { "say \"hi\"\né" };
+        assert_eq!(input.messages[0].content, expected.as_bytes());
     }
 }
 

@@ -35,10 +35,7 @@ use crate::ingress::error::ApiError;
 /// Read in one pass without serde when the body has the common shape
 /// ([`quick`]), by serde otherwise.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let quick = simdutf8::basic::from_utf8(&request.body)
-        .ok()
-        .and_then(|text| quick::chat_input(&request.body, text));
-    match quick {
+    match quick::chat_input(&request.body) {
         Some(input) => Ok(input),
         None => chat_input_by_serde(request),
     }
@@ -81,6 +78,7 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     Ok(RunInput {
         messages: out,
         parameters_json: Value::Object(body.parameters).to_string().into(),
+        escaped_content: false,
     })
 }
 
@@ -127,6 +125,7 @@ pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     Ok(RunInput {
         messages,
         parameters_json: Value::Object(body.parameters).to_string().into(),
+        escaped_content: false,
     })
 }
 

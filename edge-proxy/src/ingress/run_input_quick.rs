@@ -5,10 +5,12 @@
 //! serde reads a message's text by copying each run between its escapes
 //! into a scratch buffer, then the visitor copies it out: ~11 instructions
 //! a byte of k6's prose prompt, three quarters of the normalized Edge's
-//! instructions on a 100 KB prompt (`hack/instructions.sh`, issue 8). Here
-//! a text is skipped by [`Cursor::raw_string`] (64 bytes a step) and, when
-//! it has escapes, unescaped by [`unescape`] (runs copied whole); without
-//! escapes it is a slice of the body, as with serde.
+//! instructions on a 100 KB prompt (`hack/instructions.sh`, issue 8), and
+//! the Node then escaped it again into the provider's JSON. Here a text is
+//! skipped by [`Cursor::raw_string`] (64 bytes a step, its escapes
+//! checked) and goes to the run as it is, escapes and all, a slice of the
+//! body ([`RunInput::escaped_content`]); the link makes it plain only for a
+//! Node that does not take it so (`framing::frame::unescape_content`).
 //!
 //! Anything else is **declined** (`None`) to the serde reader, whose
 //! reading and errors are then the request's: content parts, a message's
@@ -20,15 +22,16 @@
 //! wins.
 
 use bytes::Bytes;
-use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, unescape};
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
 use proto::v1::{ChatMessage, RunInput};
 use serde_json::{Map, Value};
 
 use super::ROUTING;
 
-/// The run input of a Chat Completions `body` (`text`: the same bytes,
-/// UTF-8 checked); `None` when this reader declines it.
-pub(super) fn chat_input(body: &Bytes, text: &str) -> Option<RunInput> {
+/// The run input of a Chat Completions `body`; `None` when this reader
+/// declines it (a body that is not UTF-8 too).
+pub(super) fn chat_input(body: &Bytes) -> Option<RunInput> {
+    let text = simdutf8::basic::from_utf8(body).ok()?;
     let mut messages = None;
     let mut parameters = Map::new();
     let mut cursor = Cursor::spaced(text);
@@ -51,6 +54,7 @@ pub(super) fn chat_input(body: &Bytes, text: &str) -> Option<RunInput> {
     Some(RunInput {
         messages: messages.filter(|m: &Vec<ChatMessage>| !m.is_empty())?,
         parameters_json: Value::Object(parameters).to_string().into(),
+        escaped_content: true,
     })
 }
 
@@ -77,16 +81,11 @@ fn read_messages(body: &Bytes, cursor: &mut Cursor<'_, true>) -> Option<Vec<Chat
     Some(messages)
 }
 
-/// A message's `content` at `cursor`: a string's text (a slice of `body`
-/// when it has no escapes), or empty for `null`.
+/// A message's `content` at `cursor`: a string's body, escapes as the
+/// client wrote them, as a slice of `body`; empty for `null`.
 fn read_content(body: &Bytes, cursor: &mut Cursor<'_, true>) -> Option<Bytes> {
     if cursor.peek()? != b'"' {
         return cursor.scalar()?.is_null().then(Bytes::new);
     }
-    let raw = cursor.raw_string()?;
-    Some(if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
-        body.slice_ref(raw.as_bytes())
-    } else {
-        Bytes::from(unescape(raw)?)
-    })
+    Some(body.slice_ref(cursor.raw_string()?.as_bytes()))
 }

@@ -4,8 +4,16 @@ use serde_json::json;
 use super::*;
 use crate::ingress::openai::parse;
 
+/// A chat body's run input, its texts plain (as a Node that does not take
+/// escaped texts gets them).
 fn input(body: &str) -> Result<RunInput, ApiError> {
-    chat_input(&parse(Bytes::from(body.to_owned())).expect("routing"))
+    chat_input(&parse(Bytes::from(body.to_owned())).expect("routing")).map(plain)
+}
+
+/// `input` with its texts unescaped when they are escaped.
+fn plain(mut input: RunInput) -> RunInput {
+    framing::frame::unescape_content(&mut input).expect("escaped texts a cursor checked");
+    input
 }
 
 #[test]
@@ -223,8 +231,8 @@ proptest! {
 /// took it (`None` when it declined, or routing refused the body).
 fn quick_and_serde(body: &str) -> Option<(RunInput, Result<RunInput, ApiError>)> {
     let request = parse(Bytes::from(body.to_owned())).ok()?;
-    let quick = quick::chat_input(&request.body, std::str::from_utf8(&request.body).ok()?)?;
-    Some((quick, chat_input_by_serde(&request)))
+    let quick = quick::chat_input(&request.body)?;
+    Some((plain(quick), chat_input_by_serde(&request)))
 }
 
 #[test]
@@ -247,7 +255,7 @@ fn the_quick_reader_leaves_other_shapes_to_serde() {
     }
     // Something after the object (which routing refuses first).
     let trailing = r#"{"model":"m","messages":[{"role":"user","content":"a"}]} x"#;
-    assert!(quick::chat_input(&Bytes::from(trailing), trailing).is_none());
+    assert!(quick::chat_input(&Bytes::from(trailing)).is_none());
     // Declined, then read by serde as before.
     let input = input(r#"{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}"#);
     assert_eq!(input.unwrap().messages[0].content, "😀");
@@ -261,6 +269,13 @@ fn the_quick_reader_takes_the_common_shape() {
          {{\"content\": null, \"role\": \"user\"}}, {{\"role\": \"user\", \"content\": \"{prose}\"}}], \
          \"stream\": true, \"temperature\": 0.5, \"max_tokens\": 16}}"
     );
+    // The texts as the client escaped them, slices of its body.
+    let bytes = Bytes::from(body.clone());
+    let escaped = quick::chat_input(&bytes).expect("taken");
+    assert!(escaped.escaped_content);
+    assert_eq!(escaped.messages[0].content, "be brief \\u00e9");
+    let range = bytes.as_ptr_range();
+    assert!(range.contains(&escaped.messages[2].content.as_ptr()));
     let (quick, serde) = quick_and_serde(&body).expect("taken");
     assert_eq!(quick, serde.unwrap());
     assert_eq!(quick.messages[0].content, "be brief é");

@@ -114,6 +114,8 @@ pub struct EdgeSession {
     /// The largest frame the node takes, when it said it gathers
     /// `EnvelopePiece` frames.
     gathers_up_to: Option<usize>,
+    /// Whether the node said it writes JSON-escaped texts as they are.
+    pastes_escaped: bool,
 }
 
 impl EdgeSession {
@@ -127,6 +129,7 @@ impl EdgeSession {
             heartbeat: None,
             out: VecDeque::new(),
             gathers_up_to: None,
+            pastes_escaped: false,
         }
     }
 
@@ -136,6 +139,13 @@ impl EdgeSession {
     /// say so, which gets whole frames.
     pub fn gathers_pieces_up_to(&self) -> Option<usize> {
         self.gathers_up_to
+    }
+
+    /// Whether the registered node writes a run's JSON-escaped texts as
+    /// they are (`RegisterRequest.pastes_escaped_content`); a node that
+    /// did not say so gets plain texts.
+    pub fn pastes_escaped_content(&self) -> bool {
+        self.pastes_escaped
     }
 
     /// The registered node and its generation, once registered.
@@ -325,6 +335,7 @@ impl EdgeSession {
                         generation,
                     }));
                 self.heartbeat = Some(Heartbeat::new(self.config.heartbeat, now));
+                self.pastes_escaped = request.pastes_escaped_content;
                 self.gathers_up_to =
                     request
                         .reassembles_pieces

@@ -10,11 +10,11 @@
 use bytes::{BufMut, Bytes};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use proto::v1::RunRequest;
+use proto::v1::{RunInput, RunRequest};
 use proto::{
     CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
-    ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_MESSAGES_FIELD,
-    RUN_INPUT_PARAMETERS_FIELD, RUN_REQUEST_INPUT_FIELD,
+    ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_ESCAPED_CONTENT_FIELD,
+    RUN_INPUT_MESSAGES_FIELD, RUN_INPUT_PARAMETERS_FIELD, RUN_REQUEST_INPUT_FIELD,
 };
 
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
@@ -29,6 +29,29 @@ pub fn has_long_texts(request: &RunRequest) -> bool {
         .is_some_and(|input| input.messages.iter().any(|m| m.content.len() > COPY_MAX))
 }
 
+/// Makes a run's input plain for a node that takes only plain texts: each
+/// message's JSON-escaped content ([`RunInput::escaped_content`]) is
+/// unescaped. An input that is plain already is left as it is.
+///
+/// # Errors
+/// [`FrameError::Malformed`] for a content that is not the body of a JSON
+/// string (the Edge sends only bodies its cursor checked).
+pub fn unescape_content(input: &mut RunInput) -> Result<(), FrameError> {
+    if !input.escaped_content {
+        return Ok(());
+    }
+    for message in &mut input.messages {
+        let text = crate::json_quick::unescape(
+            std::str::from_utf8(&message.content)
+                .map_err(|_| FrameError::Malformed("escaped content is not UTF-8".into()))?,
+        )
+        .ok_or_else(|| FrameError::Malformed("escaped content is not a JSON string".into()))?;
+        message.content = text.into();
+    }
+    input.escaped_content = false;
+    Ok(())
+}
+
 impl FrameEncoder {
     /// Encodes `{stream_id, run_request: request}` as one frame in which
     /// each message text longer than `COPY_MAX` is its own slice, not
@@ -41,9 +64,13 @@ impl FrameEncoder {
     ) -> Result<BodyFrame, FrameError> {
         let input = request.input.take();
         let rest = request;
-        let (messages, parameters) = match &input {
-            Some(input) => (&input.messages[..], &input.parameters_json),
-            None => (&[][..], &Bytes::new()),
+        let (messages, parameters, escaped) = match &input {
+            Some(input) => (
+                &input.messages[..],
+                &input.parameters_json,
+                input.escaped_content,
+            ),
+            None => (&[][..], &Bytes::new(), false),
         };
         // Lengths do not depend on the order of fields: prost's are the frame's.
         let input_len = input.as_ref().map_or(0, Message::encoded_len);
@@ -95,6 +122,9 @@ impl FrameEncoder {
             encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
             encode_varint(input_len as u64, out);
             put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
+            if escaped {
+                prost::encoding::bool::encode(RUN_INPUT_ESCAPED_CONTENT_FIELD, &escaped, out);
+            }
             for (m, slice) in messages.iter().zip(&sliced) {
                 encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
                 encode_varint(m.encoded_len() as u64, out);
@@ -194,6 +224,7 @@ mod tests {
                     },
                 ],
                 parameters_json: br#"{"temperature":0}"#[..].into(),
+                escaped_content: false,
             }),
             ..RunRequest::default()
         };
@@ -259,12 +290,14 @@ mod tests {
             parameters in prop::collection::vec(any::<u8>(), 0..30),
             run_id in "[a-z0-9]{0,12}",
             piece_len in 1usize..20_000,
+            escaped_content in any::<bool>(),
         ) {
             let request = RunRequest {
                 run_id,
                 input: messages.map(|messages| RunInput {
                     messages,
                     parameters_json: parameters.into(),
+                    escaped_content,
                 }),
                 ..RunRequest::default()
             };

@@ -1,6 +1,10 @@
 //! A chat request body for a provider: the adapter's top-level fields and
 //! the run's messages under `"messages"`, written straight from the run.
 //!
+//! A run whose texts come JSON-escaped (`RunInput.escaped_content`: the
+//! client's own escapes, checked by the Edge) has them written between
+//! quotes as they are, neither unescaped nor escaped again.
+//!
 //! Each message is its `extra_json` object's fields, then `role` and
 //! `content` (which win over extra fields of the same name). The body's
 //! shape is fixed, so it is written as it is: the top-level fields and the
@@ -48,7 +52,15 @@ pub(super) fn with_messages(
         out.extend_from_slice(b"\"role\":");
         escape_into(&message.role, &mut out);
         out.extend_from_slice(b",\"content\":");
-        escape_into(text(&message.content)?, &mut out);
+        let content = text(&message.content)?;
+        if input.escaped_content {
+            // A JSON string's body already, checked by the Edge.
+            out.push(b'"');
+            out.extend_from_slice(content.as_bytes());
+            out.push(b'"');
+        } else {
+            escape_into(content, &mut out);
+        }
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
@@ -198,6 +210,23 @@ mod tests {
         );
         let empty = with_messages(Map::new(), &RunInput::default()).unwrap();
         assert_eq!(&empty[..], br#"{"messages":[]}"#);
+    }
+
+    #[test]
+    fn escaped_texts_are_written_as_they_are() {
+        let escaped = r#"a\"b\\c\n\u00e9 \/ é"#;
+        let input = RunInput {
+            messages: vec![message("user", escaped, ""), message("user", "", "")],
+            escaped_content: true,
+            ..RunInput::default()
+        };
+        let body = with_messages(Map::new(), &input).unwrap();
+        let expected = format!(
+            r#"{{"messages":[{{"role":"user","content":"{escaped}"}},{{"role":"user","content":""}}]}}"#
+        );
+        assert_eq!(String::from_utf8(body.clone()).unwrap(), expected);
+        let parsed: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(parsed["messages"][0]["content"], "a\"b\\c\né / é");
     }
 
     #[test]

@@ -192,6 +192,7 @@ fn spec(params: &str) -> ExecuteSpec {
                 extra_json: b"{\"name\":\"bob\"}".to_vec().into(),
             }],
             parameters_json: params.as_bytes().to_vec().into(),
+            escaped_content: false,
         },
         ..ExecuteSpec::default()
     }

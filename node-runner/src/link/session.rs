@@ -107,6 +107,8 @@ impl NodeSession {
                 .unwrap_or_default(),
             // The link reader's FrameDecoder gathers pieces.
             reassembles_pieces: true,
+            // adapter::request_body writes escaped texts as they are.
+            pastes_escaped_content: true,
         }));
         let deadline = now.saturating_add(config.handshake_timeout_ms);
         let mut session = Self {

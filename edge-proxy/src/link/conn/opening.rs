@@ -2,7 +2,7 @@
 //! the end of a stream whose request the writer dropped unfinished.
 
 use bytes::Bytes;
-use framing::frame::{FrameError, has_long_texts};
+use framing::frame::{FrameError, has_long_texts, unescape_content};
 use framing::link::Outgoing;
 use framing::outbound::Outbound;
 use framing::write_batch::COPY_MAX;
@@ -22,12 +22,20 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     /// The frames that open stream `stream_id` with `msg`: one, or, for a
     /// node that gathers pieces, a long request in pieces of
     /// `link.max_body_chunk`, so that it does not hold the link (other
-    /// streams' requests and credit, the heartbeat) until its last byte.
+    /// streams' requests and credit, the heartbeat) until its last byte. A
+    /// run's JSON-escaped texts are made plain for a node that did not say
+    /// it takes them.
     pub(super) fn encode_open(
         &self,
         stream_id: u64,
-        msg: Msg,
+        mut msg: Msg,
     ) -> Result<Vec<Outgoing>, FrameError> {
+        if let Msg::RunRequest(request) = &mut msg
+            && let Some(input) = request.input.as_mut()
+            && !self.session.borrow().pastes_escaped_content()
+        {
+            unescape_content(input)?;
+        }
         let whole = self.encode_whole(stream_id, msg)?;
         let Some(peer_max) = self.session.borrow().gathers_pieces_up_to() else {
             return Ok(vec![whole]);
