@@ -7,7 +7,7 @@
 //! body), and scans a string ~2.4 instructions a byte (78 % of the Edge's
 //! instructions routing a 100 KB prompt; issue 8, `hack/instructions.sh`).
 //! This cursor reads in one pass over the bytes (a long string it skips
-//! 64 bytes a step, [`blocks`]; one it reads by `memchr2`), and
+//! 64 bytes a step, `json_quick_blocks.rs`; one it reads by `memchr2`), and
 //! **declines** (`None`) on anything it does not take; its
 //! callers then read the document through serde, so what a quick reader
 //! reads is always what serde reads (each caller's property tests hold it
@@ -27,9 +27,13 @@
 use std::borrow::Cow;
 
 use blocks::Scan;
+pub use escapes::unescape;
+use escapes::{escape_len, letter_escape_len};
 
 #[path = "json_quick_blocks.rs"]
 mod blocks;
+#[path = "json_quick_escapes.rs"]
+mod escapes;
 
 /// A plain JSON value. A string is its raw text between the quotes, with
 /// its escapes checked; it is unescaped only when it is read
@@ -59,9 +63,7 @@ impl<'a> Scalar<'a> {
                 raw,
                 escaped: false,
             } => Some(Cow::Borrowed(raw)),
-            Scalar::Text { raw, escaped: true } => {
-                String::from_utf8(unescape(raw)?).ok().map(Cow::Owned)
-            }
+            Scalar::Text { raw, escaped: true } => unescape(raw).map(Cow::Owned),
             _ => None,
         }
     }
@@ -171,13 +173,9 @@ const WORD_RUN: usize = 64;
 #[inline]
 fn skipped_run(bytes: &[u8]) -> Option<usize> {
     let mut at = 0;
-    while let Some(word) = bytes.get(at..at + 8) {
-        // Checked: `get` took exactly eight bytes.
-        let stops = stop_bytes(u64::from_le_bytes(word.try_into().ok()?));
-        if stops != 0 {
-            // The lowest flagged byte is exact: a false flag only ever
-            // follows a true one (a borrow runs upwards).
-            return Some(at + stops.trailing_zeros() as usize / 8);
+    while let Some(stop) = word_stop(bytes, at) {
+        if stop.is_some() {
+            return stop;
         }
         at += 8;
         if at >= WORD_RUN {
@@ -201,15 +199,22 @@ const SHORT_SKIPPED: usize = 32;
 #[inline]
 fn short_plain_end(bytes: &[u8]) -> Option<usize> {
     for at in (0..SHORT_SKIPPED).step_by(8) {
-        let word = bytes.get(at..at + 8)?;
-        // Checked: `get` took exactly eight bytes.
-        let stops = stop_bytes(u64::from_le_bytes(word.try_into().ok()?));
-        if stops != 0 {
-            let end = at + stops.trailing_zeros() as usize / 8;
+        if let Some(end) = word_stop(bytes, at)? {
             return (bytes[end] == b'"').then_some(end);
         }
     }
     None
+}
+
+/// The first byte that may end a string's run among the eight at `at`
+/// (`Some(None)`: none of them); `None` when fewer than eight are left.
+#[inline(always)]
+fn word_stop(bytes: &[u8], at: usize) -> Option<Option<usize>> {
+    let word: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+    let stops = stop_bytes(u64::from_le_bytes(word));
+    // The lowest flagged byte is exact: a false flag only ever follows a
+    // true one (a borrow runs upwards).
+    Some((stops != 0).then(|| at + stops.trailing_zeros() as usize / 8))
 }
 
 /// The high bit of each byte of `word` that may end a string's run (a
@@ -222,59 +227,6 @@ fn stop_bytes(word: u64) -> u64 {
     let quote = word ^ (ONES * u64::from(b'"'));
     let backslash = word ^ (ONES * u64::from(b'\\'));
     below(quote, 1) | below(backslash, 1) | below(word, 0x20)
-}
-
-/// What the escape letter `letter` stands for (`\u` is not taken).
-fn escaped(letter: u8) -> Option<char> {
-    Some(match letter {
-        b'"' => '"',
-        b'\\' => '\\',
-        b'/' => '/',
-        b'n' => '\n',
-        b't' => '\t',
-        b'r' => '\r',
-        b'b' => '\u{8}',
-        b'f' => '\u{c}',
-        _ => return None,
-    })
-}
-
-/// The length of the escape that `after` (the bytes after a backslash)
-/// begins: 2 for one letter (those of [`escaped`], matched here without its
-/// jump table), 6 for `\u` and four hex digits that are not a
-/// surrogate (a lone or a reversed surrogate is an error in serde, a pair
-/// is left to it); `None` for anything else.
-#[inline]
-fn escape_len(after: &[u8]) -> Option<usize> {
-    match *after.first()? {
-        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(2),
-        b'u' => unicode_escape_len(after.get(1..5)?),
-        _ => None,
-    }
-}
-
-/// [`escape_len`] for a string that is read: a letter escape only.
-#[inline]
-fn letter_escape_len(after: &[u8]) -> Option<usize> {
-    escaped(*after.first()?).map(|_| 2)
-}
-
-/// [`escape_len`] of a `\u` escape whose four digits are `hex`.
-fn unicode_escape_len(hex: &[u8]) -> Option<usize> {
-    if !hex.iter().all(u8::is_ascii_hexdigit) {
-        return None;
-    }
-    // Checked: four ASCII hex digits (`from_str_radix` would take a sign).
-    let unit = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-    (!(0xD800..=0xDFFF).contains(&unit)).then_some(6)
-}
-
-/// The text of a string's raw body (between its quotes) whose escapes a
-/// cursor checked, read ([`Scalar::text`]) or skipped
-/// ([`Cursor::raw_string`]): letter escapes and `\u` escapes other than
-/// surrogates. `None` for any other escape, which no cursor takes.
-pub fn unescape(raw: &str) -> Option<Vec<u8>> {
-    blocks::unescape(raw)
 }
 
 /// A position in a document; every reader returns `None` for what it
@@ -512,6 +464,14 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
             b'-' | b'0'..=b'9' => self.skip_number(),
             _ => self.scalar().map(drop),
         }
+    }
+
+    /// Skips a value as [`skip_any`](Self::skip_any) does, and gives its
+    /// text: for a reader that leaves the few values it keeps to serde.
+    pub fn skip_any_text(&mut self, depth: usize) -> Option<&'a str> {
+        let start = self.at;
+        self.skip_any(depth)?;
+        self.text.get(start..self.at)
     }
 
     /// A string's raw body (between its quotes, escapes as written), its

@@ -28,7 +28,7 @@
 
 use wide::u8x64;
 
-use super::escape_len;
+use super::escapes::escape_len;
 
 /// Bytes a step.
 const BLOCK: usize = 64;
@@ -55,7 +55,7 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
     let mut at = 0;
     // 1 when the block's first byte is escaped by the last one before it.
     let mut carry = 0u64;
-    while let Some(block) = bytes.get(at..at + BLOCK) {
+    while let Some(block) = bytes.get(at..at + BLOCK).and_then(|b| b.try_into().ok()) {
         let masks = Masks::of(block);
         let (escaped, carry_out) = escaped(masks.backslashes, carry);
         let quotes = masks.quotes & !escaped;
@@ -82,102 +82,6 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
     }
     // Back to the backslash of an escape the last block began.
     Some(Scan::Rest(at - carry as usize))
-}
-
-/// The bytes of a string's raw body `raw` (between its quotes) whose
-/// escapes a cursor checked: letter escapes and `\u` escapes other than
-/// surrogates; `None` for any other escape, which no cursor takes.
-///
-/// The escapes are found from each block's backslash mask, not searched
-/// for one by one, and a run between two of them (~19 bytes in a prose
-/// prompt) is copied 16 bytes a step into room past the output's end that
-/// the next run overwrites: `push_str` and `memchr` at every escape had
-/// cost ~110 instructions an escape.
-pub(super) fn unescape(raw: &str) -> Option<Vec<u8>> {
-    let src = raw.as_bytes();
-    // Filled by a copy, not zeroed: a large zeroed allocation may come as
-    // fresh pages, each faulted in when written.
-    let mut out = Vec::with_capacity(src.len() + STEP);
-    out.extend_from_slice(src);
-    out.extend_from_slice(&[0; STEP]);
-    let mut written = 0;
-    // The start of the run not yet copied.
-    let mut from = 0;
-    let mut start = 0;
-    while start < src.len() {
-        let mut backslashes = backslashes(&src[start..]);
-        while backslashes != 0 {
-            let at = start + backslashes.trailing_zeros() as usize;
-            backslashes &= backslashes - 1;
-            // The second backslash of an escaped one.
-            if at < from {
-                continue;
-            }
-            written = copy_run(&mut out, written, src, from, at);
-            let letter = *src.get(at + 1)?;
-            if letter == b'u' {
-                let hex = raw.get(at + 2..at + 6)?;
-                let unit = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
-                written += unit.encode_utf8(&mut out[written..]).len();
-                from = at + 6;
-            } else {
-                // Every letter escape stands for an ASCII byte.
-                out[written] = super::escaped(letter)? as u8;
-                written += 1;
-                from = at + 2;
-            }
-        }
-        start += BLOCK;
-    }
-    written = copy_run(&mut out, written, src, from, src.len());
-    out.truncate(written);
-    Some(out)
-}
-
-/// Bytes a run is copied by at a time (and the room past the output's
-/// end that takes a step's overrun).
-const STEP: usize = 16;
-
-/// Copies `src[from..to]` to `out` at `written`; returns the new end. Whole
-/// steps while `src` has their bytes, overrunning the end in `out` (room
-/// the next run overwrites, or the caller cuts off); a run of a few
-/// blocks or more by one `memcpy`.
-#[inline(always)]
-fn copy_run(out: &mut [u8], written: usize, src: &[u8], from: usize, to: usize) -> usize {
-    let len = to - from;
-    if len >= 4 * BLOCK {
-        out[written..written + len].copy_from_slice(&src[from..to]);
-        return written + len;
-    }
-    let mut done = 0;
-    while done < len {
-        let (s, o) = (from + done, written + done);
-        match (src.get(s..s + STEP), out.get_mut(o..o + STEP)) {
-            (Some(step), Some(room)) => room.copy_from_slice(step),
-            _ => {
-                out[o..written + len].copy_from_slice(&src[s..to]);
-                break;
-            }
-        }
-        done += STEP;
-    }
-    written + len
-}
-
-/// The backslashes of the block `bytes` begins (its first [`BLOCK`] bytes,
-/// or fewer at the end).
-#[inline(always)]
-fn backslashes(bytes: &[u8]) -> u64 {
-    let v = match bytes.get(..BLOCK) {
-        // Checked: `get` took exactly a block.
-        Some(block) => u8x64::new(block.try_into().unwrap_or([0; BLOCK])),
-        None => {
-            let mut block = [0u8; BLOCK];
-            block[..bytes.len()].copy_from_slice(bytes);
-            u8x64::new(block)
-        }
-    };
-    v.simd_eq(u8x64::splat(b'\\')).to_bitmask()
 }
 
 /// The bytes of a block its backslashes escape (the byte after each odd
@@ -208,11 +112,10 @@ struct Masks {
 }
 
 impl Masks {
-    /// The masks of `block` (exactly [`BLOCK`] bytes).
+    /// The masks of `block`.
     #[inline(always)]
-    fn of(block: &[u8]) -> Self {
-        // Checked: the callers' `get` took exactly a block.
-        let v = u8x64::new(block.try_into().unwrap_or([0; BLOCK]));
+    fn of(block: &[u8; BLOCK]) -> Self {
+        let v = u8x64::new(*block);
         Self {
             quotes: v.simd_eq(u8x64::splat(b'"')).to_bitmask(),
             backslashes: v.simd_eq(u8x64::splat(b'\\')).to_bitmask(),
@@ -321,52 +224,11 @@ mod tests {
         prop::collection::vec(byte, 0..400)
     }
 
-    /// A string's raw body of escapes and plain text, any piece anywhere.
-    fn raw_body() -> impl Strategy<Value = String> {
-        let piece = prop::sample::select(vec![
-            "a",
-            "plain text ",
-            "\\n",
-            "\\\"",
-            "\\\\",
-            "\\/",
-            "\\b",
-            "\\f",
-            "\\r",
-            "\\t",
-            "\\u00e9",
-            "\\u2028",
-            "\\u0000",
-            "é",
-            "漢",
-            "\u{1F600}",
-        ]);
-        prop::collection::vec(piece, 0..120).prop_map(|pieces| pieces.concat())
-    }
-
-    #[test]
-    fn unescape_declines_what_no_cursor_takes() {
-        for raw in ["\\x", "a\\", "\\u12", "\\ud800", "\\u12g4"] {
-            assert_eq!(unescape(raw), None, "{raw:?}");
-        }
-        let long = format!("{}\\n{}", "x".repeat(300), "y".repeat(300));
-        assert_eq!(
-            unescape(&long).unwrap(),
-            format!("{}\n{}", "x".repeat(300), "y".repeat(300)).as_bytes()
-        );
-    }
-
     proptest! {
         #[test]
-        fn unescape_reads_as_serde_reads(raw in raw_body(), plain in 0usize..70) {
-            let raw = format!("{}{raw}", "x".repeat(plain));
-            let text: String = serde_json::from_str(&format!("\"{raw}\"")).unwrap();
-            prop_assert_eq!(unescape(&raw), Some(text.into_bytes()), "{:?}", raw);
-        }
-
-        #[test]
         fn masks_are_the_bytes(block in prop::collection::vec(any::<u8>(), BLOCK)) {
-            prop_assert_eq!(Masks::of(&block), masks_by_bytes(&block));
+            let whole: &[u8; BLOCK] = block.as_slice().try_into().unwrap();
+            prop_assert_eq!(Masks::of(whole), masks_by_bytes(&block));
         }
 
         #[test]

@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use super::{Cursor, MAX_SKIP_DEPTH};
+use super::{Cursor, MAX_SKIP_DEPTH, unescape};
 
 /// Whether the cursor skips `text` as one whole document.
 fn skips(text: &str, spaced: bool) -> bool {
@@ -175,5 +175,49 @@ proptest! {
             Some(at) if text[at] < 0x20 => prop_assert!(found == expected || found.is_none()),
             _ => prop_assert_eq!(found, expected),
         }
+    }
+}
+
+/// A string's raw body of escapes and plain text, any piece anywhere.
+fn raw_body() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "a",
+        "plain text ",
+        "\\n",
+        "\\\"",
+        "\\\\",
+        "\\/",
+        "\\b",
+        "\\f",
+        "\\r",
+        "\\t",
+        "\\u00e9",
+        "\\u2028",
+        "\\u0000",
+        "é",
+        "漢",
+        "\u{1F600}",
+    ]);
+    prop::collection::vec(piece, 0..120).prop_map(|pieces| pieces.concat())
+}
+
+#[test]
+fn unescape_declines_what_no_cursor_takes() {
+    for raw in ["\\x", "a\\", "\\u12", "\\ud800", "\\u12g4"] {
+        assert_eq!(unescape(raw), None, "{raw:?}");
+    }
+    let long = format!("{}\\n{}", "x".repeat(300), "y".repeat(300));
+    assert_eq!(
+        unescape(&long).unwrap(),
+        format!("{}\n{}", "x".repeat(300), "y".repeat(300))
+    );
+}
+
+proptest! {
+    #[test]
+    fn unescape_reads_as_serde_reads(raw in raw_body(), plain in 0usize..70) {
+        let raw = format!("{}{raw}", "x".repeat(plain));
+        let text: String = serde_json::from_str(&format!("\"{raw}\"")).unwrap();
+        prop_assert_eq!(unescape(&raw), Some(text), "{:?}", raw);
     }
 }

@@ -236,26 +236,25 @@ impl<'de> Deserialize<'de> for Skipped {
 /// the same fields).
 fn quick_routing_fields(text: &str) -> Option<RoutingFields> {
     use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
-    let mut spans: [Option<(usize, usize)>; 3] = [None; 3];
+    let mut values: [Option<&str>; 3] = [None; 3];
     let mut cursor = Cursor::spaced(text);
     cursor.object(|key, cursor| {
-        let start = cursor.position();
-        cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
+        let value = cursor.skip_any_text(MAX_SKIP_DEPTH - 1)?;
         let slot = match key {
             "model" => 0,
             "stream" => 1,
             "stream_options" => 2,
             _ => return Some(()),
         };
-        spans[slot] = Some((start, cursor.position()));
+        values[slot] = Some(value);
         Some(())
     })?;
     if !cursor.only_whitespace_left() {
         return None;
     }
-    let [model, stream, stream_options] = spans.map(|span| match span {
+    let [model, stream, stream_options] = values.map(|value| match value {
         None => Some(None),
-        Some((start, end)) => serde_json::from_str(&text[start..end]).ok().map(Some),
+        Some(value) => serde_json::from_str(value).ok().map(Some),
     });
     Some(RoutingFields {
         model: model?,

@@ -40,11 +40,9 @@ pub(super) fn chat_input(body: &Bytes) -> Option<RunInput> {
             messages = Some(read_messages(body, cursor)?);
             return Some(());
         }
-        let start = cursor.position();
-        cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
+        let value = cursor.skip_any_text(MAX_SKIP_DEPTH - 1)?;
         if !ROUTING.contains(&key) {
-            let value = serde_json::from_str(&text[start..cursor.position()]).ok()?;
-            parameters.insert(key.to_owned(), value);
+            parameters.insert(key.to_owned(), serde_json::from_str(value).ok()?);
         }
         Some(())
     })?;

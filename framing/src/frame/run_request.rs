@@ -46,7 +46,7 @@ pub fn unescape_content(input: &mut RunInput) -> Result<(), FrameError> {
                 .map_err(|_| FrameError::Malformed("escaped content is not UTF-8".into()))?,
         )
         .ok_or_else(|| FrameError::Malformed("escaped content is not a JSON string".into()))?;
-        message.content = text.into();
+        message.content = text.into_bytes().into();
     }
     input.escaped_content = false;
     Ok(())
