@@ -233,8 +233,9 @@ fn stop_bytes(word: u64) -> u64 {
 /// declines.
 ///
 /// `SPACED`: whether whitespace between tokens is taken (a constant, so a
-/// compact cursor's reads carry no check for it).
-#[derive(Debug)]
+/// compact cursor's reads carry no check for it). A clone reads on from
+/// the same position (a reader that tries a shape goes back on a decline).
+#[derive(Debug, Clone)]
 pub struct Cursor<'a, const SPACED: bool = false> {
     text: &'a str,
     at: usize,

@@ -219,6 +219,11 @@ fn chat_usage_serializes_as_the_tree_it_replaced() {
     }
 }
 
+/// The quick reader's routing fields of a body.
+fn quick_routing_fields(body: &str) -> Option<RoutingFields> {
+    quick_read(body).map(|(fields, _)| fields)
+}
+
 /// serde's reading of a body's routing fields: the quick reader's oracle.
 fn serde_fields(body: &str) -> Option<RoutingFields> {
     read_json(body.as_bytes(), PhantomData).ok()

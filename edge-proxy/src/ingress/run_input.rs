@@ -9,9 +9,9 @@
 //! copied it again into the run.
 //!
 //! A chat request of the common shape (messages of a `role` and a string
-//! `content`, nothing else) is read without serde first ([`quick`]: the
-//! same input, a text's escapes undone 64 bytes a step); any other body is
-//! read here by serde.
+//! `content`, nothing else) is made from what routing's pass noted of it
+//! ([`quick`]: the same input, its texts as the client escaped them, read
+//! once); any other body is read here by serde.
 //!
 //! The body was checked whole by routing ([`super::parse`]: JSON, UTF-8,
 //! nesting limit), so the only errors here are the request's shape, each a
@@ -32,10 +32,11 @@ use crate::ingress::error::ApiError;
 
 /// The normalized input of a Chat Completions request: its messages, and
 /// every member but the messages and routing's as the run's parameters.
-/// Read in one pass without serde when the body has the common shape
-/// ([`quick`]), by serde otherwise.
+/// Made from routing's spans without serde when the body has the common
+/// shape ([`quick`]), read by serde otherwise.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    match quick::chat_input(&request.body) {
+    let quick = (request.chat.as_deref()).and_then(|spans| quick::chat_input(&request.body, spans));
+    match quick {
         Some(input) => Ok(input),
         None => chat_input_by_serde(request),
     }
@@ -449,6 +450,7 @@ fn collect<'de, A: SeqAccess<'de>, T: Deserialize<'de>>(mut seq: A) -> Result<Ve
 
 #[path = "run_input_quick.rs"]
 mod quick;
+pub(super) use quick::{ChatGather, ChatSpans};
 
 #[cfg(test)]
 #[path = "run_input_tests.rs"]

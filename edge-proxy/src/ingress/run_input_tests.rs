@@ -231,8 +231,13 @@ proptest! {
 /// took it (`None` when it declined, or routing refused the body).
 fn quick_and_serde(body: &str) -> Option<(RunInput, Result<RunInput, ApiError>)> {
     let request = parse(Bytes::from(body.to_owned())).ok()?;
-    let quick = quick::chat_input(&request.body)?;
+    let quick = quick_input(&request)?;
     Some((plain(quick), chat_input_by_serde(&request)))
+}
+
+/// The quick reader's input of a request, from the spans routing found.
+fn quick_input(request: &ParsedRequest) -> Option<RunInput> {
+    quick::chat_input(&request.body, request.chat.as_deref()?)
 }
 
 #[test]
@@ -255,7 +260,7 @@ fn the_quick_reader_leaves_other_shapes_to_serde() {
     }
     // Something after the object (which routing refuses first).
     let trailing = r#"{"model":"m","messages":[{"role":"user","content":"a"}]} x"#;
-    assert!(quick::chat_input(&Bytes::from(trailing)).is_none());
+    assert!(parse(Bytes::from(trailing)).is_err());
     // Declined, then read by serde as before.
     let input = input(r#"{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}"#);
     assert_eq!(input.unwrap().messages[0].content, "😀");
@@ -270,8 +275,8 @@ fn the_quick_reader_takes_the_common_shape() {
          \"stream\": true, \"temperature\": 0.5, \"max_tokens\": 16}}"
     );
     // The texts as the client escaped them, slices of its body.
-    let bytes = Bytes::from(body.clone());
-    let escaped = quick::chat_input(&bytes).expect("taken");
+    let request = parse(Bytes::from(body.clone())).unwrap();
+    let (bytes, escaped) = (&request.body, quick_input(&request).expect("taken"));
     assert!(escaped.escaped_content);
     assert_eq!(escaped.messages[0].content, "be brief \\u00e9");
     let range = bytes.as_ptr_range();
@@ -285,6 +290,47 @@ fn the_quick_reader_takes_the_common_shape() {
         &quick.parameters_json[..],
         br#"{"max_tokens":16,"temperature":0.5}"#
     );
+}
+
+#[test]
+fn routing_notes_the_spans_of_the_common_shape_only() {
+    let good = r#"{"role":"user","content":"a"}"#;
+    let parts = r#"{"role":"user","content":[{"type":"text","text":"b"}]}"#;
+    let routed = |body: String| parse(Bytes::from(body)).expect("routing");
+    // Another shape: routed all the same, its input left to serde.
+    let request = routed(format!(r#"{{"model":"m","messages":[{parts}],"n":1}}"#));
+    assert_eq!(
+        (request.model.as_str(), request.chat.is_none()),
+        ("m", true)
+    );
+    assert_eq!(
+        input(std::str::from_utf8(&request.body).unwrap())
+            .unwrap()
+            .messages[0]
+            .content,
+        "b"
+    );
+    // A later `messages` wins; one of another shape leaves all to serde.
+    for (first, second, taken) in [
+        (good, parts, false),
+        (parts, good, false),
+        (parts, parts, false),
+    ] {
+        let body = format!(r#"{{"messages":[{first}],"model":"m","messages":[{second}]}}"#);
+        assert_eq!(routed(body.clone()).chat.is_some(), taken, "{body}");
+        assert_eq!(quick_and_serde(&body), None);
+    }
+    let body = r#"{"messages":[{"role":"a","content":"x"}],"model":"m","messages":[{"role":"b\tc","content":"y"}]}"#;
+    let (quick, serde) = quick_and_serde(body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    assert_eq!(
+        (quick.messages.len(), quick.messages[0].role.as_str()),
+        (1, "b\tc")
+    );
+    // Committed: the body and its spans are let go of together.
+    let mut request = routed(body.to_owned());
+    request.release_body();
+    assert_eq!((request.body.len(), request.chat), (0, None));
 }
 
 /// Chat bodies of the quick reader's shape and near it, compact or spaced.
