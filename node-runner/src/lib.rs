@@ -66,6 +66,7 @@ pub mod adapter;
 pub mod admin;
 pub mod commands;
 pub mod drain;
+mod iovec;
 pub mod lease;
 pub mod link;
 pub mod metrics;

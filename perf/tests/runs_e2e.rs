@@ -415,39 +415,48 @@ fn a_large_request_crosses_the_link_intact() {
     // A prompt far larger than one socket read and than a piece: the Edge
     // sends the request in 64 KiB pieces (framing::frame, pieces), each
     // arriving in reads on the node, which gathers them into the request.
+    // Plain, the Node escapes it into the provider's body; JSON-escaped
+    // (as the Edge sends a client's text), it goes to the provider as a
+    // slice of the gathered frame, in one vectored write with the JSON
+    // around it.
     use edge_proxy::dispatch::SubmitRun;
     use proto::v1::{ChatMessage, RunInput};
+    let plain: String = (0..400_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    // Five bytes escaped, four once read: 400,000 bytes of text.
+    let escaped = r#"ab\"d"#.repeat(100_000);
     for driver in drivers() {
         let stack = Stack::start(driver, "large");
-        block_on(async {
-            let prompt: String = (0..400_000)
-                .map(|i| char::from(b'a' + (i % 26) as u8))
-                .collect();
-            let run = SubmitRun {
-                adapter: "oa".into(),
-                target: "m".into(),
-                input: RunInput {
-                    messages: vec![ChatMessage {
-                        role: "user".into(),
-                        content: prompt.into(),
-                        ..ChatMessage::default()
-                    }],
-                    ..RunInput::default()
-                },
-                node: Some("node-a".into()),
-                ..SubmitRun::default()
-            };
-            let stream = within(stack.edge.dispatcher.submit_run(run)).await.unwrap();
-            let all = events(stream).await;
-            assert_eq!(
-                all.last().unwrap().kind(),
-                RunEventKind::Complete,
-                "{all:?}"
-            );
-            // The mock counts prompt tokens from what it received: a token
-            // each 4 bytes of content, so every byte arrived.
-            let usage = all.last().unwrap().usage.expect("usage");
-            assert_eq!(usage.input_tokens, 100_000, "{usage:?}");
-        });
+        for (prompt, escaped_content) in [(&plain, false), (&escaped, true)] {
+            block_on(async {
+                let run = SubmitRun {
+                    adapter: "oa".into(),
+                    target: "m".into(),
+                    input: RunInput {
+                        messages: vec![ChatMessage {
+                            role: "user".into(),
+                            content: prompt.clone().into(),
+                            ..ChatMessage::default()
+                        }],
+                        escaped_content,
+                        ..RunInput::default()
+                    },
+                    node: Some("node-a".into()),
+                    ..SubmitRun::default()
+                };
+                let stream = within(stack.edge.dispatcher.submit_run(run)).await.unwrap();
+                let all = events(stream).await;
+                assert_eq!(
+                    all.last().unwrap().kind(),
+                    RunEventKind::Complete,
+                    "{all:?}"
+                );
+                // The mock counts prompt tokens from what it received: a
+                // token each 4 bytes of content, so every byte arrived.
+                let usage = all.last().unwrap().usage.expect("usage");
+                assert_eq!(usage.input_tokens, 100_000, "{usage:?}");
+            });
+        }
     }
 }

@@ -276,7 +276,7 @@ impl AdapterConfig {
         &self,
         spec: &ExecuteSpec,
         path: &str,
-        body: impl FnOnce(&ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure>,
+        body: impl FnOnce(&ExecuteSpec) -> Result<crate::provider_http::RequestBody, ExecutionFailure>,
     ) -> Result<ProviderRequest, ExecutionFailure> {
         if !self.serves(&spec.target) {
             return Err(failure(

@@ -68,7 +68,9 @@ impl OllamaAdapter {
     }
 
     /// The provider request body for `spec`.
-    pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, ExecutionFailure> {
+    pub(super) fn body(
+        spec: &ExecuteSpec,
+    ) -> Result<crate::provider_http::RequestBody, ExecutionFailure> {
         let mut params = json_object(&spec.input.parameters_json, "parameters_json")?;
         let mut options = match params.remove("options") {
             Some(Value::Object(options)) => options,

@@ -74,7 +74,9 @@ impl OpenAiAdapter {
     }
 
     /// The provider request body for `spec`.
-    pub(super) fn body(spec: &ExecuteSpec) -> Result<Vec<u8>, proto::v1::ExecutionFailure> {
+    pub(super) fn body(
+        spec: &ExecuteSpec,
+    ) -> Result<crate::provider_http::RequestBody, proto::v1::ExecutionFailure> {
         let mut body = json_object(&spec.input.parameters_json, "parameters_json")?;
         body.insert("model".into(), Value::String(spec.target.clone()));
         body.insert("stream".into(), Value::Bool(true));

@@ -3,7 +3,10 @@
 //!
 //! A run whose texts come JSON-escaped (`RunInput.escaped_content`: the
 //! client's own escapes, checked by the Edge) has them written between
-//! quotes as they are, neither unescaped nor escaped again.
+//! quotes as they are, neither unescaped nor escaped again; a text of
+//! [`PASTED_SLICE_MIN`] bytes or more is not even copied: the body is then
+//! its JSON around the text, and the text itself as a slice of the run's
+//! frame ([`RequestBody`]'s slices go out in one vectored write).
 //!
 //! Each message is its `extra_json` object's fields, then `role` and
 //! `content` (which win over extra fields of the same name). The body's
@@ -16,20 +19,50 @@
 //! text into a `serde_json::Value`, fresh pages for it, and ~1.5 ms of
 //! escaping on top.
 
+use bytes::Bytes;
 use json_escape_simd::escape_into;
 use proto::v1::{ExecutionFailure, FailureCode, FailureSide, RunInput};
 use serde_json::{Map, Value};
 
 use super::{failure, json_object};
+use crate::provider_http::RequestBody;
+
+/// An escaped text this long or longer goes into the body as a slice of
+/// the run's frame; a shorter one is copied (an iovec and a refcount cost
+/// more than a copy of a few KiB).
+pub(super) const PASTED_SLICE_MIN: usize = 4 * 1024;
 
 /// `fields` with the run's messages as `"messages"` (a `messages` among
 /// `fields` is replaced), as JSON bytes. An `extra_json` that is not a
 /// JSON object is the client's error.
 pub(super) fn with_messages(
+    fields: Map<String, Value>,
+    input: &RunInput,
+) -> Result<RequestBody, ExecutionFailure> {
+    let (json, pasted) = json_around_texts(fields, input)?;
+    let json = Bytes::from(json);
+    let mut parts = Vec::with_capacity(2 * pasted.len() + 1);
+    let mut from = 0;
+    for (at, text) in pasted {
+        parts.push(json.slice(from..at));
+        parts.push(text.clone());
+        from = at;
+    }
+    parts.push(json.slice(from..));
+    Ok(RequestBody::from_parts(parts))
+}
+
+/// Texts that go into a body as slices of the frame, each with where in
+/// the body's JSON it goes.
+type Pasted<'a> = Vec<(usize, &'a Bytes)>;
+
+/// The body's JSON but for the texts pasted as slices, and those.
+fn json_around_texts(
     mut fields: Map<String, Value>,
     input: &RunInput,
-) -> Result<Vec<u8>, ExecutionFailure> {
+) -> Result<(Vec<u8>, Pasted<'_>), ExecutionFailure> {
     fields.remove("messages");
+    let mut pasted = Pasted::new();
     // Sized up front (see `body_capacity`): a body that grows is copied
     // whole by the allocator, a long prompt included.
     let mut out = Vec::with_capacity(body_capacity(input));
@@ -56,7 +89,11 @@ pub(super) fn with_messages(
         if input.escaped_content {
             // A JSON string's body already, checked by the Edge.
             out.push(b'"');
-            out.extend_from_slice(content.as_bytes());
+            if pasted_as_slice(input, &message.content) {
+                pasted.push((out.len(), &message.content));
+            } else {
+                out.extend_from_slice(content.as_bytes());
+            }
             out.push(b'"');
         } else {
             escape_into(content, &mut out);
@@ -64,7 +101,12 @@ pub(super) fn with_messages(
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
-    Ok(out)
+    Ok((out, pasted))
+}
+
+/// Whether `content` goes into the body as a slice of the frame.
+fn pasted_as_slice(input: &RunInput, content: &Bytes) -> bool {
+    input.escaped_content && content.len() >= PASTED_SLICE_MIN
 }
 
 /// A message's text, which the wire carries as bytes (to decode it
@@ -88,10 +130,11 @@ fn member(out: &mut Vec<u8>, key: &str, value: &Value) {
     out.push(b',');
 }
 
-/// The body's buffer: every message's parts and the parameters, with room
-/// for keys, quotes and a few escapes, plus the room `escape_into` asks
-/// past the end for the longest text (six times its length, its SIMD
-/// stores' worst case) so that asking never grows the buffer.
+/// The body's buffer: every message's parts and the parameters (but the
+/// texts pasted as slices), with room for keys, quotes and a few escapes,
+/// plus the room `escape_into` asks past the end for the longest text it
+/// escapes (six times its length, its SIMD stores' worst case) so that
+/// asking never grows the buffer.
 ///
 /// Sized for the texts alone, a 1 MB prompt's `reserve` grew the buffer to
 /// 6 MB, and the allocator copied the 1 MB buffer it had: 14 % of the
@@ -101,12 +144,26 @@ fn body_capacity(input: &RunInput) -> usize {
     let messages: usize = input
         .messages
         .iter()
-        .map(|m| m.role.len() + m.content.len() + m.extra_json.len() + 64)
+        .map(|m| {
+            let copied = if pasted_as_slice(input, &m.content) {
+                0
+            } else {
+                m.content.len()
+            };
+            m.role.len() + copied + m.extra_json.len() + 64
+        })
         .sum();
+    let escaped = |m: &proto::v1::ChatMessage| {
+        if input.escaped_content {
+            0
+        } else {
+            m.content.len()
+        }
+    };
     let longest = input
         .messages
         .iter()
-        .map(|m| m.role.len().max(m.content.len()))
+        .map(|m| m.role.len().max(escaped(m)))
         .max()
         .unwrap_or(0);
     messages + input.parameters_json.len() + 256 + ESCAPE_ROOM * longest + 64
@@ -149,7 +206,8 @@ mod tests {
         fields.insert("model".into(), json!("m"));
         fields.insert("stream".into(), json!(true));
         fields.insert("messages".into(), json!("replaced"));
-        let body: Value = serde_json::from_slice(&with_messages(fields, &input).unwrap()).unwrap();
+        let body: Value =
+            serde_json::from_slice(&with_messages(fields, &input).unwrap().to_bytes()).unwrap();
         assert_eq!(
             body,
             json!({
@@ -199,9 +257,9 @@ mod tests {
         let mut fields = Map::new();
         fields.insert("stream".into(), json!(false));
         fields.insert("model".into(), json!("m\"1"));
-        let body = with_messages(fields, &input).unwrap();
+        let body = with_messages(fields, &input).unwrap().to_bytes();
         assert_eq!(
-            String::from_utf8(body).unwrap(),
+            String::from_utf8(body.to_vec()).unwrap(),
             concat!(
                 r#"{"model":"m\"1","stream":false,"messages":["#,
                 r#"{"a":[true,null],"z":1,"role":"system","content":"a\"b\\c\n\u0001é😀"},"#,
@@ -209,7 +267,7 @@ mod tests {
             )
         );
         let empty = with_messages(Map::new(), &RunInput::default()).unwrap();
-        assert_eq!(&empty[..], br#"{"messages":[]}"#);
+        assert_eq!(&empty.to_bytes()[..], br#"{"messages":[]}"#);
     }
 
     #[test]
@@ -220,13 +278,40 @@ mod tests {
             escaped_content: true,
             ..RunInput::default()
         };
-        let body = with_messages(Map::new(), &input).unwrap();
+        let body = with_messages(Map::new(), &input).unwrap().to_bytes();
         let expected = format!(
             r#"{{"messages":[{{"role":"user","content":"{escaped}"}},{{"role":"user","content":""}}]}}"#
         );
-        assert_eq!(String::from_utf8(body.clone()).unwrap(), expected);
+        assert_eq!(String::from_utf8(body.to_vec()).unwrap(), expected);
         let parsed: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(parsed["messages"][0]["content"], "a\"b\\c\né / é");
+    }
+
+    #[test]
+    fn a_long_escaped_text_goes_as_a_slice_of_the_frame() {
+        // JSON-escaped, as the Edge sends it.
+        let long = r#"a \"long\" text\n"#.repeat(PASTED_SLICE_MIN / 8);
+        let frame = bytes::Bytes::from(long.clone());
+        let mut input = RunInput {
+            messages: vec![message("system", r"short \n", ""), message("user", "", "")],
+            escaped_content: true,
+            ..RunInput::default()
+        };
+        input.messages[1].content = frame.clone();
+        let (json, pasted) = json_around_texts(Map::new(), &input).unwrap();
+        assert_eq!(json.capacity(), body_capacity(&input), "the buffer grew");
+        assert!(
+            json.capacity() < PASTED_SLICE_MIN,
+            "the pasted text has no room"
+        );
+        assert_eq!(pasted.len(), 1);
+        let body = with_messages(Map::new(), &input).unwrap();
+        let slices: Vec<_> = body.parts().collect();
+        assert_eq!((slices.len(), slices[1].as_ptr()), (3, frame.as_ptr()));
+        let parsed: Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+        assert_eq!(parsed["messages"][0]["content"], "short \n");
+        let plain = "a \"long\" text\n".repeat(PASTED_SLICE_MIN / 8);
+        assert_eq!(parsed["messages"][1]["content"], plain);
     }
 
     #[test]
@@ -240,7 +325,7 @@ mod tests {
             };
             let mut fields = Map::new();
             fields.insert("model".into(), json!("m"));
-            let body = with_messages(fields, &input).unwrap();
+            let (body, _) = json_around_texts(fields, &input).unwrap();
             assert_eq!(body.capacity(), body_capacity(&input), "the buffer grew");
             let parsed: Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(parsed["messages"][0]["content"], first);

@@ -204,7 +204,7 @@ fn openai_body_merges_parameters() {
         r#"{"temperature":0.2,"model":"x","stream":false,"stream_options":{"a":1}}"#,
     ))
     .unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap();
+    let body: Value = serde_json::from_slice(&body.to_bytes()).unwrap();
     assert_eq!(
         body,
         json!({
@@ -228,7 +228,7 @@ fn ollama_body_maps_parameters() {
         r#"{"temperature":0.2,"max_tokens":5,"think":true,"n":3,"options":{"num_ctx":8}}"#,
     ))
     .unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap();
+    let body: Value = serde_json::from_slice(&body.to_bytes()).unwrap();
     assert_eq!(
         body,
         json!({

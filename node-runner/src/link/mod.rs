@@ -3,7 +3,6 @@
 //! timer wheel ([`timers`]).
 
 mod client;
-mod iovec;
 pub mod session;
 pub mod supervisor;
 pub mod timers;

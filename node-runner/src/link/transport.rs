@@ -177,7 +177,7 @@ impl LinkWriter {
     /// Writes every slice, in order.
     pub(crate) async fn write_all(&mut self, slices: Vec<Bytes>) -> io::Result<()> {
         match &mut self.tls {
-            None => super::iovec::write_all(&mut self.half, slices).await,
+            None => crate::iovec::write_all(&mut self.half, slices).await,
             Some(tls) => {
                 for slice in slices {
                     let mut rest = &slice[..];
@@ -203,7 +203,7 @@ impl LinkWriter {
         let (written, whole) = match &mut self.tls {
             None => {
                 let offered = slices.len();
-                let n = super::iovec::write_some(&mut self.half, slices.slices()).await?;
+                let n = crate::iovec::write_some(&mut self.half, slices.slices()).await?;
                 (n, n == offered)
             }
             Some(tls) => {

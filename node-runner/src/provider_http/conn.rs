@@ -52,12 +52,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::buf::{IoBufMut, SliceMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
 
 use super::error::ProviderError;
-use super::request::{BaseUrl, Scheme};
+use super::request::{BaseUrl, RequestBody, Scheme};
 use super::tls;
 
 /// The most bytes reserved in the receive buffer before a read (reads
@@ -156,8 +156,9 @@ impl Connection {
         !self.busy
     }
 
-    /// Writes `head` then `body` (skipped when empty), each in full.
-    pub(crate) async fn write(&mut self, head: Bytes, body: Bytes) -> io::Result<()> {
+    /// Writes `head` then `body`'s slices, in full: one vectored write when
+    /// there is a body (its slices uncopied), one plain write otherwise.
+    pub(crate) async fn write(&mut self, head: Bytes, body: RequestBody) -> io::Result<()> {
         self.busy = true;
         match &mut self.io {
             Transport::Plain(stream) => write_all(stream, head, body).await?,
@@ -360,19 +361,17 @@ async fn handshake(
     }
 }
 
-/// Writes `head` then `body` (skipped when empty), each in full.
-async fn write_all<S: AsyncWriteRentExt>(
+/// Writes `head` then `body`'s slices, in full.
+async fn write_all<S: AsyncWriteRent>(
     stream: &mut S,
     head: Bytes,
-    body: Bytes,
+    body: RequestBody,
 ) -> io::Result<()> {
-    let (result, _) = stream.write_all(head).await;
-    result?;
-    if !body.is_empty() {
-        let (result, _) = stream.write_all(body).await;
-        result?;
+    if body.is_empty() {
+        let (result, _) = stream.write_all(head).await;
+        return result.map(drop);
     }
-    Ok(())
+    crate::iovec::write_all(stream, body.after(head)).await
 }
 
 fn resolve(base: &BaseUrl) -> io::Result<SocketAddr> {

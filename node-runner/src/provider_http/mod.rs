@@ -123,7 +123,7 @@ use framing::timer::{ClockSource, DriverClock};
 
 pub use error::{ProviderError, Side, TlsFailure};
 pub use pool::{PoolConfig, PoolKey};
-pub use request::{BaseUrl, BaseUrlError, INLINE_BODY_MAX, ProviderRequest, Scheme};
+pub use request::{BaseUrl, BaseUrlError, INLINE_BODY_MAX, ProviderRequest, RequestBody, Scheme};
 pub use response::ProviderResponse;
 pub use tls::{TlsConfigError, default_tls_client_config, tls_client_config};
 
@@ -298,7 +298,7 @@ impl ProviderClient {
         &self,
         mut conn: Connection,
         head: bytes::Bytes,
-        body: bytes::Bytes,
+        body: RequestBody,
         head_request: bool,
     ) -> Result<(framing::http::ResponseHead, Connection), HeadFailure> {
         let reused = conn.reused;

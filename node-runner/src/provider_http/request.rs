@@ -232,7 +232,93 @@ pub struct ProviderRequest {
     /// from this list.
     pub headers: Vec<(Bytes, Bytes)>,
     /// The whole body (may be empty); sent with `Content-Length`.
-    pub body: Bytes,
+    pub body: RequestBody,
+}
+
+/// A request body: `Bytes` slices sent in order, as they are. A normalized
+/// run's long texts are slices of its frame here, written into no buffer
+/// of the body (`adapter::request_body`); anything else is one slice. A
+/// body of one slice holds no `Vec`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestBody {
+    first: Bytes,
+    rest: Vec<Bytes>,
+}
+
+impl RequestBody {
+    /// The body of `parts` in order (empty ones dropped).
+    pub fn from_parts(parts: impl IntoIterator<Item = Bytes>) -> Self {
+        let mut parts = parts.into_iter().filter(|part| !part.is_empty());
+        let first = parts.next().unwrap_or_default();
+        Self {
+            first,
+            rest: parts.collect(),
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.first.len() + self.rest.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty()
+    }
+
+    /// Its slices, in order, none empty.
+    pub fn parts(&self) -> impl Iterator<Item = &Bytes> {
+        std::iter::once(&self.first)
+            .filter(|first| !first.is_empty())
+            .chain(&self.rest)
+    }
+
+    /// Its bytes in one slice: the one it has, or a copy of its slices
+    /// joined (for a caller that needs them contiguous, such as a test).
+    pub fn to_bytes(&self) -> Bytes {
+        if self.rest.is_empty() {
+            return self.first.clone();
+        }
+        let mut joined = BytesMut::with_capacity(self.len());
+        self.parts().for_each(|part| joined.extend_from_slice(part));
+        joined.freeze()
+    }
+
+    /// `head`, then its slices: what one vectored write sends.
+    pub(crate) fn after(self, head: Bytes) -> Vec<Bytes> {
+        let mut slices = Vec::with_capacity(2 + self.rest.len());
+        slices.push(head);
+        slices.push(self.first);
+        slices.extend(self.rest);
+        slices
+    }
+}
+
+impl From<Bytes> for RequestBody {
+    fn from(body: Bytes) -> Self {
+        Self {
+            first: body,
+            rest: Vec::new(),
+        }
+    }
+}
+
+impl From<Vec<u8>> for RequestBody {
+    fn from(body: Vec<u8>) -> Self {
+        Bytes::from(body).into()
+    }
+}
+
+impl From<String> for RequestBody {
+    fn from(body: String) -> Self {
+        Bytes::from(body).into()
+    }
+}
+
+impl From<&'static str> for RequestBody {
+    fn from(body: &'static str) -> Self {
+        Bytes::from_static(body.as_bytes()).into()
+    }
 }
 
 impl ProviderRequest {
@@ -247,7 +333,7 @@ impl ProviderRequest {
             base,
             path_and_query: path_and_query.into(),
             headers: Vec::new(),
-            body: Bytes::new(),
+            body: RequestBody::default(),
         }
     }
 
@@ -258,7 +344,7 @@ impl ProviderRequest {
     }
 
     /// Sets the body.
-    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+    pub fn body(mut self, body: impl Into<RequestBody>) -> Self {
         self.body = body.into();
         self
     }
@@ -270,16 +356,17 @@ impl ProviderRequest {
 
     /// The head, and the body when it is small enough to go in the same
     /// write (then the returned body is empty).
-    pub(crate) fn encode(&self) -> Result<(BytesMut, Bytes), ProviderError> {
+    pub(crate) fn encode(&self) -> Result<(BytesMut, RequestBody), ProviderError> {
         let path = format!("{}{}", self.base.prefix, self.path_and_query);
         let host = &self.base.host_field;
-        let sends_length = !self.body.is_empty()
+        let body_len = self.body.len();
+        let sends_length = body_len > 0
             || !matches!(
                 self.method.as_ref(),
                 "GET" | "HEAD" | "DELETE" | "OPTIONS" | "TRACE"
             );
         let mut length_digits = itoa::Buffer::new();
-        let length = sends_length.then(|| length_digits.format(self.body.len()));
+        let length = sends_length.then(|| length_digits.format(body_len));
         let own = [
             (&b"Host"[..], host.as_bytes()),
             (b"Connection", b"keep-alive"),
@@ -292,14 +379,16 @@ impl ProviderRequest {
         });
         let length = length.map(|l| (&b"Content-Length"[..], l.as_bytes()));
         let fields = own.into_iter().chain(length).chain(caller);
-        let inline = self.body.len() <= INLINE_BODY_MAX;
+        let inline = body_len <= INLINE_BODY_MAX;
         let mut head =
-            BytesMut::with_capacity(256 + path.len() + if inline { self.body.len() } else { 0 });
+            BytesMut::with_capacity(256 + path.len() + if inline { body_len } else { 0 });
         write_request_head(&mut head, &self.method, &path, fields)
             .map_err(ProviderError::InvalidRequest)?;
         if inline {
-            head.extend_from_slice(&self.body);
-            Ok((head, Bytes::new()))
+            self.body
+                .parts()
+                .for_each(|part| head.extend_from_slice(part));
+            Ok((head, RequestBody::default()))
         } else {
             Ok((head, self.body.clone()))
         }
@@ -377,9 +466,36 @@ mod tests {
         let body = Bytes::from(vec![b'x'; INLINE_BODY_MAX + 1]);
         let req = ProviderRequest::new("POST", base, "/").body(body.clone());
         let (head, rest) = req.encode().unwrap();
-        assert_eq!(rest.as_ptr(), body.as_ptr());
+        assert_eq!(rest.to_bytes().as_ptr(), body.as_ptr());
         assert!(head.ends_with(b"Content-Length: 16385\r\n\r\n"));
         assert!(head.starts_with(b"POST / HTTP/1.1\r\nHost: h\r\n"));
+    }
+
+    #[test]
+    fn a_body_in_slices_is_sent_as_they_are_or_inline_when_small() {
+        let base = BaseUrl::parse("http://h").unwrap();
+        let long = Bytes::from(vec![b'x'; INLINE_BODY_MAX]);
+        let parts = [Bytes::from_static(b"{\"a\":\""), Bytes::new(), long.clone()];
+        let body = RequestBody::from_parts(parts.into_iter().chain([Bytes::from_static(b"\"}")]));
+        assert_eq!(body.len(), INLINE_BODY_MAX + 8);
+        assert_eq!(body.parts().count(), 3);
+        let (head, rest) = ProviderRequest::new("POST", base.clone(), "/")
+            .body(body.clone())
+            .encode()
+            .unwrap();
+        assert!(head.ends_with(b"Content-Length: 16392\r\n\r\n"));
+        assert_eq!(rest, body);
+        let slices = rest.after(head.freeze());
+        assert_eq!(slices[2].as_ptr(), long.as_ptr());
+        assert_eq!(slices[1..].concat(), body.to_bytes());
+        // Small: the slices are copied behind the head, in order.
+        let small = RequestBody::from_parts([Bytes::from_static(b"ab"), Bytes::from_static(b"c")]);
+        let (head, rest) = ProviderRequest::new("POST", base, "/")
+            .body(small)
+            .encode()
+            .unwrap();
+        assert!(rest.is_empty() && head.ends_with(b"Content-Length: 3\r\n\r\nabc"));
+        assert!(RequestBody::from_parts([Bytes::new()]).is_empty());
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub(crate) fn prepare(
     }
     let mut provider = config.request("GET", path);
     provider.method = method.clone().into();
-    provider.body = request.body.clone();
+    provider.body = request.body.clone().into();
     let observes = request.extract_usage || request.strip_usage_event;
     for header in &request.headers {
         let name = &header.name[..];

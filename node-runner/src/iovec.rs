@@ -1,7 +1,9 @@
 //! Vectored writes of `Bytes` slices without copying them: the link
 //! writer hands a batch's slices (`framing::write_batch::WriteBatch`) —
 //! small frames copied together, tunnel bodies as their own slices — to the
-//! kernel in one `writev`.
+//! kernel in one `writev`, and a provider request goes as its head and its
+//! body's slices (`provider_http::RequestBody`: a long text of a run, a
+//! slice of its frame, is never copied into the body).
 //!
 //! monoio's `writev` owns its `IoVecBuf` until the operation completes
 //! (also when the future is dropped mid-flight), so the buffer must own the
