@@ -40,6 +40,9 @@ pub(super) fn with_messages(
     input: &RunInput,
 ) -> Result<RequestBody, ExecutionFailure> {
     let (json, pasted) = json_around_texts(fields, input)?;
+    if pasted.is_empty() {
+        return Ok(json.into());
+    }
     let json = Bytes::from(json);
     let mut parts = Vec::with_capacity(2 * pasted.len() + 1);
     let mut from = 0;
