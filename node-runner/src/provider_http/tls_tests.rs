@@ -8,6 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
@@ -198,11 +199,19 @@ fn https_get_and_streamed_chunked_post() {
         assert_eq!(drain(&mut response).await.unwrap(), b"{\"ok\":1}\n");
         drop(response); // holds the client's pool
 
-        // A body larger than INLINE_BODY_MAX goes out in its own writes.
-        let body = vec![b'x'; INLINE_BODY_MAX * 3 + 7];
+        // A body larger than INLINE_BODY_MAX, in three slices, goes out
+        // behind the head in one vectored write through rustls.
+        let body: Vec<u8> = (0..INLINE_BODY_MAX * 3 + 7)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let parts = [
+            Bytes::copy_from_slice(&body[..5]),
+            Bytes::copy_from_slice(&body[5..INLINE_BODY_MAX * 2]),
+            Bytes::copy_from_slice(&body[INLINE_BODY_MAX * 2..]),
+        ];
         let post = ProviderRequest::new("POST", base.clone(), "/chat/completions")
             .header("content-type", "application/json")
-            .body(body.clone());
+            .body(RequestBody::from_parts(parts));
         let mut response = client.request(post).await.unwrap();
         let first = response.next_chunk().await.unwrap().unwrap();
         assert_eq!(&first[..], b"first");
