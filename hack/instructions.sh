@@ -23,7 +23,9 @@
 # INSTRUCTIONS_OUT (default bench-results/instructions.md), PROMPT_BYTES (a
 # prompt of that many bytes of text lines with quotes and a newline, as k6's
 # PROMPT_TEXT=prose, instead of "hi", for the long-prompt path;
-# e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`).
+# e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`), API (`chat`, the
+# default: Chat Completions; `responses`: Responses requests, the prompt as
+# a string `input`, e.g. `API=responses MODELS=mock-ollama`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=instructions
@@ -32,6 +34,11 @@ BENCH_NAME=instructions
 
 requests=${1:-2000}
 models=${MODELS:-mock-chat mock-ollama}
+api=${API:-chat}
+case $api in
+  chat | responses) ;;
+  *) fail "API must be chat or responses" ;;
+esac
 prompt_bytes=${PROMPT_BYTES:-}
 case $prompt_bytes in
   '' | *[!0-9]*) [ -z "$prompt_bytes" ] || fail "PROMPT_BYTES must be a number of bytes" ;;
@@ -40,6 +47,12 @@ title="Instructions a small request (callgrind)" prompt_desc='"hi"'
 if [ -n "$prompt_bytes" ]; then
   title="Instructions a request with a $prompt_bytes-byte prompt (callgrind)"
   prompt_desc="a prompt of $prompt_bytes bytes of 56-byte text lines with quotes and a newline, as k6's PROMPT_TEXT=prose"
+fi
+api_env=
+if [ "$api" = responses ]; then
+  api_env="API=responses MODELS=\"$models\" "
+  title="$title, Responses requests"
+  prompt_desc="$prompt_desc, as a Responses request's string \`input\`"
 fi
 out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
 keep=$bench_target/instructions
@@ -62,20 +75,23 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" "$prompt_bytes" <<'PY'
+  python3 - "$@" "$prompt_bytes" "$api" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
 line = 'The "quick" brown fox jumps over the lazy dog, twice.\n'
 content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
-body = json.dumps({"model": model, "stream": False,
-                   "messages": [{"role": "user", "content": content}]})
+if sys.argv[5] == "responses":
+    path, body = "/v1/responses", json.dumps({"model": model, "stream": False, "input": content})
+else:
+    path, body = "/v1/chat/completions", json.dumps(
+        {"model": model, "stream": False, "messages": [{"role": "user", "content": content}]})
 failed = []
 def run(count):
     conn = http.client.HTTPConnection(host, timeout=120)
     for _ in range(count):
-        conn.request("POST", "/v1/chat/completions", body,
+        conn.request("POST", path, body,
                      {"content-type": "application/json"})
         answer = conn.getresponse()
         answer.read()
@@ -137,7 +153,7 @@ done
 
 {
   BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
-    "$title" "${prompt_bytes:+PROMPT_BYTES=$prompt_bytes }hack/instructions.sh $requests"
+    "$title" "$api_env${prompt_bytes:+PROMPT_BYTES=$prompt_bytes }hack/instructions.sh $requests"
   cat <<MD
 - **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests non-streaming chats ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
 - **Callgrind files:** \`target/instructions/\` (\`callgrind_annotate --inclusive=yes FILE.1\`)

@@ -18,7 +18,7 @@ use super::error::ApiError;
 
 #[path = "run_input.rs"]
 mod run_input;
-use run_input::{ChatGather, ChatSpans};
+use run_input::{InputGather, InputSpans};
 pub use run_input::{chat_input, responses_input};
 
 /// What the Edge needs from a Chat Completions or Responses request.
@@ -42,10 +42,11 @@ pub struct ParsedRequest {
     pub has_stream_options: bool,
     /// The request body as the client sent it (a JSON object).
     pub body: Bytes,
-    /// Where a chat's run input lies in `body`, when routing found it of
-    /// the common shape ([`run_input`]'s quick reader). Boxed: a stream
-    /// holds its request for its whole life, and most are tunnelled.
-    pub(crate) chat: Option<Box<ChatSpans>>,
+    /// Where a run's input lies in `body` (a chat's messages of the common
+    /// shape, or a Responses request's members), as routing found it
+    /// ([`run_input`]'s quick reader). Boxed: a stream holds its request
+    /// for its whole life, and most are tunnelled.
+    pub(crate) input_spans: Option<Box<InputSpans>>,
 }
 
 impl ParsedRequest {
@@ -86,7 +87,7 @@ impl ParsedRequest {
     /// follows, so a long stream keeps no copy of its prompt.
     pub fn release_body(&mut self) {
         self.body = Bytes::new();
-        self.chat = None;
+        self.input_spans = None;
     }
 }
 
@@ -235,28 +236,28 @@ impl<'de> Deserialize<'de> for Skipped {
 /// members' strings 64 bytes a step instead of serde's ~2.4 instructions a
 /// byte (a long prompt's whole length: 78 % of the Edge's instructions on a
 /// tunnelled 100 KB prompt). Each routing field's own value, a few bytes,
-/// is still read by serde. The other members go to a [`ChatGather`], which
-/// notes where a chat's run input lies, so a normalized run does not read
+/// is still read by serde. The other members go to an [`InputGather`],
+/// which notes where a run's input lies, so a normalized run does not read
 /// a long prompt a second time. `None` when the cursor declines the body
 /// (see its docs: a `\u` surrogate, an exponent, an escaped key, nesting
 /// past its bound, anything that is not JSON); [`read_json`] then reads
 /// it, so the fields and every error are serde's (a property test holds the
 /// two to the same fields).
-fn quick_read(text: &str) -> Option<(RoutingFields, Option<ChatSpans>)> {
+fn quick_read(text: &str) -> Option<(RoutingFields, Option<InputSpans>)> {
     use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
     let mut values: [Option<&str>; 3] = [None; 3];
-    let mut chat = ChatGather::new(text);
+    let mut gather = InputGather::new(text);
     let mut cursor = Cursor::spaced(text);
     cursor.object(|key, cursor| {
         let slot = match key {
             "model" => 0,
             "stream" => 1,
             "stream_options" => 2,
-            "messages" => return chat.messages(cursor),
+            "messages" => return gather.messages(cursor),
             _ => {
                 let start = cursor.position();
                 cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
-                chat.parameter(key, start..cursor.position());
+                gather.parameter(key, start..cursor.position());
                 return Some(());
             }
         };
@@ -275,7 +276,7 @@ fn quick_read(text: &str) -> Option<(RoutingFields, Option<ChatSpans>)> {
         stream: stream?,
         stream_options: stream_options?,
     };
-    Some((fields, chat.finish()))
+    Some((fields, gather.finish()))
 }
 
 /// Reads a request body, one JSON value with nothing but whitespace after
@@ -335,8 +336,8 @@ fn not_an_object(body: &[u8], error: &serde_json::Error) -> ApiError {
 pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
     // Checked as UTF-8 once, for the quick reader and serde alike.
     let text = simdutf8::basic::from_utf8(&body).ok();
-    let (fields, chat) = match text.and_then(quick_read) {
-        Some((fields, chat)) => (fields, chat.map(Box::new)),
+    let (fields, input_spans) = match text.and_then(quick_read) {
+        Some((fields, spans)) => (fields, spans.map(Box::new)),
         None => (read_json_checked(&body, text, PhantomData)?, None),
     };
     let model = match fields.model {
@@ -376,7 +377,7 @@ pub fn parse(body: Bytes) -> Result<ParsedRequest, ApiError> {
         include_usage,
         has_stream_options: fields.stream_options.is_some(),
         body,
-        chat,
+        input_spans,
     })
 }
 
@@ -429,15 +430,37 @@ pub fn chat_usage(usage: &Usage) -> Value {
     serde_json::to_value(ChatUsage::of(usage)).unwrap_or_default()
 }
 
-/// Usage in the Responses shape.
+/// Usage in the Responses shape: both breakdowns always, zero when not
+/// reported. Members in sorted order, as [`ChatUsage`]'s.
+#[derive(Debug, Serialize)]
+pub struct ResponsesUsage {
+    input_tokens: u64,
+    input_tokens_details: CachedTokens,
+    output_tokens: u64,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: u64,
+}
+
+impl ResponsesUsage {
+    /// `usage` in this shape.
+    pub fn of(usage: &Usage) -> Self {
+        Self {
+            input_tokens: usage.input_tokens,
+            input_tokens_details: CachedTokens {
+                cached_tokens: usage.cached_input_tokens.unwrap_or(0),
+            },
+            output_tokens: usage.output_tokens,
+            output_tokens_details: ReasoningTokens {
+                reasoning_tokens: usage.reasoning_tokens.unwrap_or(0),
+            },
+            total_tokens: usage.input_tokens.saturating_add(usage.output_tokens),
+        }
+    }
+}
+
+/// [`ResponsesUsage`] as a JSON value, for an event built as one.
 pub fn responses_usage(usage: &Usage) -> Value {
-    json!({
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens.saturating_add(usage.output_tokens),
-        "input_tokens_details": { "cached_tokens": usage.cached_input_tokens.unwrap_or(0) },
-        "output_tokens_details": { "reasoning_tokens": usage.reasoning_tokens.unwrap_or(0) },
-    })
+    serde_json::to_value(ResponsesUsage::of(usage)).unwrap_or_default()
 }
 
 /// One SSE event with a JSON payload: `data: …\n\n`, or with an event name.

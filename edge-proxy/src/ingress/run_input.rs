@@ -35,8 +35,8 @@ use crate::ingress::error::ApiError;
 /// Made from routing's spans without serde when the body has the common
 /// shape ([`quick`]), read by serde otherwise.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
-    let quick = (request.chat.as_deref()).and_then(|spans| quick::chat_input(&request.body, spans));
-    match quick {
+    let spans = request.input_spans.as_deref();
+    match spans.and_then(|spans| quick::chat_input(&request.body, spans)) {
         Some(input) => Ok(input),
         None => chat_input_by_serde(request),
     }
@@ -87,7 +87,18 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
 /// as a system message, then `input` (a string, or message items, whose
 /// other members are dropped); `temperature`, `top_p` and
 /// `max_output_tokens` (as `max_tokens`) as the parameters.
+/// Made from routing's spans without serde when `input` is a string
+/// ([`quick`]), read by serde otherwise.
 pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
+    let spans = request.input_spans.as_deref();
+    match spans.and_then(|spans| quick::responses_input(&request.body, spans)) {
+        Some(input) => Ok(input),
+        None => responses_input_by_serde(request),
+    }
+}
+
+/// [`responses_input`] read by serde: every shape, and every error.
+fn responses_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let body = read(request, Api::Responses)?;
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(text @ (Text::Borrowed(_) | Text::Owned(_))) = body.instructions {
@@ -450,7 +461,7 @@ fn collect<'de, A: SeqAccess<'de>, T: Deserialize<'de>>(mut seq: A) -> Result<Ve
 
 #[path = "run_input_quick.rs"]
 mod quick;
-pub(super) use quick::{ChatGather, ChatSpans};
+pub(super) use quick::{InputGather, InputSpans};
 
 #[cfg(test)]
 #[path = "run_input_tests.rs"]

@@ -1,6 +1,8 @@
-//! A Chat Completions request's input found in the routing pass, without
-//! serde, for the common shape: messages of a string `role` and a string
-//! (or `null`) `content` and nothing else.
+//! A normalized request's input found in the routing pass, without serde,
+//! for the common shapes: a Chat Completions request whose messages are a
+//! string `role` and a string (or `null`) `content` and nothing else, and
+//! a Responses request whose `input` is a string (its `instructions` a
+//! string or `null`, or absent).
 //!
 //! serde reads a message's text by copying each run between its escapes
 //! into a scratch buffer, then the visitor copies it out: ~11 instructions
@@ -13,19 +15,21 @@
 //! Node that does not take it so (`framing::frame::unescape_content`).
 //!
 //! Routing reads the whole body anyway (`super::super::quick_read`), so it
-//! hands each member to a [`ChatGather`], which notes where the messages'
-//! roles and texts and the other members lie ([`ChatSpans`]); the run's
-//! input is made from those ([`chat_input`]) without a second pass over a
-//! long prompt, which had cost as much as routing's own pass.
+//! hands each member to an [`InputGather`], which notes where the messages'
+//! roles and texts and the other members lie ([`InputSpans`]); the run's
+//! input is made from those ([`chat_input`], [`responses_input`]) without a
+//! second pass over a long prompt, which had cost as much as routing's own
+//! pass.
 //!
 //! Anything else is **declined** (no spans, or `None`) to the serde reader,
 //! whose reading and errors are then the request's: content parts, a
 //! message's other members (`name`, `tool_calls`, …), a `role` that is not a
-//! plain string, no messages, and whatever [`Cursor`] declines. What this
-//! reader reads it reads as serde does (a property test holds the two to
-//! the same input): the routing members are left out, every other member is
-//! a parameter whose value serde reads from its bytes, and a later
-//! duplicate wins.
+//! plain string, no messages, a Responses `input` of items, and whatever
+//! [`Cursor`] declines. What this reader reads it reads as serde does
+//! (property tests hold the two to the same input): the routing members are
+//! left out, a chat's every other member is a parameter (a Responses
+//! request's `temperature`, `top_p` and `max_output_tokens` only) whose
+//! value serde reads from its bytes, and a later duplicate wins.
 
 use std::ops::Range;
 
@@ -34,11 +38,14 @@ use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar};
 use proto::v1::{ChatMessage, RunInput};
 use serde_json::{Map, Value};
 
-/// Where a chat body's run input lies, as byte ranges of the body: each
-/// message's role and text, and every member but routing's and the
-/// messages (the run's parameters), in the body's order.
+use super::RESPONSES_PARAMETERS;
+
+/// Where a body's run input lies, as byte ranges of the body: each of a
+/// chat's messages' role and text, and every member but routing's and the
+/// messages (a chat's parameters; a Responses request's `input`,
+/// `instructions` and parameters), in the body's order.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct ChatSpans {
+pub(crate) struct InputSpans {
     messages: Vec<MessageSpans>,
     parameters: Vec<(Range<usize>, Range<usize>)>,
 }
@@ -54,22 +61,22 @@ struct MessageSpans {
     content: Range<usize>,
 }
 
-/// Notes a chat body's [`ChatSpans`] member by member while routing reads
-/// its top-level object.
-pub(crate) struct ChatGather<'a> {
+/// Notes a body's [`InputSpans`] member by member while routing reads its
+/// top-level object.
+pub(crate) struct InputGather<'a> {
     text: &'a str,
-    spans: ChatSpans,
+    spans: InputSpans,
     /// A `messages` member was not of the common shape: the input is
     /// serde's.
     declined: bool,
 }
 
-impl<'a> ChatGather<'a> {
+impl<'a> InputGather<'a> {
     /// A gatherer for the body `text`, which routing's cursor reads.
     pub(crate) fn new(text: &'a str) -> Self {
         Self {
             text,
-            spans: ChatSpans::default(),
+            spans: InputSpans::default(),
             declined: false,
         }
     }
@@ -102,18 +109,20 @@ impl<'a> ChatGather<'a> {
             .push((start..start + key.len(), value));
     }
 
-    /// The spans, when the body has the common shape: messages, none of
-    /// them declined.
-    pub(crate) fn finish(self) -> Option<ChatSpans> {
-        (!self.declined && !self.spans.messages.is_empty()).then_some(self.spans)
+    /// The spans, unless a `messages` member was of another shape.
+    pub(crate) fn finish(self) -> Option<InputSpans> {
+        (!self.declined).then_some(self.spans)
     }
 }
 
 /// The run input of the Chat Completions `body` whose spans routing found;
-/// `None` when one does not read (which routing's cursor has ruled out),
-/// for the serde reader to answer.
-pub(super) fn chat_input(body: &Bytes, spans: &ChatSpans) -> Option<RunInput> {
-    let text = |range: &Range<usize>| std::str::from_utf8(body.get(range.clone())?).ok();
+/// `None` when it has no messages, or when one does not read (which
+/// routing's cursor has ruled out), for the serde reader to answer.
+pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
+    if spans.messages.is_empty() {
+        return None;
+    }
+    let text = |range: &Range<usize>| text_at(body, range);
     let mut parameters = Map::new();
     for (key, value) in &spans.parameters {
         let value = serde_json::from_slice(body.get(value.clone())?).ok()?;
@@ -137,6 +146,76 @@ pub(super) fn chat_input(body: &Bytes, spans: &ChatSpans) -> Option<RunInput> {
         parameters_json: Value::Object(parameters).to_string().into(),
         escaped_content: true,
     })
+}
+
+/// The run input of the Responses `body` whose spans routing found: its
+/// `instructions` as a system message, then its `input` as the user's; its
+/// `temperature`, `top_p` and `max_output_tokens` (as `max_tokens`) as the
+/// parameters. `None`, for the serde reader, when `input` is not a string
+/// or `instructions` neither a string nor `null`.
+pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
+    let (mut input, mut instructions) = (None, None);
+    let mut parameters = Map::new();
+    for (key, value) in &spans.parameters {
+        match text_at(body, key)? {
+            "input" => input = Some(value),
+            "instructions" => instructions = Some(value),
+            member => {
+                if let Some((_, to)) = RESPONSES_PARAMETERS
+                    .iter()
+                    .find(|(from, _)| *from == member)
+                {
+                    let value = serde_json::from_slice(body.get(value.clone())?).ok()?;
+                    parameters.insert((*to).to_owned(), value);
+                }
+            }
+        }
+    }
+    let mut messages = Vec::with_capacity(2);
+    if let Some(value) = instructions
+        && let Some(text) = string_body(body, value)?
+    {
+        messages.push(plain_message("system", text));
+    }
+    messages.push(plain_message("user", string_body(body, input?)??));
+    Some(RunInput {
+        messages,
+        parameters_json: Value::Object(parameters).to_string().into(),
+        escaped_content: true,
+    })
+}
+
+/// A message of `role` and the escaped `content`, without extras.
+fn plain_message(role: &str, content: Bytes) -> ChatMessage {
+    ChatMessage {
+        role: role.to_owned(),
+        content,
+        extra_json: Bytes::new(),
+    }
+}
+
+/// The value at `range`: `Some` of a string's raw body (between its
+/// quotes, escapes as written), `Some(None)` for `null`, `None` for any
+/// other value.
+fn string_body(body: &Bytes, range: &Range<usize>) -> Option<Option<Bytes>> {
+    let value = body.get(range.clone())?;
+    let start = range.start + value.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    let end = range.end
+        - value
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count();
+    match body.get(start..end)? {
+        b"null" => Some(None),
+        [b'"', .., b'"'] => Some(Some(body.slice(start + 1..end - 1))),
+        _ => None,
+    }
+}
+
+/// The body's text at `range`.
+fn text_at<'a>(body: &'a Bytes, range: &Range<usize>) -> Option<&'a str> {
+    std::str::from_utf8(body.get(range.clone())?).ok()
 }
 
 /// The spans of the `messages` array at `cursor`.

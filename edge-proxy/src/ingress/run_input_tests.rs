@@ -95,6 +95,11 @@ fn a_responses_request_becomes_instructions_then_its_input() {
             "tools":[{{"deep":[[]]}}],"max_output_tokens":5,"max_output_tokens":9}}"#
     ));
     let input = responses_input(&parse(body.clone()).unwrap()).unwrap();
+    assert!(
+        body.as_ptr_range()
+            .contains(&input.messages[1].content.as_ptr())
+    );
+    let input = plain(input);
     let texts: Vec<_> = input
         .messages
         .iter()
@@ -106,10 +111,6 @@ fn a_responses_request_becomes_instructions_then_its_input() {
             ("system", &b"be \"brief\""[..]),
             ("user", prompt.as_bytes())
         ]
-    );
-    assert!(
-        body.as_ptr_range()
-            .contains(&input.messages[1].content.as_ptr())
     );
     assert_eq!(&input.parameters_json[..], br#"{"max_tokens":9,"top_p":1}"#);
 
@@ -227,17 +228,32 @@ proptest! {
     }
 }
 
-/// The quick reader's input of `body`, and serde's when the quick reader
-/// took it (`None` when it declined, or routing refused the body).
+/// The quick reader's chat input of `body`, and serde's when the quick
+/// reader took it (`None` when it declined, or routing refused the body).
 fn quick_and_serde(body: &str) -> Option<(RunInput, Result<RunInput, ApiError>)> {
+    quick_and_serde_of(body, quick::chat_input, chat_input_by_serde)
+}
+
+/// [`quick_and_serde`] for a Responses body.
+fn quick_and_serde_responses(body: &str) -> Option<(RunInput, Result<RunInput, ApiError>)> {
+    quick_and_serde_of(body, quick::responses_input, responses_input_by_serde)
+}
+
+/// The input `quick` makes of `body` from routing's spans, its texts
+/// plain, and `serde`'s, when `quick` took it.
+fn quick_and_serde_of(
+    body: &str,
+    quick: fn(&Bytes, &InputSpans) -> Option<RunInput>,
+    serde: fn(&ParsedRequest) -> Result<RunInput, ApiError>,
+) -> Option<(RunInput, Result<RunInput, ApiError>)> {
     let request = parse(Bytes::from(body.to_owned())).ok()?;
-    let quick = quick_input(&request)?;
-    Some((plain(quick), chat_input_by_serde(&request)))
+    let input = quick(&request.body, request.input_spans.as_deref()?)?;
+    Some((plain(input), serde(&request)))
 }
 
 /// The quick reader's input of a request, from the spans routing found.
 fn quick_input(request: &ParsedRequest) -> Option<RunInput> {
-    quick::chat_input(&request.body, request.chat.as_deref()?)
+    quick::chat_input(&request.body, request.input_spans.as_deref()?)
 }
 
 #[test]
@@ -300,7 +316,7 @@ fn routing_notes_the_spans_of_the_common_shape_only() {
     // Another shape: routed all the same, its input left to serde.
     let request = routed(format!(r#"{{"model":"m","messages":[{parts}],"n":1}}"#));
     assert_eq!(
-        (request.model.as_str(), request.chat.is_none()),
+        (request.model.as_str(), request.input_spans.is_none()),
         ("m", true)
     );
     assert_eq!(
@@ -317,7 +333,7 @@ fn routing_notes_the_spans_of_the_common_shape_only() {
         (parts, parts, false),
     ] {
         let body = format!(r#"{{"messages":[{first}],"model":"m","messages":[{second}]}}"#);
-        assert_eq!(routed(body.clone()).chat.is_some(), taken, "{body}");
+        assert_eq!(routed(body.clone()).input_spans.is_some(), taken, "{body}");
         assert_eq!(quick_and_serde(&body), None);
     }
     let body = r#"{"messages":[{"role":"a","content":"x"}],"model":"m","messages":[{"role":"b\tc","content":"y"}]}"#;
@@ -330,7 +346,81 @@ fn routing_notes_the_spans_of_the_common_shape_only() {
     // Committed: the body and its spans are let go of together.
     let mut request = routed(body.to_owned());
     request.release_body();
-    assert_eq!((request.body.len(), request.chat), (0, None));
+    assert_eq!((request.body.len(), request.input_spans), (0, None));
+}
+
+#[test]
+fn the_quick_reader_takes_a_responses_string_input() {
+    let prose = "The \\\"quick\\\" fox.\\n".repeat(400);
+    let body = format!(
+        "{{\"model\": \"m\", \"instructions\": \"be brief \\u00e9\", \"input\": \"{prose}\", \
+         \"tools\": [], \"temperature\": 0.5, \"max_output_tokens\": 16, \"stream\": true}}"
+    );
+    let request = parse(Bytes::from(body.clone())).unwrap();
+    let escaped = responses_input(&request).unwrap();
+    assert!(escaped.escaped_content, "taken by the quick reader");
+    assert_eq!(escaped.messages[0].content, "be brief \\u00e9");
+    let range = request.body.as_ptr_range();
+    assert!(range.contains(&escaped.messages[1].content.as_ptr()));
+    let (quick, serde) = quick_and_serde_responses(&body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    assert_eq!(quick.messages[0].content, "be brief é");
+    assert!(
+        quick.messages[1]
+            .content
+            .starts_with(b"The \"quick\" fox.\n")
+    );
+    assert_eq!(
+        &quick.parameters_json[..],
+        br#"{"max_tokens":16,"temperature":0.5}"#
+    );
+    // `null` instructions, a later `input` winning; declined: items, a
+    // number, no input, instructions of another type.
+    let body = r#"{"model":"m","input":[1],"instructions":null,"input":""}"#;
+    let (quick, serde) = quick_and_serde_responses(body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    assert_eq!(
+        (quick.messages.len(), quick.messages[0].role.as_str()),
+        (1, "user")
+    );
+    for declined in [
+        r#"{"model":"m","input":[{"role":"user","content":"a"}]}"#,
+        r#"{"model":"m","input":7}"#,
+        r#"{"model":"m","instructions":"a"}"#,
+        r#"{"model":"m","input":"a","instructions":["b"]}"#,
+        r#"{"model":"m","input":"a","messages":[{"role":"user","content":[]}]}"#,
+    ] {
+        assert!(quick_and_serde_responses(declined).is_none(), "{declined}");
+    }
+}
+
+/// Responses bodies of the quick reader's shape and near it, compact or
+/// spaced, members repeated.
+fn responses_body() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        any::<String>().prop_map(Value::String),
+        "[a \"\\\\\n\u{1}\u{e9}]{0,150}".prop_map(Value::String),
+        Just(Value::Null),
+        Just(json!(7)),
+        Just(json!([{"role": "user", "content": "a"}])),
+    ];
+    let key = prop::sample::select(vec![
+        "input",
+        "instructions",
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "tools",
+        "messages",
+    ]);
+    (prop::collection::vec((key, value), 0..5), any::<bool>()).prop_map(|(members, spaced)| {
+        let colon = if spaced { ": " } else { ":" };
+        let members: Vec<String> = std::iter::once(("model", json!("m")))
+            .chain(members)
+            .map(|(key, value)| format!("\"{key}\"{colon}{value}"))
+            .collect();
+        format!("{{{}}}", members.join(if spaced { ",\n  " } else { "," }))
+    })
 }
 
 /// Chat bodies of the quick reader's shape and near it, compact or spaced.
@@ -416,9 +506,30 @@ proptest! {
         }
     }
 
+    /// What the quick reader takes of a Responses body, serde reads to
+    /// the same input.
+    #[test]
+    fn the_quick_reader_reads_responses_as_serde_reads(body in responses_body()) {
+        if let Some((quick, serde)) = quick_and_serde_responses(&body) {
+            prop_assert_eq!(Ok(quick), serde.map_err(|e| e.code), "{}", body);
+        }
+    }
+
     #[test]
     fn an_edited_body_is_read_as_serde_reads_it_or_declined(body in edited_chat_body()) {
         if let Some((quick, serde)) = quick_and_serde(&body) {
+            prop_assert_eq!(Ok(quick), serde.map_err(|e| e.code), "{}", body);
+        }
+    }
+
+    #[test]
+    fn an_edited_responses_body_is_read_as_serde_reads_it_or_declined(
+        body in super::super::tests::with_edits(
+            responses_body(),
+            &["\"input\":", "\"instructions\":", "\\u00e9", "null"],
+        )
+    ) {
+        if let Some((quick, serde)) = quick_and_serde_responses(&body) {
             prop_assert_eq!(Ok(quick), serde.map_err(|e| e.code), "{}", body);
         }
     }
