@@ -29,7 +29,7 @@ use crate::dispatch::{RunStream, SubmitRun, run_event_text};
 use crate::pool::Lease;
 
 mod sse;
-use sse::{SseWriter, chat_body, responses_json};
+use sse::{SseWriter, chat_body, responses_body_bytes};
 
 /// What the run produced, for the non-stream body.
 #[derive(Debug, Default)]
@@ -104,7 +104,7 @@ pub(crate) fn serve<'a>(
             }
             let body = match api {
                 Api::Chat => chat_body(&ids, &out),
-                Api::Responses => responses_json(&ids, &out).to_string().into_bytes(),
+                Api::Responses => responses_body_bytes(&ids, &out),
             };
             responder.full(200, "application/json", body).await;
             return Attempt::Answered(200);

@@ -12,7 +12,7 @@ use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::{ChatUsage, chat_usage, responses_usage, sse};
+use crate::ingress::openai::{ChatUsage, ResponsesUsage, chat_usage, responses_usage, sse};
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -279,9 +279,66 @@ struct ChatMessage<'a> {
     role: &'static str,
 }
 
-/// The Responses body of a whole (non-stream) answer.
-pub(super) fn responses_json(ids: &Ids, out: &Output) -> Value {
-    responses_body(ids, "completed", out)
+/// The Responses body of a whole (non-stream) answer, serialized in one
+/// buffer: the bytes of [`responses_body`]'s `Value` (`responses_body_is_
+/// the_json_bytes`) without building it first (~30 allocations, a fifth of
+/// the Edge's instructions on a small Responses request).
+pub(super) fn responses_body_bytes(ids: &Ids, out: &Output) -> Vec<u8> {
+    let body = ResponsesBody {
+        created_at: ids.created,
+        id: &ids.id,
+        model: &ids.model,
+        object: "response",
+        output: [MessageItem {
+            content: [OutputText {
+                annotations: [],
+                text: &out.text,
+                kind: "output_text",
+            }],
+            id: &ids.item_id,
+            role: "assistant",
+            status: "completed",
+            kind: "message",
+        }],
+        status: "completed",
+        usage: out.usage.as_ref().map(ResponsesUsage::of),
+    };
+    let mut bytes = Vec::with_capacity(384 + out.text.len());
+    // Strings, numbers and arrays into a Vec: cannot fail.
+    let _ = serde_json::to_writer(&mut bytes, &body);
+    bytes
+}
+
+/// A whole Responses answer (fields in `Value`'s sorted order).
+#[derive(Serialize)]
+struct ResponsesBody<'a> {
+    created_at: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    output: [MessageItem<'a>; 1],
+    status: &'static str,
+    usage: Option<ResponsesUsage>,
+}
+
+/// Its one output item: the assistant's message.
+#[derive(Serialize)]
+struct MessageItem<'a> {
+    content: [OutputText<'a>; 1],
+    id: &'a str,
+    role: &'static str,
+    status: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// The message's text.
+#[derive(Serialize)]
+struct OutputText<'a> {
+    annotations: [(); 0],
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 #[cfg(test)]

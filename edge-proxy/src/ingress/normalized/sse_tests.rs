@@ -93,3 +93,38 @@ fn chat_body_is_the_json_bytes() {
         );
     }
 }
+
+#[test]
+fn responses_body_is_the_json_bytes() {
+    let ids = writer_ids();
+    let usage = proto::v1::Usage {
+        input_tokens: 3,
+        output_tokens: 2,
+        reasoning_tokens: Some(1),
+        cached_input_tokens: None,
+    };
+    assert_eq!(
+        responses_usage(&usage),
+        json!({"input_tokens": 3, "output_tokens": 2, "total_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 1}})
+    );
+    for (text, usage) in [
+        ("", None),
+        ("quote \" back \\ nl \n \u{1} \u{e9}", Some(usage)),
+    ] {
+        let out = Output {
+            text: text.into(),
+            reasoning: String::new(),
+            finish_reason: String::new(),
+            usage,
+            keep_text: true,
+        };
+        assert_eq!(
+            responses_body_bytes(&ids, &out),
+            responses_body(&ids, "completed", &out)
+                .to_string()
+                .into_bytes()
+        );
+    }
+}
