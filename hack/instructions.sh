@@ -25,7 +25,8 @@
 # PROMPT_TEXT=prose, instead of "hi", for the long-prompt path;
 # e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`), API (`chat`, the
 # default: Chat Completions; `responses`: Responses requests, the prompt as
-# a string `input`, e.g. `API=responses MODELS=mock-ollama`).
+# a string `input`, e.g. `API=responses MODELS=mock-ollama`), STREAM=1
+# (streamed answers, read to their end, instead of whole ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=instructions
@@ -48,12 +49,19 @@ if [ -n "$prompt_bytes" ]; then
   title="Instructions a request with a $prompt_bytes-byte prompt (callgrind)"
   prompt_desc="a prompt of $prompt_bytes bytes of 56-byte text lines with quotes and a newline, as k6's PROMPT_TEXT=prose"
 fi
-api_env=
+api_env= kind=non-streaming api_name=chat
 if [ "$api" = responses ]; then
+  api_name=Responses
   api_env="API=responses MODELS=\"$models\" "
   title="$title, Responses requests"
   prompt_desc="$prompt_desc, as a Responses request's string \`input\`"
 fi
+stream=${STREAM:-0}
+case $stream in
+  0) ;;
+  1) api_env="${api_env}STREAM=1 " title="$title, streamed" kind=streamed ;;
+  *) fail "STREAM must be 0 or 1" ;;
+esac
 out=${INSTRUCTIONS_OUT:-bench-results/instructions.md}
 keep=$bench_target/instructions
 # Valgrind starts a process ~50 times slower.
@@ -75,18 +83,19 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" "$prompt_bytes" "$api" <<'PY'
+  python3 - "$@" "$prompt_bytes" "$api" "$stream" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
 line = 'The "quick" brown fox jumps over the lazy dog, twice.\n'
 content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
+stream = sys.argv[6] == "1"
 if sys.argv[5] == "responses":
-    path, body = "/v1/responses", json.dumps({"model": model, "stream": False, "input": content})
+    path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": content})
 else:
     path, body = "/v1/chat/completions", json.dumps(
-        {"model": model, "stream": False, "messages": [{"role": "user", "content": content}]})
+        {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]})
 failed = []
 def run(count):
     conn = http.client.HTTPConnection(host, timeout=120)
@@ -155,7 +164,7 @@ done
   BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
     "$title" "$api_env${prompt_bytes:+PROMPT_BYTES=$prompt_bytes }hack/instructions.sh $requests"
   cat <<MD
-- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests non-streaming chats ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
+- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included) while $requests $kind $api_name requests ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. Runs of one build agree within ~1 %.
 - **Callgrind files:** \`target/instructions/\` (\`callgrind_annotate --inclusive=yes FILE.1\`)
 
 | model | process | instructions a request | instructions in all |

@@ -458,11 +458,6 @@ impl ResponsesUsage {
     }
 }
 
-/// [`ResponsesUsage`] as a JSON value, for an event built as one.
-pub fn responses_usage(usage: &Usage) -> Value {
-    serde_json::to_value(ResponsesUsage::of(usage)).unwrap_or_default()
-}
-
 /// One SSE event with a JSON payload: `data: …\n\n`, or with an event name.
 pub fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);

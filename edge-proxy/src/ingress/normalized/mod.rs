@@ -28,8 +28,9 @@ use super::{Api, Attempt, AttemptCtx, unix_s};
 use crate::dispatch::{RunStream, SubmitRun, run_event_text};
 use crate::pool::Lease;
 
+mod responses_events;
 mod sse;
-use sse::{SseWriter, chat_body, responses_body_bytes};
+use sse::{SseWriter, chat_body};
 
 /// What the run produced, for the non-stream body.
 #[derive(Debug, Default)]
@@ -104,7 +105,7 @@ pub(crate) fn serve<'a>(
             }
             let body = match api {
                 Api::Chat => chat_body(&ids, &out),
-                Api::Responses => responses_body_bytes(&ids, &out),
+                Api::Responses => responses_events::body(&ids, &out),
             };
             responder.full(200, "application/json", body).await;
             return Attempt::Answered(200);

@@ -7,12 +7,13 @@ use proto::v1::{RunEvent, RunEventKind};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::responses_events;
 use super::{Ids, Output};
 use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::{ChatUsage, ResponsesUsage, chat_usage, responses_usage, sse};
+use crate::ingress::openai::{ChatUsage, chat_usage, sse};
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -94,26 +95,7 @@ impl SseWriter<'_> {
                 None,
                 &self.chat_chunk(json!({"role": "assistant", "content": ""}), None),
             ),
-            Api::Responses => {
-                let response = self.response_object("in_progress", &Output::default());
-                let mut bytes = sse(
-                    Some("response.created"),
-                    &json!({"type": "response.created", "response": response}),
-                );
-                bytes.extend(sse(
-                    Some("response.output_item.added"),
-                    &json!({"type": "response.output_item.added", "output_index": 0,
-                        "item": {"type": "message", "id": self.ids.item_id, "status": "in_progress",
-                                 "role": "assistant", "content": []}}),
-                ));
-                bytes.extend(sse(
-                    Some("response.content_part.added"),
-                    &json!({"type": "response.content_part.added", "item_id": self.ids.item_id,
-                        "output_index": 0, "content_index": 0,
-                        "part": {"type": "output_text", "text": "", "annotations": []}}),
-                ));
-                bytes
-            }
+            Api::Responses => responses_events::opening(self.ids),
         }
     }
 
@@ -145,38 +127,11 @@ impl SseWriter<'_> {
     }
 
     fn responses(&self, event: &RunEvent, out: &Output, terminal: bool, bytes: &mut Vec<u8>) {
-        let item = &self.ids.item_id;
         match event.kind() {
             RunEventKind::Delta => self.responses_delta(run_event_text(event), bytes),
-            _ if terminal => {
-                let part = json!({"type": "output_text", "text": out.text, "annotations": []});
-                bytes.extend(sse(
-                    Some("response.output_text.done"),
-                    &json!({"type": "response.output_text.done", "item_id": item,
-                        "output_index": 0, "content_index": 0, "text": out.text}),
-                ));
-                bytes.extend(sse(
-                    Some("response.content_part.done"),
-                    &json!({"type": "response.content_part.done", "item_id": item,
-                        "output_index": 0, "content_index": 0, "part": part}),
-                ));
-                bytes.extend(sse(
-                    Some("response.output_item.done"),
-                    &json!({"type": "response.output_item.done", "output_index": 0,
-                        "item": message_item(item, out)}),
-                ));
-                bytes.extend(sse(
-                    Some("response.completed"),
-                    &json!({"type": "response.completed",
-                        "response": self.response_object("completed", out)}),
-                ));
-            }
+            _ if terminal => responses_events::closing(self.ids, out, bytes),
             _ => {}
         }
-    }
-
-    fn response_object(&self, status: &str, out: &Output) -> Value {
-        responses_body(self.ids, status, out)
     }
 }
 
@@ -201,24 +156,6 @@ impl<'a> DeltaText<'a> {
             text,
         }
     }
-}
-
-fn message_item(item_id: &str, out: &Output) -> Value {
-    json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
-        "content": [{"type": "output_text", "text": out.text, "annotations": []}]})
-}
-
-fn responses_body(ids: &Ids, status: &str, out: &Output) -> Value {
-    let output = if status == "completed" {
-        json!([message_item(&ids.item_id, out)])
-    } else {
-        json!([])
-    };
-    json!({
-        "id": ids.id, "object": "response", "created_at": ids.created, "status": status,
-        "model": ids.model, "output": output,
-        "usage": out.usage.as_ref().map(responses_usage),
-    })
 }
 
 /// The Chat Completions body of a whole (non-stream) answer, serialized in
@@ -277,68 +214,6 @@ struct ChatMessage<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
     role: &'static str,
-}
-
-/// The Responses body of a whole (non-stream) answer, serialized in one
-/// buffer: the bytes of [`responses_body`]'s `Value` (`responses_body_is_
-/// the_json_bytes`) without building it first (~30 allocations, a fifth of
-/// the Edge's instructions on a small Responses request).
-pub(super) fn responses_body_bytes(ids: &Ids, out: &Output) -> Vec<u8> {
-    let body = ResponsesBody {
-        created_at: ids.created,
-        id: &ids.id,
-        model: &ids.model,
-        object: "response",
-        output: [MessageItem {
-            content: [OutputText {
-                annotations: [],
-                text: &out.text,
-                kind: "output_text",
-            }],
-            id: &ids.item_id,
-            role: "assistant",
-            status: "completed",
-            kind: "message",
-        }],
-        status: "completed",
-        usage: out.usage.as_ref().map(ResponsesUsage::of),
-    };
-    let mut bytes = Vec::with_capacity(384 + out.text.len());
-    // Strings, numbers and arrays into a Vec: cannot fail.
-    let _ = serde_json::to_writer(&mut bytes, &body);
-    bytes
-}
-
-/// A whole Responses answer (fields in `Value`'s sorted order).
-#[derive(Serialize)]
-struct ResponsesBody<'a> {
-    created_at: u64,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-    output: [MessageItem<'a>; 1],
-    status: &'static str,
-    usage: Option<ResponsesUsage>,
-}
-
-/// Its one output item: the assistant's message.
-#[derive(Serialize)]
-struct MessageItem<'a> {
-    content: [OutputText<'a>; 1],
-    id: &'a str,
-    role: &'static str,
-    status: &'static str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// The message's text.
-#[derive(Serialize)]
-struct OutputText<'a> {
-    annotations: [(); 0],
-    text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
 }
 
 #[cfg(test)]

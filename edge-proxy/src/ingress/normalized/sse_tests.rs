@@ -94,8 +94,86 @@ fn chat_body_is_the_json_bytes() {
     }
 }
 
+/// The `json!` form of a Responses object, which the typed shapes of
+/// `responses_events` replaced.
+fn responses_json(ids: &Ids, status: &str, out: &Output) -> Value {
+    let output = if status == "completed" {
+        json!([message_item_json(&ids.item_id, out)])
+    } else {
+        json!([])
+    };
+    let usage = out.usage.as_ref().map(|usage| {
+        json!({
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens.saturating_add(usage.output_tokens),
+            "input_tokens_details": { "cached_tokens": usage.cached_input_tokens.unwrap_or(0) },
+            "output_tokens_details": { "reasoning_tokens": usage.reasoning_tokens.unwrap_or(0) },
+        })
+    });
+    json!({
+        "id": ids.id, "object": "response", "created_at": ids.created, "status": status,
+        "model": ids.model, "output": output, "usage": usage,
+    })
+}
+
+fn message_item_json(item_id: &str, out: &Output) -> Value {
+    json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": out.text, "annotations": []}]})
+}
+
+/// The `json!` form of a stream's opening events.
+fn opening_json(ids: &Ids) -> Vec<u8> {
+    let item = &ids.item_id;
+    let mut bytes = sse(
+        Some("response.created"),
+        &json!({"type": "response.created",
+            "response": responses_json(ids, "in_progress", &Output::default())}),
+    );
+    bytes.extend(sse(
+        Some("response.output_item.added"),
+        &json!({"type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "message", "id": item, "status": "in_progress",
+                     "role": "assistant", "content": []}}),
+    ));
+    bytes.extend(sse(
+        Some("response.content_part.added"),
+        &json!({"type": "response.content_part.added", "item_id": item,
+            "output_index": 0, "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ));
+    bytes
+}
+
+/// The `json!` form of a stream's closing events.
+fn closing_json(ids: &Ids, out: &Output) -> Vec<u8> {
+    let item = &ids.item_id;
+    let part = json!({"type": "output_text", "text": out.text, "annotations": []});
+    let mut bytes = sse(
+        Some("response.output_text.done"),
+        &json!({"type": "response.output_text.done", "item_id": item,
+            "output_index": 0, "content_index": 0, "text": out.text}),
+    );
+    bytes.extend(sse(
+        Some("response.content_part.done"),
+        &json!({"type": "response.content_part.done", "item_id": item,
+            "output_index": 0, "content_index": 0, "part": part}),
+    ));
+    bytes.extend(sse(
+        Some("response.output_item.done"),
+        &json!({"type": "response.output_item.done", "output_index": 0,
+            "item": message_item_json(item, out)}),
+    ));
+    bytes.extend(sse(
+        Some("response.completed"),
+        &json!({"type": "response.completed",
+            "response": responses_json(ids, "completed", out)}),
+    ));
+    bytes
+}
+
 #[test]
-fn responses_body_is_the_json_bytes() {
+fn responses_shapes_are_the_json_bytes() {
     let ids = writer_ids();
     let usage = proto::v1::Usage {
         input_tokens: 3,
@@ -104,14 +182,13 @@ fn responses_body_is_the_json_bytes() {
         cached_input_tokens: None,
     };
     assert_eq!(
-        responses_usage(&usage),
-        json!({"input_tokens": 3, "output_tokens": 2, "total_tokens": 5,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 1}})
+        responses_events::opening(&ids),
+        opening_json(&ids),
+        "opening"
     );
     for (text, usage) in [
         ("", None),
-        ("quote \" back \\ nl \n \u{1} \u{e9}", Some(usage)),
+        ("quote \" back \\ nl \n \u{1} \u{e9}\u{1f600}", Some(usage)),
     ] {
         let out = Output {
             text: text.into(),
@@ -120,11 +197,11 @@ fn responses_body_is_the_json_bytes() {
             usage,
             keep_text: true,
         };
-        assert_eq!(
-            responses_body_bytes(&ids, &out),
-            responses_body(&ids, "completed", &out)
-                .to_string()
-                .into_bytes()
-        );
+        let body = responses_events::body(&ids, &out);
+        let json = responses_json(&ids, "completed", &out).to_string();
+        assert_eq!(String::from_utf8(body).unwrap(), json, "body");
+        let mut closing = b"before".to_vec();
+        responses_events::closing(&ids, &out, &mut closing);
+        assert_eq!(closing[6..], closing_json(&ids, &out), "closing");
     }
 }
