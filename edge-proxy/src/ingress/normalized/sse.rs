@@ -5,7 +5,6 @@
 use json_escape_simd::escape_into;
 use proto::v1::{RunEvent, RunEventKind};
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use super::responses_events;
 use super::{Ids, Output};
@@ -13,7 +12,7 @@ use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::{ChatUsage, chat_usage, sse};
+use crate::ingress::openai::ChatUsage;
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -47,12 +46,26 @@ impl SseWriter<'_> {
         }
     }
 
-    fn chat_chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({
-            "id": self.ids.id, "object": "chat.completion.chunk", "created": self.ids.created,
-            "model": self.ids.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        })
+    /// A chat chunk that is not a text's: the opening (the role), the
+    /// finish, or the usage (no choices), from typed structs.
+    fn chat_chunk(
+        &self,
+        choices: &[ChunkChoice<'_>],
+        usage: Option<ChatUsage>,
+        bytes: &mut Vec<u8>,
+    ) {
+        let chunk = ChatChunk {
+            choices,
+            created: self.ids.created,
+            id: &self.ids.id,
+            model: &self.ids.model,
+            object: "chat.completion.chunk",
+            usage,
+        };
+        bytes.extend_from_slice(b"data: ");
+        // Strings and numbers into a Vec: cannot fail.
+        let _ = serde_json::to_writer(&mut *bytes, &chunk);
+        bytes.extend_from_slice(b"\n\n");
     }
 
     /// One delta chunk, written in place (the per-event path: no `Value`
@@ -91,10 +104,15 @@ impl SseWriter<'_> {
 
     fn opening(&self) -> Vec<u8> {
         match self.api {
-            Api::Chat => sse(
-                None,
-                &self.chat_chunk(json!({"role": "assistant", "content": ""}), None),
-            ),
+            Api::Chat => {
+                let mut bytes = Vec::with_capacity(192);
+                let delta = ChunkDelta {
+                    content: Some(""),
+                    role: Some("assistant"),
+                };
+                self.chat_chunk(&[ChunkChoice::of(delta, None)], None, &mut bytes);
+                bytes
+            }
             Api::Responses => responses_events::opening(self.ids),
         }
     }
@@ -113,12 +131,10 @@ impl SseWriter<'_> {
                 } else {
                     &out.finish_reason
                 };
-                bytes.extend(sse(None, &self.chat_chunk(json!({}), Some(finish))));
+                let choice = ChunkChoice::of(ChunkDelta::default(), Some(finish));
+                self.chat_chunk(&[choice], None, bytes);
                 if let (true, Some(usage)) = (self.include_usage, out.usage.as_ref()) {
-                    let mut chunk = self.chat_chunk(json!({}), None);
-                    chunk["choices"] = json!([]);
-                    chunk["usage"] = chat_usage(usage);
-                    bytes.extend(sse(None, &chunk));
+                    self.chat_chunk(&[], Some(ChatUsage::of(usage)), bytes);
                 }
                 bytes.extend_from_slice(b"data: [DONE]\n\n");
             }
@@ -186,6 +202,46 @@ pub(super) fn chat_body(ids: &Ids, out: &Output) -> Vec<u8> {
     // Strings, numbers and a `Value` into a Vec: cannot fail.
     let _ = serde_json::to_writer(&mut bytes, &body);
     bytes
+}
+
+/// A chat stream's chunk (fields in `Value`'s sorted order, as the
+/// `json!` form it replaced: `sse_tests`).
+#[derive(Serialize)]
+struct ChatChunk<'a> {
+    choices: &'a [ChunkChoice<'a>],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<ChatUsage>,
+}
+
+/// A chunk's one choice.
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    delta: ChunkDelta,
+    finish_reason: Option<&'a str>,
+    index: u32,
+}
+
+impl<'a> ChunkChoice<'a> {
+    fn of(delta: ChunkDelta, finish_reason: Option<&'a str>) -> Self {
+        Self {
+            delta,
+            finish_reason,
+            index: 0,
+        }
+    }
+}
+
+/// The delta of a chunk without text: the opening's role, or nothing.
+#[derive(Serialize, Default)]
+struct ChunkDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
 }
 
 /// A whole Chat Completions answer (fields in `Value`'s sorted order).

@@ -1,6 +1,9 @@
 //! The typed per-event shapes of [`super`] against the `json!` form.
 
+use serde_json::{Value, json};
+
 use super::*;
+use crate::ingress::openai::{chat_usage, sse};
 
 fn writer_ids() -> Ids {
     Ids {
@@ -29,17 +32,73 @@ fn typed_events_are_the_json_bytes() {
         writer.chat_delta(DeltaText::content(text), &mut typed);
         assert_eq!(
             typed,
-            sse(None, &writer.chat_chunk(json!({"content": text}), None))
+            sse(None, &chat_chunk_json(&ids, json!({"content": text}), None))
         );
         let mut typed = Vec::new();
         writer.chat_delta(DeltaText::reasoning(text), &mut typed);
-        let value = writer.chat_chunk(json!({"reasoning_content": text}), None);
+        let value = chat_chunk_json(&ids, json!({"reasoning_content": text}), None);
         assert_eq!(typed, sse(None, &value));
         let mut typed = Vec::new();
         writer.responses_delta(text, &mut typed);
         let value = json!({"type": "response.output_text.delta", "item_id": ids.item_id,
             "output_index": 0, "content_index": 0, "delta": text});
         assert_eq!(typed, sse(Some("response.output_text.delta"), &value));
+    }
+}
+
+/// The `json!` form of a chat stream's chunk, which the typed chunks
+/// replaced.
+fn chat_chunk_json(ids: &Ids, delta: Value, finish: Option<&str>) -> Value {
+    json!({
+        "id": ids.id, "object": "chat.completion.chunk", "created": ids.created,
+        "model": ids.model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+}
+
+#[test]
+fn chat_opening_and_closing_chunks_are_the_json_bytes() {
+    let ids = writer_ids();
+    let mut writer = SseWriter {
+        api: Api::Chat,
+        ids: &ids,
+        include_usage: true,
+        started: true,
+    };
+    let opening = chat_chunk_json(&ids, json!({"role": "assistant", "content": ""}), None);
+    assert_eq!(writer.opening(), sse(None, &opening));
+    let usage = proto::v1::Usage {
+        input_tokens: 3,
+        output_tokens: 2,
+        reasoning_tokens: None,
+        cached_input_tokens: Some(1),
+    };
+    for (finish, usage, include_usage) in [
+        ("", Some(usage), true),
+        ("length", Some(usage), false),
+        ("tool_calls", None, true),
+    ] {
+        writer.include_usage = include_usage;
+        let out = Output {
+            finish_reason: finish.into(),
+            usage,
+            ..Output::default()
+        };
+        let mut typed = Vec::new();
+        writer.chat(&RunEvent::default(), &out, true, &mut typed);
+        let finish = if finish.is_empty() { "stop" } else { finish };
+        let mut expected = sse(None, &chat_chunk_json(&ids, json!({}), Some(finish)));
+        if let (true, Some(usage)) = (include_usage, usage.as_ref()) {
+            let mut chunk = chat_chunk_json(&ids, json!({}), None);
+            chunk["choices"] = json!([]);
+            chunk["usage"] = chat_usage(usage);
+            expected.extend(sse(None, &chunk));
+        }
+        expected.extend_from_slice(b"data: [DONE]\n\n");
+        assert_eq!(
+            String::from_utf8(typed).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
     }
 }
 
