@@ -112,6 +112,17 @@ fn response<'a>(
     }
 }
 
+/// An event of `kind` about the message's one text part.
+fn text_event<'a>(ids: &'a Ids, kind: &'static str) -> Event<'a> {
+    Event {
+        content_index: Some(0),
+        item_id: Some(&ids.item_id),
+        output_index: Some(0),
+        kind,
+        ..Event::default()
+    }
+}
+
 /// Writes `value` as JSON after `bytes`.
 fn write_json(bytes: &mut Vec<u8>, value: &impl Serialize) {
     // Strings, numbers and arrays into a Vec: cannot fail.
@@ -154,12 +165,8 @@ pub(super) fn opening(ids: &Ids) -> Vec<u8> {
             ..Event::default()
         },
         Event {
-            content_index: Some(0),
-            item_id: Some(&ids.item_id),
-            output_index: Some(0),
             part: Some(output_text("")),
-            kind: "response.content_part.added",
-            ..Event::default()
+            ..text_event(ids, "response.content_part.added")
         },
     ];
     events
@@ -176,20 +183,12 @@ pub(super) fn closing(ids: &Ids, out: &Output, bytes: &mut Vec<u8>) {
     bytes.reserve(1024 + 4 * out.text.len());
     let events = [
         Event {
-            content_index: Some(0),
-            item_id: Some(&ids.item_id),
-            output_index: Some(0),
             text: Some(&out.text),
-            kind: "response.output_text.done",
-            ..Event::default()
+            ..text_event(ids, "response.output_text.done")
         },
         Event {
-            content_index: Some(0),
-            item_id: Some(&ids.item_id),
-            output_index: Some(0),
             part: Some(output_text(&out.text)),
-            kind: "response.content_part.done",
-            ..Event::default()
+            ..text_event(ids, "response.content_part.done")
         },
         Event {
             item: Some(message_item(ids, "completed", &content)),

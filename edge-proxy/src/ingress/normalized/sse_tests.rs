@@ -14,6 +14,16 @@ fn writer_ids() -> Ids {
     }
 }
 
+/// A usage with a reasoning breakdown and no cached one.
+fn usage() -> proto::v1::Usage {
+    proto::v1::Usage {
+        input_tokens: 3,
+        output_tokens: 2,
+        reasoning_tokens: Some(1),
+        cached_input_tokens: None,
+    }
+}
+
 #[test]
 fn typed_events_are_the_json_bytes() {
     let ids = writer_ids();
@@ -122,13 +132,7 @@ fn chat_json(ids: &Ids, out: &Output) -> Value {
 
 #[test]
 fn chat_body_is_the_json_bytes() {
-    let ids = writer_ids();
-    let usage = proto::v1::Usage {
-        input_tokens: 3,
-        output_tokens: 2,
-        reasoning_tokens: Some(1),
-        cached_input_tokens: None,
-    };
+    let (ids, usage) = (writer_ids(), usage());
     for (text, reasoning, finish, usage) in [
         ("", "", "", None),
         (
@@ -233,13 +237,7 @@ fn closing_json(ids: &Ids, out: &Output) -> Vec<u8> {
 
 #[test]
 fn responses_shapes_are_the_json_bytes() {
-    let ids = writer_ids();
-    let usage = proto::v1::Usage {
-        input_tokens: 3,
-        output_tokens: 2,
-        reasoning_tokens: Some(1),
-        cached_input_tokens: None,
-    };
+    let (ids, usage) = (writer_ids(), usage());
     assert_eq!(
         responses_events::opening(&ids),
         opening_json(&ids),
