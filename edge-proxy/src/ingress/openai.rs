@@ -254,6 +254,7 @@ fn quick_read(text: &str) -> Option<(RoutingFields, Option<InputSpans>)> {
             "stream" => 1,
             "stream_options" => 2,
             "messages" => return gather.messages(cursor),
+            "input" => return gather.input(key, cursor),
             _ => {
                 let start = cursor.position();
                 cursor.skip_any(MAX_SKIP_DEPTH - 1)?;

@@ -87,8 +87,9 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
 /// as a system message, then `input` (a string, or message items, whose
 /// other members are dropped); `temperature`, `top_p` and
 /// `max_output_tokens` (as `max_tokens`) as the parameters.
-/// Made from routing's spans without serde when `input` is a string
-/// ([`quick`]), read by serde otherwise.
+/// Made from routing's spans without serde when `input` is a string or
+/// message items with string (or `null`) texts ([`quick`]), read by serde
+/// otherwise.
 pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let spans = request.input_spans.as_deref();
     match spans.and_then(|spans| quick::responses_input(&request.body, spans)) {

@@ -1,8 +1,10 @@
 //! A normalized request's input found in the routing pass, without serde,
 //! for the common shapes: a Chat Completions request whose messages are a
 //! string `role` and a string (or `null`) `content` and nothing else, and
-//! a Responses request whose `input` is a string (its `instructions` a
-//! string or `null`, or absent).
+//! a Responses request whose `input` is a string or message items of a
+//! string `role` and a string (or `null`) `content` (their other members
+//! dropped, as serde drops them), its `instructions` a string or `null`,
+//! or absent.
 //!
 //! serde reads a message's text by copying each run between its escapes
 //! into a scratch buffer, then the visitor copies it out: ~11 instructions
@@ -23,13 +25,13 @@
 //!
 //! Anything else is **declined** (no spans, or `None`) to the serde reader,
 //! whose reading and errors are then the request's: content parts, a
-//! message's other members (`name`, `tool_calls`, …), a `role` that is not a
-//! plain string, no messages, a Responses `input` of items, and whatever
-//! [`Cursor`] declines. What this reader reads it reads as serde does
-//! (property tests hold the two to the same input): the routing members are
-//! left out, a chat's every other member is a parameter (a Responses
-//! request's `temperature`, `top_p` and `max_output_tokens` only) whose
-//! value serde reads from its bytes, and a later duplicate wins.
+//! chat message's other members (`name`, `tool_calls`, …), a `role` that is
+//! not a plain string, no messages, a Responses item without a `role`, and
+//! whatever [`Cursor`] declines. What this reader reads it reads as serde
+//! does (property tests hold the two to the same input): the routing
+//! members are left out, a chat's every other member is a parameter (a
+//! Responses request's `temperature`, `top_p` and `max_output_tokens` only)
+//! whose value serde reads from its bytes, and a later duplicate wins.
 
 use std::ops::Range;
 
@@ -47,6 +49,10 @@ use super::RESPONSES_PARAMETERS;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct InputSpans {
     messages: Vec<MessageSpans>,
+    /// The last `input` member's items, when it is an array of message
+    /// items of a `role` and a string (or `null`) `content` (a Responses
+    /// request's; their other members are dropped, as serde drops them).
+    input_items: Option<Vec<MessageSpans>>,
     parameters: Vec<(Range<usize>, Range<usize>)>,
 }
 
@@ -87,7 +93,7 @@ impl<'a> InputGather<'a> {
     /// the value.
     pub(crate) fn messages(&mut self, cursor: &mut Cursor<'a, true>) -> Option<()> {
         let mut trial = cursor.clone();
-        match read_messages(&mut trial) {
+        match read_messages(&mut trial, OtherMembers::Decline) {
             Some(messages) => {
                 *cursor = trial;
                 self.spans.messages = messages;
@@ -98,6 +104,27 @@ impl<'a> InputGather<'a> {
                 cursor.skip_any(MAX_SKIP_DEPTH - 1)
             }
         }
+    }
+
+    /// Reads an `input` value at `cursor` as any other member (see
+    /// [`Self::parameter`]), noting its items' spans when it is an array of
+    /// message items ([`InputSpans::input_items`]). `None` when the cursor
+    /// declines the value.
+    pub(crate) fn input(&mut self, key: &'a str, cursor: &mut Cursor<'a, true>) -> Option<()> {
+        let start = cursor.position();
+        self.spans.input_items = None;
+        if cursor.peek()? == b'[' {
+            let mut trial = cursor.clone();
+            if let Some(items) = read_messages(&mut trial, OtherMembers::Skip) {
+                *cursor = trial;
+                self.spans.input_items = Some(items);
+            }
+        }
+        if self.spans.input_items.is_none() {
+            cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
+        }
+        self.parameter(key, start..cursor.position());
+        Some(())
     }
 
     /// Notes a member that is neither routing's nor the messages: `key` a
@@ -128,19 +155,8 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
         let value = serde_json::from_slice(body.get(value.clone())?).ok()?;
         parameters.insert(text(key)?.to_owned(), value);
     }
-    let messages = spans
-        .messages
-        .iter()
-        .map(|message| {
-            let raw = text(&message.role)?;
-            let escaped = message.role_escaped;
-            Some(ChatMessage {
-                role: Scalar::Text { raw, escaped }.text()?.into_owned(),
-                content: body.slice(message.content.clone()),
-                extra_json: Bytes::new(),
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
+    let mut messages = Vec::with_capacity(spans.messages.len());
+    push_messages(body, &spans.messages, &mut messages)?;
     Some(RunInput {
         messages,
         parameters_json: Value::Object(parameters).to_string().into(),
@@ -151,8 +167,9 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
 /// The run input of the Responses `body` whose spans routing found: its
 /// `instructions` as a system message, then its `input` as the user's; its
 /// `temperature`, `top_p` and `max_output_tokens` (as `max_tokens`) as the
-/// parameters. `None`, for the serde reader, when `input` is not a string
-/// or `instructions` neither a string nor `null`.
+/// parameters. An `input` of message items (a `role` and a string or
+/// `null` `content`) gives a message each. `None`, for the serde reader,
+/// when `input` is neither, or `instructions` neither a string nor `null`.
 pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     let (mut input, mut instructions) = (None, None);
     let mut parameters = Map::new();
@@ -171,13 +188,18 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
             }
         }
     }
-    let mut messages = Vec::with_capacity(2);
+    let input = input?;
+    let items = spans.input_items.as_deref().unwrap_or_default();
+    let mut messages = Vec::with_capacity(1 + items.len().max(1));
     if let Some(value) = instructions
         && let Some(text) = string_body(body, value)?
     {
         messages.push(plain_message("system", text));
     }
-    messages.push(plain_message("user", string_body(body, input?)??));
+    match &spans.input_items {
+        Some(items) => push_messages(body, items, &mut messages)?,
+        None => messages.push(plain_message("user", string_body(body, input)??)),
+    }
     Some(RunInput {
         messages,
         parameters_json: Value::Object(parameters).to_string().into(),
@@ -218,8 +240,37 @@ fn text_at<'a>(body: &'a Bytes, range: &Range<usize>) -> Option<&'a str> {
     std::str::from_utf8(body.get(range.clone())?).ok()
 }
 
-/// The spans of the `messages` array at `cursor`.
-fn read_messages(cursor: &mut Cursor<'_, true>) -> Option<Vec<MessageSpans>> {
+/// The messages of `spans` after `messages`, their roles unescaped and
+/// their texts slices of `body`; `None` when a role does not read.
+fn push_messages(
+    body: &Bytes,
+    spans: &[MessageSpans],
+    messages: &mut Vec<ChatMessage>,
+) -> Option<()> {
+    for message in spans {
+        let raw = text_at(body, &message.role)?;
+        let escaped = message.role_escaped;
+        messages.push(ChatMessage {
+            role: Scalar::Text { raw, escaped }.text()?.into_owned(),
+            content: body.slice(message.content.clone()),
+            extra_json: Bytes::new(),
+        });
+    }
+    Some(())
+}
+
+/// What [`read_messages`] does with a message's members other than `role`
+/// and `content`.
+#[derive(Clone, Copy)]
+enum OtherMembers {
+    /// Declines the message (a chat's: serde keeps them as its extras).
+    Decline,
+    /// Skips them (a Responses item's: serde drops them).
+    Skip,
+}
+
+/// The spans of the messages array at `cursor` (the top object's member).
+fn read_messages(cursor: &mut Cursor<'_, true>, others: OtherMembers) -> Option<Vec<MessageSpans>> {
     let mut messages = Vec::new();
     cursor.array(|cursor| {
         let (mut role, mut content) = (None, 0..0);
@@ -233,7 +284,11 @@ fn read_messages(cursor: &mut Cursor<'_, true>) -> Option<Vec<MessageSpans>> {
                     role = Some((start..cursor.position() - 1, escaped));
                 }
                 "content" => content = read_content(cursor)?,
-                _ => return None,
+                // A value inside an item inside the array.
+                _ => match others {
+                    OtherMembers::Decline => return None,
+                    OtherMembers::Skip => cursor.skip_any(MAX_SKIP_DEPTH - 3)?,
+                },
             }
             Some(())
         })?;

@@ -350,7 +350,7 @@ fn routing_notes_the_spans_of_the_common_shape_only() {
 }
 
 #[test]
-fn the_quick_reader_takes_a_responses_string_input() {
+fn the_quick_reader_takes_a_responses_string_input_or_message_items() {
     let prose = "The \\\"quick\\\" fox.\\n".repeat(400);
     let body = format!(
         "{{\"model\": \"m\", \"instructions\": \"be brief \\u00e9\", \"input\": \"{prose}\", \
@@ -383,8 +383,22 @@ fn the_quick_reader_takes_a_responses_string_input() {
         (quick.messages.len(), quick.messages[0].role.as_str()),
         (1, "user")
     );
+    // Message items: their other members dropped, as serde drops them.
+    let body = r#"{"model":"m","instructions":"s","input":[{"type":"message","role":"user",
+        "content":"a \"b\"","id":{"x":[1]}},{"role":"a\tb","content":null}]}"#;
+    let (quick, serde) = quick_and_serde_responses(body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    let texts: Vec<_> = (quick.messages.iter())
+        .map(|m| (m.role.as_str(), &m.content[..]))
+        .collect();
+    assert_eq!(
+        texts,
+        [("system", &b"s"[..]), ("user", b"a \"b\""), ("a\tb", b"")]
+    );
     for declined in [
-        r#"{"model":"m","input":[{"role":"user","content":"a"}]}"#,
+        r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}]}"#,
+        r#"{"model":"m","input":[{"content":"a"}]}"#,
+        r#"{"model":"m","input":[{"role":"user","content":"a"}],"input":7}"#,
         r#"{"model":"m","input":7}"#,
         r#"{"model":"m","instructions":"a"}"#,
         r#"{"model":"m","input":"a","instructions":["b"]}"#,
@@ -403,6 +417,13 @@ fn responses_body() -> impl Strategy<Value = String> {
         Just(Value::Null),
         Just(json!(7)),
         Just(json!([{"role": "user", "content": "a"}])),
+        Just(json!([])),
+        Just(json!([{"role": "user", "content": [{"type": "input_text", "text": "a"}]}])),
+        Just(json!([{"content": "x"}, {"role": 1}])),
+        "[a \"\\\\\n\u{e9}]{0,40}".prop_map(|t| json!([
+            {"type": "message", "role": "user", "content": t, "id": ["x", {"y": null}]},
+            {"role": "assistant", "content": null},
+        ])),
     ];
     let key = prop::sample::select(vec![
         "input",
