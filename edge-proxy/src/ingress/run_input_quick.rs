@@ -1,10 +1,11 @@
 //! A normalized request's input found in the routing pass, without serde,
 //! for the common shapes: a Chat Completions request whose messages are a
-//! string `role` and a string (or `null`) `content` and nothing else, and
-//! a Responses request whose `input` is a string or message items of a
-//! string `role` and a string (or `null`) `content` (their other members
-//! dropped, as serde drops them), its `instructions` a string or `null`,
-//! or absent.
+//! string `role` and a `content` and nothing else, and a Responses request
+//! whose `input` is a string or message items of a string `role` and a
+//! `content` (their other members dropped, as serde drops them), its
+//! `instructions` a string or `null`, or absent. A `content` is a string,
+//! `null`, or text parts (`text`; a Responses item's `input_text` and
+//! `output_text`), whose texts are joined.
 //!
 //! serde reads a message's text by copying each run between its escapes
 //! into a scratch buffer, then the visitor copies it out: ~11 instructions
@@ -24,8 +25,8 @@
 //! pass.
 //!
 //! Anything else is **declined** (no spans, or `None`) to the serde reader,
-//! whose reading and errors are then the request's: content parts, a
-//! chat message's other members (`name`, `tool_calls`, …), a `role` that is
+//! whose reading and errors are then the request's: parts of other types
+//! (an image's), a chat message's other members (`name`, `tool_calls`, …), a `role` that is
 //! not a plain string, no messages, a Responses item without a `role`, and
 //! whatever [`Cursor`] declines. What this reader reads it reads as serde
 //! does (property tests hold the two to the same input): the routing
@@ -63,8 +64,41 @@ struct MessageSpans {
     role: Range<usize>,
     /// Whether the role has escapes.
     role_escaped: bool,
-    /// The text's raw body, escapes as written; empty for `null`.
-    content: Range<usize>,
+    /// Where its text lies.
+    content: ContentSpans,
+}
+
+/// Where a message's text lies.
+#[derive(Debug, Clone, PartialEq)]
+enum ContentSpans {
+    /// A string's raw body, escapes as written; empty for `null`.
+    Text(Range<usize>),
+    /// An array of text parts: each part's text's raw body, in order (the
+    /// message's text is them joined).
+    Parts(Vec<Range<usize>>),
+}
+
+impl ContentSpans {
+    /// The text of `body` these spans give: a slice of it for a string or
+    /// one part; the parts' raw bodies joined otherwise (escapes stand
+    /// alone, so escaped texts joined are the joined text escaped).
+    fn text(&self, body: &Bytes) -> Bytes {
+        match self {
+            Self::Text(range) => body.slice(range.clone()),
+            Self::Parts(parts) => match parts.as_slice() {
+                [] => Bytes::new(),
+                [one] => body.slice(one.clone()),
+                parts => {
+                    let len = parts.iter().map(Range::len).sum();
+                    let mut joined = Vec::with_capacity(len);
+                    parts
+                        .iter()
+                        .for_each(|part| joined.extend_from_slice(&body[part.clone()]));
+                    joined.into()
+                }
+            },
+        }
+    }
 }
 
 /// Notes a body's [`InputSpans`] member by member while routing reads its
@@ -93,7 +127,7 @@ impl<'a> InputGather<'a> {
     /// the value.
     pub(crate) fn messages(&mut self, cursor: &mut Cursor<'a, true>) -> Option<()> {
         let mut trial = cursor.clone();
-        match read_messages(&mut trial, OtherMembers::Decline) {
+        match read_messages(&mut trial, MessageShape::CHAT) {
             Some(messages) => {
                 *cursor = trial;
                 self.spans.messages = messages;
@@ -115,7 +149,7 @@ impl<'a> InputGather<'a> {
         self.spans.input_items = None;
         if cursor.peek()? == b'[' {
             let mut trial = cursor.clone();
-            if let Some(items) = read_messages(&mut trial, OtherMembers::Skip) {
+            if let Some(items) = read_messages(&mut trial, MessageShape::RESPONSES_ITEM) {
                 *cursor = trial;
                 self.spans.input_items = Some(items);
             }
@@ -252,28 +286,40 @@ fn push_messages(
         let escaped = message.role_escaped;
         messages.push(ChatMessage {
             role: Scalar::Text { raw, escaped }.text()?.into_owned(),
-            content: body.slice(message.content.clone()),
+            content: message.content.text(body),
             extra_json: Bytes::new(),
         });
     }
     Some(())
 }
 
-/// What [`read_messages`] does with a message's members other than `role`
-/// and `content`.
+/// What [`read_messages`] takes of a message.
 #[derive(Clone, Copy)]
-enum OtherMembers {
-    /// Declines the message (a chat's: serde keeps them as its extras).
-    Decline,
-    /// Skips them (a Responses item's: serde drops them).
-    Skip,
+struct MessageShape {
+    /// Whether members other than `role` and `content` are skipped (a
+    /// Responses item's: serde drops them) or decline the message (a
+    /// chat's: serde keeps them as its extras).
+    skips_others: bool,
+    /// The content parts' types whose texts make the message's text.
+    part_types: &'static [&'static str],
+}
+
+impl MessageShape {
+    const CHAT: Self = Self {
+        skips_others: false,
+        part_types: &["text"],
+    };
+    const RESPONSES_ITEM: Self = Self {
+        skips_others: true,
+        part_types: &["input_text", "output_text"],
+    };
 }
 
 /// The spans of the messages array at `cursor` (the top object's member).
-fn read_messages(cursor: &mut Cursor<'_, true>, others: OtherMembers) -> Option<Vec<MessageSpans>> {
+fn read_messages(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<Vec<MessageSpans>> {
     let mut messages = Vec::new();
     cursor.array(|cursor| {
-        let (mut role, mut content) = (None, 0..0);
+        let (mut role, mut content) = (None, ContentSpans::Text(0..0));
         cursor.object(|key, cursor| {
             match key {
                 "role" => {
@@ -283,12 +329,10 @@ fn read_messages(cursor: &mut Cursor<'_, true>, others: OtherMembers) -> Option<
                     };
                     role = Some((start..cursor.position() - 1, escaped));
                 }
-                "content" => content = read_content(cursor)?,
+                "content" => content = read_content(cursor, shape.part_types)?,
                 // A value inside an item inside the array.
-                _ => match others {
-                    OtherMembers::Decline => return None,
-                    OtherMembers::Skip => cursor.skip_any(MAX_SKIP_DEPTH - 3)?,
-                },
+                _ if shape.skips_others => cursor.skip_any(MAX_SKIP_DEPTH - 3)?,
+                _ => return None,
             }
             Some(())
         })?;
@@ -304,11 +348,45 @@ fn read_messages(cursor: &mut Cursor<'_, true>, others: OtherMembers) -> Option<
 }
 
 /// A message's `content` at `cursor`: a string's raw body; empty for
-/// `null`.
-fn read_content(cursor: &mut Cursor<'_, true>) -> Option<Range<usize>> {
+/// `null`; an array's parts, each an object of a `type` of `part_types`
+/// and a string `text` (other members skipped, as serde's reading of a
+/// part ignores them).
+fn read_content(cursor: &mut Cursor<'_, true>, part_types: &[&str]) -> Option<ContentSpans> {
+    match cursor.peek()? {
+        b'"' => raw_string(cursor).map(ContentSpans::Text),
+        b'[' => {
+            let mut parts = Vec::new();
+            cursor.array(|cursor| {
+                let (mut kind, mut text) = (None, None);
+                cursor.object(|key, cursor| {
+                    match key {
+                        "type" => kind = Some(cursor.scalar()?.text()?),
+                        "text" => text = Some(raw_string(cursor)?),
+                        // A value inside a part inside a message.
+                        _ => cursor.skip_any(MAX_SKIP_DEPTH - 5)?,
+                    }
+                    Some(())
+                })?;
+                part_types.contains(&kind?.as_ref()).then_some(())?;
+                parts.push(text?);
+                Some(())
+            })?;
+            Some(ContentSpans::Parts(parts))
+        }
+        _ => {
+            let at = cursor.position();
+            cursor
+                .scalar()?
+                .is_null()
+                .then_some(ContentSpans::Text(at..at))
+        }
+    }
+}
+
+/// The raw body of the string at `cursor`; `None` for another value.
+fn raw_string(cursor: &mut Cursor<'_, true>) -> Option<Range<usize>> {
     if cursor.peek()? != b'"' {
-        let at = cursor.position();
-        return cursor.scalar()?.is_null().then_some(at..at);
+        return None;
     }
     let start = cursor.position() + 1;
     cursor.raw_string()?;

@@ -260,7 +260,9 @@ fn quick_input(request: &ParsedRequest) -> Option<RunInput> {
 fn the_quick_reader_leaves_other_shapes_to_serde() {
     for declined in [
         // Content parts, a message's other members, a role not a string.
-        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":["a"]}]}"#,
         r#"{"model":"m","messages":[{"role":"user","content":"a","name":"n"}]}"#,
         r#"{"model":"m","messages":[{"role":1,"content":"a"}]}"#,
         r#"{"model":"m","messages":[{"content":"a"}]}"#,
@@ -309,9 +311,34 @@ fn the_quick_reader_takes_the_common_shape() {
 }
 
 #[test]
+fn text_parts_are_taken_and_joined() {
+    let body = r#"{"model":"m","messages":[{"role":"user","content":[
+        {"type":"text","text":"a \"b\" "},{"text":"c","type":"text","cache_control":{"type":"x"}}]},
+        {"role":"user","content":[{"type":"text","text":"one"}]},{"role":"user","content":[]}]}"#;
+    let request = parse(Bytes::from(body)).unwrap();
+    let escaped = quick_input(&request).expect("taken");
+    assert_eq!(escaped.messages[0].content, r#"a \"b\" c"#);
+    let range = request.body.as_ptr_range();
+    assert!(
+        range.contains(&escaped.messages[1].content.as_ptr()),
+        "one part: a slice"
+    );
+    let (quick, serde) = quick_and_serde(body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    let texts: Vec<_> = quick.messages.iter().map(|m| &m.content[..]).collect();
+    assert_eq!(texts, [&b"a \"b\" c"[..], b"one", b""]);
+    // A Responses item's parts: input_text and output_text.
+    let body = r#"{"model":"m","input":[{"role":"user","content":[
+        {"type":"input_text","text":"a"},{"type":"output_text","text":"b"}]}]}"#;
+    let (quick, serde) = quick_and_serde_responses(body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    assert_eq!(quick.messages[0].content, "ab");
+}
+
+#[test]
 fn routing_notes_the_spans_of_the_common_shape_only() {
     let good = r#"{"role":"user","content":"a"}"#;
-    let parts = r#"{"role":"user","content":[{"type":"text","text":"b"}]}"#;
+    let parts = r#"{"role":"user","content":"b","name":"n"}"#;
     let routed = |body: String| parse(Bytes::from(body)).expect("routing");
     // Another shape: routed all the same, its input left to serde.
     let request = routed(format!(r#"{{"model":"m","messages":[{parts}],"n":1}}"#));
@@ -396,13 +423,13 @@ fn the_quick_reader_takes_a_responses_string_input_or_message_items() {
         [("system", &b"s"[..]), ("user", b"a \"b\""), ("a\tb", b"")]
     );
     for declined in [
-        r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}]}"#,
+        r#"{"model":"m","input":[{"role":"user","content":[{"type":"text","text":"a"}]}]}"#,
         r#"{"model":"m","input":[{"content":"a"}]}"#,
         r#"{"model":"m","input":[{"role":"user","content":"a"}],"input":7}"#,
         r#"{"model":"m","input":7}"#,
         r#"{"model":"m","instructions":"a"}"#,
         r#"{"model":"m","input":"a","instructions":["b"]}"#,
-        r#"{"model":"m","input":"a","messages":[{"role":"user","content":[]}]}"#,
+        r#"{"model":"m","input":"a","messages":[{"role":"user","content":[1]}]}"#,
     ] {
         assert!(quick_and_serde_responses(declined).is_none(), "{declined}");
     }
@@ -419,6 +446,8 @@ fn responses_body() -> impl Strategy<Value = String> {
         Just(json!([{"role": "user", "content": "a"}])),
         Just(json!([])),
         Just(json!([{"role": "user", "content": [{"type": "input_text", "text": "a"}]}])),
+        Just(json!([{"role": "user", "content": [{"type": "output_text", "text": "\"", "x": 1}]}])),
+        Just(json!([{"role": "user", "content": [{"type": "text", "text": "a"}]}])),
         Just(json!([{"content": "x"}, {"role": 1}])),
         "[a \"\\\\\n\u{e9}]{0,40}".prop_map(|t| json!([
             {"type": "message", "role": "user", "content": t, "id": ["x", {"y": null}]},
@@ -456,6 +485,14 @@ fn chat_body() -> impl Strategy<Value = String> {
         Just(None),
         Just(Some(Value::Null)),
         Just(Some(json!([{"type": "text", "text": "a"}]))),
+        Just(Some(
+            json!([{"type": "image_url", "image_url": {"url": "u"}}])
+        )),
+        Just(Some(json!([{"type": "input_text", "text": "a"}, "b"]))),
+        "[a \"\\\\\n\u{e9}]{0,40}".prop_map(|t| Some(json!([
+            {"type": "text", "text": t, "cache_control": {"type": "ephemeral"}},
+            {"text": "b\\", "type": "text"},
+        ]))),
     ];
     let message = ("[a-z]{1,8}", content, prop::option::of(text), any::<bool>());
     let parameter = prop_oneof![
