@@ -462,15 +462,24 @@ impl ResponsesUsage {
 /// One SSE event with a JSON payload: `data: …\n\n`, or with an event name.
 pub fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
+    write_sse(&mut out, event, data);
+    out
+}
+
+/// [`sse`] of any serializable payload, written after `out` (a typed
+/// payload serializes straight into the answer's buffer, no `Value` tree
+/// and no string of it first).
+pub fn write_sse(out: &mut Vec<u8>, event: Option<&str>, data: &impl Serialize) {
     if let Some(name) = event {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.push(b'\n');
     }
     out.extend_from_slice(b"data: ");
-    out.extend_from_slice(data.to_string().as_bytes());
+    // Into a Vec, serializing fails only for a map with keys that are not
+    // strings, which no payload here has.
+    let _ = serde_json::to_writer(&mut *out, data);
     out.extend_from_slice(b"\n\n");
-    out
 }
 
 #[cfg(test)]

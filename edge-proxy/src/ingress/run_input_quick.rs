@@ -126,10 +126,8 @@ impl<'a> InputGather<'a> {
     /// body; the input is then serde's). `None` when the cursor declines
     /// the value.
     pub(crate) fn messages(&mut self, cursor: &mut Cursor<'a, true>) -> Option<()> {
-        let mut trial = cursor.clone();
-        match read_messages(&mut trial, MessageShape::CHAT) {
+        match read_or_stay(cursor, MessageShape::CHAT) {
             Some(messages) => {
-                *cursor = trial;
                 self.spans.messages = messages;
                 Some(())
             }
@@ -146,17 +144,14 @@ impl<'a> InputGather<'a> {
     /// declines the value.
     pub(crate) fn input(&mut self, key: &'a str, cursor: &mut Cursor<'a, true>) -> Option<()> {
         let start = cursor.position();
-        self.spans.input_items = None;
-        if cursor.peek()? == b'[' {
-            let mut trial = cursor.clone();
-            if let Some(items) = read_messages(&mut trial, MessageShape::RESPONSES_ITEM) {
-                *cursor = trial;
-                self.spans.input_items = Some(items);
-            }
-        }
-        if self.spans.input_items.is_none() {
+        let items = match cursor.peek()? {
+            b'[' => read_or_stay(cursor, MessageShape::RESPONSES_ITEM),
+            _ => None,
+        };
+        if items.is_none() {
             cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
         }
+        self.spans.input_items = items;
         self.parameter(key, start..cursor.position());
         Some(())
     }
@@ -183,11 +178,9 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     if spans.messages.is_empty() {
         return None;
     }
-    let text = |range: &Range<usize>| text_at(body, range);
     let mut parameters = Map::new();
     for (key, value) in &spans.parameters {
-        let value = serde_json::from_slice(body.get(value.clone())?).ok()?;
-        parameters.insert(text(key)?.to_owned(), value);
+        parameters.insert(text_at(body, key)?.to_owned(), value_at(body, value)?);
     }
     let mut messages = Vec::with_capacity(spans.messages.len());
     push_messages(body, &spans.messages, &mut messages)?;
@@ -216,21 +209,20 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
                     .iter()
                     .find(|(from, _)| *from == member)
                 {
-                    let value = serde_json::from_slice(body.get(value.clone())?).ok()?;
-                    parameters.insert((*to).to_owned(), value);
+                    parameters.insert((*to).to_owned(), value_at(body, value)?);
                 }
             }
         }
     }
     let input = input?;
-    let items = spans.input_items.as_deref().unwrap_or_default();
-    let mut messages = Vec::with_capacity(1 + items.len().max(1));
+    let items = spans.input_items.as_deref();
+    let mut messages = Vec::with_capacity(1 + items.map_or(1, <[_]>::len));
     if let Some(value) = instructions
         && let Some(text) = string_body(body, value)?
     {
         messages.push(plain_message("system", text));
     }
-    match &spans.input_items {
+    match items {
         Some(items) => push_messages(body, items, &mut messages)?,
         None => messages.push(plain_message("user", string_body(body, input)??)),
     }
@@ -250,23 +242,30 @@ fn plain_message(role: &str, content: Bytes) -> ChatMessage {
     }
 }
 
-/// The value at `range`: `Some` of a string's raw body (between its
+/// The value at `range` (a member's, no whitespace around it: the cursor
+/// takes that between members): `Some` of a string's raw body (between its
 /// quotes, escapes as written), `Some(None)` for `null`, `None` for any
 /// other value.
 fn string_body(body: &Bytes, range: &Range<usize>) -> Option<Option<Bytes>> {
-    let value = body.get(range.clone())?;
-    let start = range.start + value.iter().take_while(|b| b.is_ascii_whitespace()).count();
-    let end = range.end
-        - value
-            .iter()
-            .rev()
-            .take_while(|b| b.is_ascii_whitespace())
-            .count();
-    match body.get(start..end)? {
+    match body.get(range.clone())? {
         b"null" => Some(None),
-        [b'"', .., b'"'] => Some(Some(body.slice(start + 1..end - 1))),
+        [b'"', .., b'"'] => Some(Some(body.slice(range.start + 1..range.end - 1))),
         _ => None,
     }
+}
+
+/// The JSON value at `range`, as serde reads it.
+fn value_at(body: &Bytes, range: &Range<usize>) -> Option<Value> {
+    serde_json::from_slice(body.get(range.clone())?).ok()
+}
+
+/// The messages array at `cursor` read as `shape`, the cursor past it; or
+/// `None`, the cursor where it was (for the caller to skip the value).
+fn read_or_stay(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<Vec<MessageSpans>> {
+    let mut trial = cursor.clone();
+    let messages = read_messages(&mut trial, shape)?;
+    *cursor = trial;
+    Some(messages)
 }
 
 /// The body's text at `range`.

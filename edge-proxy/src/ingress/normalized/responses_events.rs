@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use super::{Ids, Output};
-use crate::ingress::openai::ResponsesUsage;
+use crate::ingress::openai::{ResponsesUsage, write_sse};
 
 /// A Responses object: the non-streaming answer, or the `response` of a
 /// stream's `response.created` and `response.completed` events.
@@ -123,19 +123,11 @@ fn text_event<'a>(ids: &'a Ids, kind: &'static str) -> Event<'a> {
     }
 }
 
-/// Writes `value` as JSON after `bytes`.
-fn write_json(bytes: &mut Vec<u8>, value: &impl Serialize) {
-    // Strings, numbers and arrays into a Vec: cannot fail.
-    let _ = serde_json::to_writer(bytes, value);
-}
-
-/// Writes `event` as an SSE event named by its type.
-fn write_event(bytes: &mut Vec<u8>, event: &Event<'_>) {
-    bytes.extend_from_slice(b"event: ");
-    bytes.extend_from_slice(event.kind.as_bytes());
-    bytes.extend_from_slice(b"\ndata: ");
-    write_json(bytes, event);
-    bytes.extend_from_slice(b"\n\n");
+/// Writes `events` as SSE events, each named by its type.
+fn write_events(bytes: &mut Vec<u8>, events: &[Event<'_>]) {
+    for event in events {
+        write_sse(bytes, Some(event.kind), event);
+    }
 }
 
 /// The Responses body of a whole (non-stream) answer.
@@ -143,7 +135,8 @@ pub(super) fn body(ids: &Ids, out: &Output) -> Vec<u8> {
     let content = [output_text(&out.text)];
     let item = [message_item(ids, "completed", &content)];
     let mut bytes = Vec::with_capacity(384 + out.text.len());
-    write_json(&mut bytes, &response(ids, "completed", &item, out));
+    // Strings, numbers and arrays into a Vec: cannot fail.
+    let _ = serde_json::to_writer(&mut bytes, &response(ids, "completed", &item, out));
     bytes
 }
 
@@ -169,9 +162,7 @@ pub(super) fn opening(ids: &Ids) -> Vec<u8> {
             ..text_event(ids, "response.content_part.added")
         },
     ];
-    events
-        .iter()
-        .for_each(|event| write_event(&mut bytes, event));
+    write_events(&mut bytes, &events);
     bytes
 }
 
@@ -202,5 +193,5 @@ pub(super) fn closing(ids: &Ids, out: &Output, bytes: &mut Vec<u8>) {
             ..Event::default()
         },
     ];
-    events.iter().for_each(|event| write_event(bytes, event));
+    write_events(bytes, &events);
 }

@@ -12,7 +12,7 @@ use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::ChatUsage;
+use crate::ingress::openai::{ChatUsage, write_sse};
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -62,10 +62,7 @@ impl SseWriter<'_> {
             object: "chat.completion.chunk",
             usage,
         };
-        bytes.extend_from_slice(b"data: ");
-        // Strings and numbers into a Vec: cannot fail.
-        let _ = serde_json::to_writer(&mut *bytes, &chunk);
-        bytes.extend_from_slice(b"\n\n");
+        write_sse(bytes, None, &chunk);
     }
 
     /// One delta chunk, written in place (the per-event path: no `Value`
