@@ -141,9 +141,10 @@ pub(super) fn body(ids: &Ids, out: &Output) -> Vec<u8> {
 }
 
 /// A stream's opening events: the response created (in progress), its
-/// message item added, and the item's text part added (empty).
-pub(super) fn opening(ids: &Ids) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(768);
+/// message item added, and the item's text part added (empty), into
+/// `bytes`.
+pub(super) fn opening(ids: &Ids, bytes: &mut Vec<u8>) {
+    bytes.reserve(768);
     let none = Output::default();
     let events = [
         Event {
@@ -162,8 +163,7 @@ pub(super) fn opening(ids: &Ids) -> Vec<u8> {
             ..text_event(ids, "response.content_part.added")
         },
     ];
-    write_events(&mut bytes, &events);
-    bytes
+    write_events(bytes, &events);
 }
 
 /// A stream's closing events: the text done, its part done, the item done,

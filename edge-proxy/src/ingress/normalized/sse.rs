@@ -34,7 +34,7 @@ impl SseWriter<'_> {
     ) {
         if !self.started {
             self.started = true;
-            bytes.extend(self.opening());
+            self.opening(bytes);
         }
         if let Some(Err(error)) = terminal {
             bytes.extend(error_event(self.api, error));
@@ -99,18 +99,17 @@ impl SseWriter<'_> {
             .extend_from_slice(b",\"output_index\":0,\"type\":\"response.output_text.delta\"}\n\n");
     }
 
-    fn opening(&self) -> Vec<u8> {
+    /// The stream's opening events, into `bytes`.
+    fn opening(&self, bytes: &mut Vec<u8>) {
         match self.api {
             Api::Chat => {
-                let mut bytes = Vec::with_capacity(192);
                 let delta = ChunkDelta {
                     content: Some(""),
                     role: Some("assistant"),
                 };
-                self.chat_chunk(&[ChunkChoice::of(delta, None)], None, &mut bytes);
-                bytes
+                self.chat_chunk(&[ChunkChoice::of(delta, None)], None, bytes);
             }
-            Api::Responses => responses_events::opening(self.ids),
+            Api::Responses => responses_events::opening(self.ids, bytes),
         }
     }
 

@@ -76,7 +76,9 @@ fn chat_opening_and_closing_chunks_are_the_json_bytes() {
         started: true,
     };
     let opening = chat_chunk_json(&ids, json!({"role": "assistant", "content": ""}), None);
-    assert_eq!(writer.opening(), sse(None, &opening));
+    let mut bytes = b"before ".to_vec();
+    writer.opening(&mut bytes);
+    assert_eq!(bytes, [&b"before "[..], &sse(None, &opening)].concat());
     let usage = proto::v1::Usage {
         input_tokens: 3,
         output_tokens: 2,
@@ -238,9 +240,11 @@ fn closing_json(ids: &Ids, out: &Output) -> Vec<u8> {
 #[test]
 fn responses_shapes_are_the_json_bytes() {
     let (ids, usage) = (writer_ids(), usage());
+    let mut bytes = b"before ".to_vec();
+    responses_events::opening(&ids, &mut bytes);
     assert_eq!(
-        responses_events::opening(&ids),
-        opening_json(&ids),
+        bytes,
+        [&b"before "[..], &opening_json(&ids)].concat(),
         "opening"
     );
     for (text, usage) in [
