@@ -71,6 +71,11 @@ impl ClientRead {
         }
     }
 
+    /// The read half, unless a read is in flight (which owns it).
+    pub(super) fn into_half(self) -> Option<ReadHalf> {
+        self.half
+    }
+
     /// The bytes read and not yet consumed.
     pub(super) fn buf(&mut self) -> &mut BytesMut {
         &mut self.buf

@@ -223,3 +223,63 @@ fn a_stream_gets_the_edges_hints_only_where_it_has_none_of_its_own() {
     })
     .unwrap();
 }
+
+/// Starts a stream, then waits for the client to leave, and says it saw it.
+struct UntilGone(std::rc::Rc<std::cell::Cell<bool>>);
+
+impl Handler for UntilGone {
+    async fn handle(&self, _request: Box<Request>, responder: &mut Responder) {
+        responder.start_stream(200, []).await;
+        responder.gone().await;
+        self.0.set(true);
+    }
+}
+
+#[test]
+fn a_client_that_leaves_mid_answer_has_its_connection_closed() {
+    let mut drivers = vec![crate::runtime::IoDriver::Epoll];
+    if monoio::utils::detect_uring() {
+        drivers.push(crate::runtime::IoDriver::Uring);
+    }
+    for driver in drivers {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The client half-closes mid-answer (the Edge reads its end) and
+        // still reads: the Edge's close of a connection whose client left
+        // (no shutdown of its own) reaches it as the end of the stream.
+        let client = std::thread::spawn(move || {
+            let mut client = std::net::TcpStream::connect(addr).unwrap();
+            std::io::Write::write_all(&mut client, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            let head = read_head(&mut client);
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            client
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let end = client.read_to_end(&mut rest).map(|_| rest);
+            (head, end)
+        });
+        let (edge, _) = listener.accept().unwrap();
+        edge.set_nonblocking(true).unwrap();
+        let saw_gone = std::rc::Rc::new(std::cell::Cell::new(false));
+        let handler = std::rc::Rc::new(UntilGone(std::rc::Rc::clone(&saw_gone)));
+        crate::runtime::block_on(driver, async {
+            let edge = TcpStream::from_std(edge).unwrap();
+            serve(edge, IngressLimits::default(), handler).await;
+            // The close is the runtime's to run after the connection ends.
+            while !client.is_finished() {
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .unwrap();
+        assert!(
+            saw_gone.get(),
+            "{driver:?}: the handler saw the client leave"
+        );
+        let (head, end) = client.join().unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{driver:?}");
+        // The stream's chunked body was cut: nothing after the head, then
+        // the end of the stream (not a reset, not a timeout).
+        assert_eq!(end.unwrap(), b"", "{driver:?}");
+    }
+}

@@ -208,7 +208,11 @@ where
     async move {
         monoio::select! {
             biased;
-            why = stop => Err(stopped(why, send)),
+            why = stop => {
+                // The provider's connection closes first (see `streamed`).
+                drop(open);
+                Err(stopped(why, send))
+            },
             source = &mut open => Ok(source),
             () = stalled => {
                 // Boxed: the evidence (a health probe of the provider) is rare
@@ -242,7 +246,14 @@ where
         loop {
             let next = monoio::select! {
                 biased;
-                why = &mut stop => return (stopped(why, send), None),
+                why = &mut stop => {
+                    // The provider's connection closes before the terminal
+                    // is queued for the Edge: a cancel is for the provider
+                    // to stop generating, and its close then goes out
+                    // ahead of the terminal's write.
+                    drop(source);
+                    return (stopped(why, send), None);
+                },
                 next = next_with_credit(&mut source, watch) => Ok(next),
                 () = &mut stalled => Err(()),
             };
