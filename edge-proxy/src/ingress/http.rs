@@ -174,13 +174,24 @@ pub fn serve<H: Handler>(
         }
         if responder.is_gone() {
             close_gone(reader, responder);
-            return;
-        }
-        let _ = responder.write.shutdown().await;
-        if refused {
+        } else if refused {
+            let _ = responder.write.shutdown().await;
             linger(&mut reader).await;
+        } else {
+            // The close sends the `FIN` after what was written; a
+            // `shutdown` first would only add system calls (see
+            // `close_gone`).
+            drop(rejoined(reader, responder));
         }
     }
+}
+
+/// The connection's stream, its halves rejoined, unless a read is in
+/// flight (which owns the read half; the halves then drop apart, and the
+/// write half's drop shuts the socket down first). Dropping the stream is
+/// a plain close.
+fn rejoined(reader: ClientRead, responder: Responder) -> Option<TcpStream> {
+    reader.into_half()?.reunite(responder.write).ok()
 }
 
 /// Closes the connection of a client that left (or whose socket failed),
@@ -197,12 +208,9 @@ pub fn serve<H: Handler>(
 /// ready now has run, and without a shutdown: the peer is gone, and the
 /// close sends the `FIN`. The connection's task ends at once; the task
 /// that holds the socket meanwhile is small. With a read still in flight
-/// (a write failed first) the halves drop apart, as before.
+/// (a write failed first) the halves drop apart at once ([`rejoined`]).
 fn close_gone(reader: ClientRead, responder: Responder) {
-    let Some(read) = reader.into_half() else {
-        return;
-    };
-    let Ok(stream) = read.reunite(responder.write) else {
+    let Some(stream) = rejoined(reader, responder) else {
         return;
     };
     monoio::spawn(async move {

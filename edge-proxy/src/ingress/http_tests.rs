@@ -235,51 +235,116 @@ impl Handler for UntilGone {
     }
 }
 
-#[test]
-fn a_client_that_leaves_mid_answer_has_its_connection_closed() {
+/// Answers `ok` whole.
+struct Whole;
+
+impl Handler for Whole {
+    async fn handle(&self, _request: Box<Request>, responder: &mut Responder) {
+        responder.full(200, "text/plain", b"ok".to_vec()).await;
+    }
+}
+
+/// The I/O drivers this kernel has.
+fn drivers() -> Vec<crate::runtime::IoDriver> {
     let mut drivers = vec![crate::runtime::IoDriver::Epoll];
     if monoio::utils::detect_uring() {
         drivers.push(crate::runtime::IoDriver::Uring);
     }
-    for driver in drivers {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
+    drivers
+}
+
+/// Serves one connection with `handler` on `driver` while `client` runs on
+/// a thread of its own, and keeps the runtime running until the client is
+/// done (a close can be the runtime's to run after the connection's task
+/// ends); returns what `client` returned.
+fn serve_one<T: Send + 'static>(
+    driver: crate::runtime::IoDriver,
+    handler: impl Handler + 'static,
+    client: impl FnOnce(std::net::SocketAddr) -> T + Send + 'static,
+) -> T {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::thread::spawn(move || client(addr));
+    let (edge, _) = listener.accept().unwrap();
+    edge.set_nonblocking(true).unwrap();
+    crate::runtime::block_on(driver, async {
+        let edge = TcpStream::from_std(edge).unwrap();
+        serve(edge, IngressLimits::default(), std::rc::Rc::new(handler)).await;
+        while !client.is_finished() {
+            monoio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .unwrap();
+    client.join().unwrap()
+}
+
+/// Connects, sends `request`, and reads what comes back to the end of the
+/// stream (`Err`: a reset, or nothing for 10 s).
+fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut client = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut client, request).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut all = Vec::new();
+    client.read_to_end(&mut all).map(|_| all)
+}
+
+#[test]
+fn a_client_that_leaves_mid_answer_has_its_connection_closed() {
+    for driver in drivers() {
+        let saw_gone = std::rc::Rc::new(std::cell::Cell::new(false));
         // The client half-closes mid-answer (the Edge reads its end) and
         // still reads: the Edge's close of a connection whose client left
-        // (no shutdown of its own) reaches it as the end of the stream.
-        let client = std::thread::spawn(move || {
+        // (no shutdown of its own, a timer tick later) reaches it as the
+        // end of the stream.
+        let (head, end) = serve_one(driver, UntilGone(saw_gone.clone()), |addr| {
             let mut client = std::net::TcpStream::connect(addr).unwrap();
             std::io::Write::write_all(&mut client, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
             let head = read_head(&mut client);
             client.shutdown(std::net::Shutdown::Write).unwrap();
-            let mut rest = Vec::new();
             client
                 .set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
-            let end = client.read_to_end(&mut rest).map(|_| rest);
-            (head, end)
+            let mut rest = Vec::new();
+            (head, client.read_to_end(&mut rest).map(|_| rest))
         });
-        let (edge, _) = listener.accept().unwrap();
-        edge.set_nonblocking(true).unwrap();
-        let saw_gone = std::rc::Rc::new(std::cell::Cell::new(false));
-        let handler = std::rc::Rc::new(UntilGone(std::rc::Rc::clone(&saw_gone)));
-        crate::runtime::block_on(driver, async {
-            let edge = TcpStream::from_std(edge).unwrap();
-            serve(edge, IngressLimits::default(), handler).await;
-            // The close is the runtime's to run after the connection ends.
-            while !client.is_finished() {
-                monoio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .unwrap();
         assert!(
             saw_gone.get(),
             "{driver:?}: the handler saw the client leave"
         );
-        let (head, end) = client.join().unwrap();
         assert!(head.starts_with(b"HTTP/1.1 200"), "{driver:?}");
         // The stream's chunked body was cut: nothing after the head, then
         // the end of the stream (not a reset, not a timeout).
         assert_eq!(end.unwrap(), b"", "{driver:?}");
+    }
+}
+
+#[test]
+fn a_connection_ends_with_every_byte_of_its_last_answer_then_the_end_of_stream() {
+    for driver in drivers() {
+        // The client asks the Edge to close after the answer.
+        let all = serve_one(driver, Whole, |addr| {
+            exchange(
+                addr,
+                b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+            )
+        });
+        let all = String::from_utf8(all.unwrap()).unwrap();
+        assert!(all.starts_with("HTTP/1.1 200"), "{driver:?}: {all}");
+        assert!(all.ends_with("\r\n\r\nok"), "{driver:?}: {all}");
+        // A keep-alive client that ends its side after an answer.
+        let (answer, rest) = serve_one(driver, Whole, |addr| {
+            let mut client = std::net::TcpStream::connect(addr).unwrap();
+            std::io::Write::write_all(&mut client, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            let head = read_head(&mut client);
+            let body = read_exactly(&mut client, 2);
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            (
+                [head, body].concat(),
+                client.read_to_end(&mut rest).map(|_| rest),
+            )
+        });
+        assert!(answer.ends_with(b"\r\n\r\nok"), "{driver:?}");
+        assert_eq!(rest.unwrap(), b"", "{driver:?}");
     }
 }
