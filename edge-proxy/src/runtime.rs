@@ -76,6 +76,17 @@ pub fn worker_count(requested: usize) -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
+/// The I/O drivers this kernel has (epoll always; io_uring when it runs),
+/// for tests that run on each.
+#[cfg(test)]
+pub(crate) fn drivers() -> Vec<IoDriver> {
+    let mut all = vec![IoDriver::Epoll];
+    if monoio::utils::detect_uring() {
+        all.push(IoDriver::Uring);
+    }
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,11 +25,7 @@ fn read_pair() -> (ClientRead, std::net::TcpStream) {
 
 /// Runs `test` on a runtime of each I/O driver this kernel has.
 fn on_each_driver<F: Future<Output = ()>>(test: impl Fn(crate::runtime::IoDriver) -> F) {
-    let mut drivers = vec![crate::runtime::IoDriver::Epoll];
-    if monoio::utils::detect_uring() {
-        drivers.push(crate::runtime::IoDriver::Uring);
-    }
-    for driver in drivers {
+    for driver in crate::runtime::drivers() {
         crate::runtime::block_on(driver, test(driver)).unwrap();
     }
 }

@@ -244,15 +244,6 @@ impl Handler for Whole {
     }
 }
 
-/// The I/O drivers this kernel has.
-fn drivers() -> Vec<crate::runtime::IoDriver> {
-    let mut drivers = vec![crate::runtime::IoDriver::Epoll];
-    if monoio::utils::detect_uring() {
-        drivers.push(crate::runtime::IoDriver::Uring);
-    }
-    drivers
-}
-
 /// Serves one connection with `handler` on `driver` while `client` runs on
 /// a thread of its own, and keeps the runtime running until the client is
 /// done (a close can be the runtime's to run after the connection's task
@@ -290,7 +281,7 @@ fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> std::io::Result<Vec<u
 
 #[test]
 fn a_client_that_leaves_mid_answer_has_its_connection_closed() {
-    for driver in drivers() {
+    for driver in crate::runtime::drivers() {
         let saw_gone = std::rc::Rc::new(std::cell::Cell::new(false));
         // The client half-closes mid-answer (the Edge reads its end) and
         // still reads: the Edge's close of a connection whose client left
@@ -320,7 +311,7 @@ fn a_client_that_leaves_mid_answer_has_its_connection_closed() {
 
 #[test]
 fn a_connection_ends_with_every_byte_of_its_last_answer_then_the_end_of_stream() {
-    for driver in drivers() {
+    for driver in crate::runtime::drivers() {
         // The client asks the Edge to close after the answer.
         let all = serve_one(driver, Whole, |addr| {
             exchange(

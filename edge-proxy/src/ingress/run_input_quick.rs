@@ -83,20 +83,21 @@ impl ContentSpans {
     /// one part; the parts' raw bodies joined otherwise (escapes stand
     /// alone, so escaped texts joined are the joined text escaped).
     fn text(&self, body: &Bytes) -> Bytes {
-        match self {
-            Self::Text(range) => body.slice(range.clone()),
-            Self::Parts(parts) => match parts.as_slice() {
-                [] => Bytes::new(),
-                [one] => body.slice(one.clone()),
-                parts => {
-                    let len = parts.iter().map(Range::len).sum();
-                    let mut joined = Vec::with_capacity(len);
-                    parts
-                        .iter()
-                        .for_each(|part| joined.extend_from_slice(&body[part.clone()]));
-                    joined.into()
-                }
-            },
+        let ranges = match self {
+            Self::Text(range) => std::slice::from_ref(range),
+            Self::Parts(parts) => parts,
+        };
+        match ranges {
+            [] => Bytes::new(),
+            [one] => body.slice(one.clone()),
+            parts => {
+                let len = parts.iter().map(Range::len).sum();
+                let mut joined = Vec::with_capacity(len);
+                parts
+                    .iter()
+                    .for_each(|part| joined.extend_from_slice(&body[part.clone()]));
+                joined.into()
+            }
         }
     }
 }

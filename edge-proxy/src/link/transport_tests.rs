@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::runtime::drivers;
 use bytes::{Bytes, BytesMut};
 use framing::io_driver::IoDriver;
 use monoio::io::Canceller;
@@ -15,14 +16,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
 
 use super::*;
-
-fn drivers() -> Vec<IoDriver> {
-    let mut all = vec![IoDriver::Epoll];
-    if monoio::utils::detect_uring() {
-        all.push(IoDriver::Uring);
-    }
-    all
-}
 
 /// A self-signed `edge.test` server and a client that trusts it.
 fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {

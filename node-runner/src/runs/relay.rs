@@ -208,11 +208,7 @@ where
     async move {
         monoio::select! {
             biased;
-            why = stop => {
-                // The provider's connection closes first (see `streamed`).
-                drop(open);
-                Err(stopped(why, send))
-            },
+            why = stop => Err(stopped(why, open, send)),
             source = &mut open => Ok(source),
             () = stalled => {
                 // Boxed: the evidence (a health probe of the provider) is rare
@@ -246,14 +242,7 @@ where
         loop {
             let next = monoio::select! {
                 biased;
-                why = &mut stop => {
-                    // The provider's connection closes before the terminal
-                    // is queued for the Edge: a cancel is for the provider
-                    // to stop generating, and its close then goes out
-                    // ahead of the terminal's write.
-                    drop(source);
-                    return (stopped(why, send), None);
-                },
+                why = &mut stop => return (stopped(why, source, send), None),
                 next = next_with_credit(&mut source, watch) => Ok(next),
                 () = &mut stalled => Err(()),
             };
@@ -330,8 +319,12 @@ fn stall(failure: proto::v1::ExecutionFailure, send: &mut impl FnMut(RuntimeEven
     outcome
 }
 
-/// Emits the terminal for an outside stop.
-fn stopped(why: Stop, send: &mut impl FnMut(RuntimeEvent)) -> Outcome {
+/// Emits the terminal for an outside stop, once `provider` (the call or
+/// the source: what holds the provider's connection) is dropped: a cancel
+/// is for the provider to stop generating, so its connection closes ahead
+/// of the terminal's write to the Edge.
+fn stopped(why: Stop, provider: impl Sized, send: &mut impl FnMut(RuntimeEvent)) -> Outcome {
+    drop(provider);
     match why {
         Stop::Cancelled => {
             send(RuntimeEvent::Cancelled);
