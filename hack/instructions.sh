@@ -26,7 +26,9 @@
 # e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`), API (`chat`, the
 # default: Chat Completions; `responses`: Responses requests, the prompt as
 # a string `input`, e.g. `API=responses MODELS=mock-ollama`), STREAM=1
-# (streamed answers, read to their end, instead of whole ones).
+# (streamed answers, read to their end, instead of whole ones), TOOLS=1 (a
+# chat is an agent's turn: a `tools` list, and after the prompt an
+# assistant's `tool_calls` and the tool's answer, before the next question).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=instructions
@@ -56,6 +58,16 @@ if [ "$api" = responses ]; then
   title="$title, Responses requests"
   prompt_desc="$prompt_desc, as a Responses request's string \`input\`"
 fi
+tools=${TOOLS:-0}
+case $tools in
+  0) ;;
+  1)
+    [ "$api" = chat ] || fail "TOOLS=1 is for API=chat"
+    api_env="${api_env}TOOLS=1 " title="$title, an agent's turn (tools)"
+    prompt_desc="$prompt_desc, in an agent's turn: a \`tools\` list, the prompt, an assistant's \`tool_calls\`, the tool's answer and a question"
+    ;;
+  *) fail "TOOLS must be 0 or 1" ;;
+esac
 stream=${STREAM:-0}
 case $stream in
   0) ;;
@@ -83,7 +95,7 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" "$prompt_bytes" "$api" "$stream" <<'PY'
+  python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
@@ -93,6 +105,22 @@ host = urllib.parse.urlsplit(url).netloc
 stream = sys.argv[6] == "1"
 if sys.argv[5] == "responses":
     path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": content})
+elif sys.argv[7] == "1":
+    # An agent's turn, as the openai client sends one.
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+    path, body = "/v1/chat/completions", json.dumps({
+        "model": model, "stream": stream,
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city now.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}}}],
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temp_c": 21})},
+            {"role": "user", "content": "And tomorrow?"}]})
 else:
     path, body = "/v1/chat/completions", json.dumps(
         {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]})

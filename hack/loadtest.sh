@@ -40,7 +40,8 @@
 # PROMPT_BYTES (the chat's user message length, default "hi"; e.g. 1000000
 # with qps for 1 MB request bodies), PROMPT_TEXT=plain|prose (a long prompt
 # without JSON escapes, or lines of words with quotes and newlines),
-# STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
+# TOOLS=1 (each chat an agent's turn: tools, a tool call and its answer
+# around the prompt; perf/k6/lib.js), STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
 # first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the
 # Node's --workers; unset: one per core), IOP_EDGE_ARGS / IOP_NODE_ARGS
@@ -90,6 +91,7 @@ elif [ "$scenario" != open ]; then
 fi
 [ -z "${PROMPT_BYTES:-}" ] || k6_env+=(-e PROMPT_BYTES="$PROMPT_BYTES")
 [ -z "${PROMPT_TEXT:-}" ] || k6_env+=(-e PROMPT_TEXT="$PROMPT_TEXT")
+[ -z "${TOOLS:-}" ] || k6_env+=(-e TOOLS="$TOOLS")
 
 bench_init
 if [ "$scenario" = open ]; then bench_oha; else bench_k6; fi
@@ -105,7 +107,7 @@ mkdir -p "$out_dir/k6"
 rows=()
 notes=()
 case "$scenario" in
-  qps) load="closed loop, ${CONCURRENCY:-16} users${PROMPT_BYTES:+, $PROMPT_BYTES B ${PROMPT_TEXT:-plain} prompts}" ;;
+  qps) load="closed loop, ${CONCURRENCY:-16} users${PROMPT_BYTES:+, $PROMPT_BYTES B ${PROMPT_TEXT:-plain} prompts}${TOOLS:+, TOOLS=$TOOLS (agent turns)}" ;;
   open) load="$rate/s" ;;
   *) load="${RATE:-1000}/s" ;;
 esac

@@ -14,6 +14,9 @@
 //              letter repeated: a JSON string without escapes) or "prose"
 //              (lines of words with quotes, a newline every ~60 bytes, as
 //              real prompts have: a JSON string with escapes)
+//   TOOLS      1: a chat is an agent's turn: a `tools` list, and after the
+//              prompt an assistant's `tool_calls` and the tool's answer, then
+//              a question (default 0: the prompt alone)
 //   SUMMARY_JSON  where handleSummary writes the compact summary (JSON)
 //
 // The token text is the mock provider's: every content token is "tok "
@@ -68,11 +71,40 @@ function prompt() {
   }
 }
 
+// An agent's turn around the prompt, as the openai client sends one.
+const CALL = {
+  id: 'call_1',
+  type: 'function',
+  function: { name: 'get_weather', arguments: JSON.stringify({ city: 'Paris' }) },
+};
+const WEATHER_TOOL = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city now.',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+
 export function chatBody(stream) {
+  if (envInt('TOOLS', 0) !== 1) {
+    return JSON.stringify({
+      model: MODEL,
+      stream: stream,
+      messages: [{ role: 'user', content: prompt() }],
+    });
+  }
   return JSON.stringify({
     model: MODEL,
     stream: stream,
-    messages: [{ role: 'user', content: prompt() }],
+    tools: [WEATHER_TOOL],
+    messages: [
+      { role: 'system', content: 'You are a terse assistant.' },
+      { role: 'user', content: prompt() },
+      { role: 'assistant', content: null, tool_calls: [CALL] },
+      { role: 'tool', tool_call_id: 'call_1', content: JSON.stringify({ temp_c: 21 }) },
+      { role: 'user', content: 'And tomorrow?' },
+    ],
   });
 }
 

@@ -123,6 +123,50 @@ def test_chat_stream_include_usage(client, model):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+# An agent's turn: a tool list, the model's tool call and the tool's answer
+# in the history. Texts with escapes (a quote, a newline, a two-byte é).
+AGENT_TURN = [
+    {"role": "system", "content": "Be \"terse\".\n"},
+    {"role": "user", "content": "Weather in Orléans?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": "Orléans"})},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temp_c": 21})},
+    {"role": "user", "content": "And tomorrow?"},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city now.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_an_agents_turn_reaches_the_provider_whole(client, model):
+    completion = client.chat.completions.create(model=model, messages=AGENT_TURN, tools=TOOLS)
+    assert completion.choices[0].message.content == TEXT
+    # The mock counts every message text's UTF-8 bytes it received.
+    text_bytes = sum(len((m["content"] or "").encode()) for m in AGENT_TURN)
+    assert completion.usage.prompt_tokens == -(-text_bytes // 4)
+
+
 # --- Responses API ------------------------------------------------------------
 
 

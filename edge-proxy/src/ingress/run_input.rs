@@ -8,8 +8,9 @@
 //! whole body is built first, which had copied every text into it, then
 //! copied it again into the run.
 //!
-//! A chat request of the common shape (messages of a `role` and a string
-//! `content`, nothing else) is made from what routing's pass noted of it
+//! A chat request of the common shapes (messages of a `role`, a string,
+//! `null` or text-part `content`, and any other members, such as an
+//! agent's `tool_calls`) is made from what routing's pass noted of it
 //! ([`quick`]: the same input, its texts as the client escaped them, read
 //! once); any other body is read here by serde.
 //!

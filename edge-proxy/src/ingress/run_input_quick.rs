@@ -1,6 +1,8 @@
 //! A normalized request's input found in the routing pass, without serde,
 //! for the common shapes: a Chat Completions request whose messages are a
-//! string `role` and a `content` and nothing else, and a Responses request
+//! string `role`, a `content` and any other members (an agent's
+//! `tool_calls`, `tool_call_id`, `name`: the message's extras), and a
+//! Responses request
 //! whose `input` is a string or message items of a string `role` and a
 //! `content` (their other members dropped, as serde drops them), its
 //! `instructions` a string or `null`, or absent. A `content` is a string,
@@ -26,13 +28,15 @@
 //!
 //! Anything else is **declined** (no spans, or `None`) to the serde reader,
 //! whose reading and errors are then the request's: parts of other types
-//! (an image's), a chat message's other members (`name`, `tool_calls`, …), a `role` that is
-//! not a plain string, no messages, a Responses item without a `role`, and
-//! whatever [`Cursor`] declines. What this reader reads it reads as serde
-//! does (property tests hold the two to the same input): the routing
-//! members are left out, a chat's every other member is a parameter (a
-//! Responses request's `temperature`, `top_p` and `max_output_tokens` only)
-//! whose value serde reads from its bytes, and a later duplicate wins.
+//! (an image's), a `role` that is not a plain string, no messages, a
+//! Responses item without a `role`, and whatever [`Cursor`] declines. What
+//! this reader reads it reads as serde does (property tests hold the two to
+//! the same input): the routing members are left out, a chat's every other
+//! member is a parameter (a Responses request's `temperature`, `top_p` and
+//! `max_output_tokens` only) and a chat message's every other member one of
+//! its extras, each value read by serde from its bytes (a tool call's is
+//! short; the texts around it are what is long), and a later duplicate
+//! wins.
 
 use std::ops::Range;
 
@@ -66,6 +70,9 @@ struct MessageSpans {
     role_escaped: bool,
     /// Where its text lies.
     content: ContentSpans,
+    /// A chat message's other members (its extras), key and value, in the
+    /// body's order; none for a Responses item (serde drops them).
+    extras: Vec<(Range<usize>, Range<usize>)>,
 }
 
 /// Where a message's text lies.
@@ -127,7 +134,7 @@ impl<'a> InputGather<'a> {
     /// body; the input is then serde's). `None` when the cursor declines
     /// the value.
     pub(crate) fn messages(&mut self, cursor: &mut Cursor<'a, true>) -> Option<()> {
-        match read_or_stay(cursor, MessageShape::CHAT) {
+        match read_or_stay(cursor, self.text, MessageShape::CHAT) {
             Some(messages) => {
                 self.spans.messages = messages;
                 Some(())
@@ -146,7 +153,7 @@ impl<'a> InputGather<'a> {
     pub(crate) fn input(&mut self, key: &'a str, cursor: &mut Cursor<'a, true>) -> Option<()> {
         let start = cursor.position();
         let items = match cursor.peek()? {
-            b'[' => read_or_stay(cursor, MessageShape::RESPONSES_ITEM),
+            b'[' => read_or_stay(cursor, self.text, MessageShape::RESPONSES_ITEM),
             _ => None,
         };
         if items.is_none() {
@@ -160,10 +167,7 @@ impl<'a> InputGather<'a> {
     /// Notes a member that is neither routing's nor the messages: `key` a
     /// slice of the body, `value` the range it was skipped over.
     pub(crate) fn parameter(&mut self, key: &'a str, value: Range<usize>) {
-        let start = key.as_ptr() as usize - self.text.as_ptr() as usize;
-        self.spans
-            .parameters
-            .push((start..start + key.len(), value));
+        self.spans.parameters.push((span_of(self.text, key), value));
     }
 
     /// The spans, unless a `messages` member was of another shape.
@@ -260,11 +264,22 @@ fn value_at(body: &Bytes, range: &Range<usize>) -> Option<Value> {
     serde_json::from_slice(body.get(range.clone())?).ok()
 }
 
-/// The messages array at `cursor` read as `shape`, the cursor past it; or
-/// `None`, the cursor where it was (for the caller to skip the value).
-fn read_or_stay(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<Vec<MessageSpans>> {
+/// Where `inner`, a slice of `text`, lies in it.
+fn span_of(text: &str, inner: &str) -> Range<usize> {
+    let start = inner.as_ptr() as usize - text.as_ptr() as usize;
+    start..start + inner.len()
+}
+
+/// The messages array at `cursor` (a cursor over `text`) read as `shape`,
+/// the cursor past it; or `None`, the cursor where it was (for the caller
+/// to skip the value).
+fn read_or_stay(
+    cursor: &mut Cursor<'_, true>,
+    text: &str,
+    shape: MessageShape,
+) -> Option<Vec<MessageSpans>> {
     let mut trial = cursor.clone();
-    let messages = read_messages(&mut trial, shape)?;
+    let messages = read_messages(&mut trial, text, shape)?;
     *cursor = trial;
     Some(messages)
 }
@@ -274,8 +289,9 @@ fn text_at<'a>(body: &'a Bytes, range: &Range<usize>) -> Option<&'a str> {
     std::str::from_utf8(body.get(range.clone())?).ok()
 }
 
-/// The messages of `spans` after `messages`, their roles unescaped and
-/// their texts slices of `body`; `None` when a role does not read.
+/// The messages of `spans` after `messages`, their roles unescaped, their
+/// texts slices of `body` and their extras a JSON object as serde writes
+/// one; `None` when a role or an extra does not read.
 fn push_messages(
     body: &Bytes,
     spans: &[MessageSpans],
@@ -287,18 +303,32 @@ fn push_messages(
         messages.push(ChatMessage {
             role: Scalar::Text { raw, escaped }.text()?.into_owned(),
             content: message.content.text(body),
-            extra_json: Bytes::new(),
+            extra_json: object_json(body, &message.extras)?,
         });
     }
     Some(())
+}
+
+/// The members at `spans` as one JSON object, serde's reading of each
+/// value (a later duplicate wins) written as serde writes a map; empty for
+/// none.
+fn object_json(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Bytes> {
+    if spans.is_empty() {
+        return Some(Bytes::new());
+    }
+    let mut object = Map::new();
+    for (key, value) in spans {
+        object.insert(text_at(body, key)?.to_owned(), value_at(body, value)?);
+    }
+    Some(Value::Object(object).to_string().into())
 }
 
 /// What [`read_messages`] takes of a message.
 #[derive(Clone, Copy)]
 struct MessageShape {
     /// Whether members other than `role` and `content` are skipped (a
-    /// Responses item's: serde drops them) or decline the message (a
-    /// chat's: serde keeps them as its extras).
+    /// Responses item's: serde drops them) or noted as the message's extras
+    /// (a chat's: serde keeps them).
     skips_others: bool,
     /// The content parts' types whose texts make the message's text.
     part_types: &'static [&'static str],
@@ -315,11 +345,17 @@ impl MessageShape {
     };
 }
 
-/// The spans of the messages array at `cursor` (the top object's member).
-fn read_messages(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<Vec<MessageSpans>> {
+/// The spans of the messages array at `cursor` (the top object's member;
+/// a cursor over `text`).
+fn read_messages(
+    cursor: &mut Cursor<'_, true>,
+    text: &str,
+    shape: MessageShape,
+) -> Option<Vec<MessageSpans>> {
     let mut messages = Vec::new();
     cursor.array(|cursor| {
         let (mut role, mut content) = (None, ContentSpans::Text(0..0));
+        let mut extras = Vec::new();
         cursor.object(|key, cursor| {
             match key {
                 "role" => {
@@ -332,7 +368,11 @@ fn read_messages(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<V
                 "content" => content = read_content(cursor, shape.part_types)?,
                 // A value inside an item inside the array.
                 _ if shape.skips_others => cursor.skip_any(MAX_SKIP_DEPTH - 3)?,
-                _ => return None,
+                _ => {
+                    let start = cursor.position();
+                    cursor.skip_any(MAX_SKIP_DEPTH - 3)?;
+                    extras.push((span_of(text, key), start..cursor.position()));
+                }
             }
             Some(())
         })?;
@@ -341,6 +381,7 @@ fn read_messages(cursor: &mut Cursor<'_, true>, shape: MessageShape) -> Option<V
             role,
             role_escaped,
             content,
+            extras,
         });
         Some(())
     })?;

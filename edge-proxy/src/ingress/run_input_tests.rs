@@ -259,11 +259,11 @@ fn quick_input(request: &ParsedRequest) -> Option<RunInput> {
 #[test]
 fn the_quick_reader_leaves_other_shapes_to_serde() {
     for declined in [
-        // Content parts, a message's other members, a role not a string.
+        // Content parts, a message's escaped key, a role not a string.
         r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
         r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}"#,
         r#"{"model":"m","messages":[{"role":"user","content":["a"]}]}"#,
-        r#"{"model":"m","messages":[{"role":"user","content":"a","name":"n"}]}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":"a","na\u006de":"n"}]}"#,
         r#"{"model":"m","messages":[{"role":1,"content":"a"}]}"#,
         r#"{"model":"m","messages":[{"content":"a"}]}"#,
         // No messages, an empty list, not a list.
@@ -311,6 +311,44 @@ fn the_quick_reader_takes_the_common_shape() {
 }
 
 #[test]
+fn an_agents_turn_is_taken_its_extras_as_serde_writes_them() {
+    let prompt = "Plan the \\\"trip\\\".\\n".repeat(30);
+    let body = format!(
+        r#"{{"model":"m","tools":[{{"type":"function","function":{{"name":"get_weather",
+        "parameters":{{"type":"object"}}}}}}],"messages":[
+        {{"role":"user","content":"{prompt}"}},
+        {{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function",
+          "function":{{"name":"get_weather","arguments":"{{\"city\":\"Paris\"}}"}}}}]}},
+        {{"tool_call_id":"call_1","role":"tool","content":"{{\"temp_c\": 21}}"}},
+        {{"role":"user","name":"b","content":"again?","name":"ann"}}]}}"#
+    );
+    let request = parse(Bytes::from(body.clone())).unwrap();
+    let escaped = quick_input(&request).expect("taken");
+    // The long text is still a slice of the client's body.
+    assert!(
+        request
+            .body
+            .as_ptr_range()
+            .contains(&escaped.messages[0].content.as_ptr())
+    );
+    let (quick, serde) = quick_and_serde(&body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+    let extras: Vec<_> = quick.messages.iter().map(|m| &m.extra_json[..]).collect();
+    assert_eq!(
+        extras,
+        [
+            &b""[..],
+            br#"{"tool_calls":[{"function":{"arguments":"{\"city\":\"Paris\"}","name":"get_weather"},"id":"call_1","type":"function"}]}"#,
+            br#"{"tool_call_id":"call_1"}"#,
+            br#"{"name":"ann"}"#,
+        ]
+    );
+    assert_eq!(quick.messages[1].content, "");
+    assert_eq!(quick.messages[2].content, r#"{"temp_c": 21}"#);
+    assert!(quick.parameters_json.starts_with(br#"{"tools":[{"#));
+}
+
+#[test]
 fn text_parts_are_taken_and_joined() {
     let body = r#"{"model":"m","messages":[{"role":"user","content":[
         {"type":"text","text":"a \"b\" "},{"text":"c","type":"text","cache_control":{"type":"x"}}]},
@@ -338,7 +376,7 @@ fn text_parts_are_taken_and_joined() {
 #[test]
 fn routing_notes_the_spans_of_the_common_shape_only() {
     let good = r#"{"role":"user","content":"a"}"#;
-    let parts = r#"{"role":"user","content":"b","name":"n"}"#;
+    let parts = r#"{"role":"user","content":"b","na\u006de":"n"}"#;
     let routed = |body: String| parse(Bytes::from(body)).expect("routing");
     // Another shape: routed all the same, its input left to serde.
     let request = routed(format!(r#"{{"model":"m","messages":[{parts}],"n":1}}"#));
@@ -494,7 +532,28 @@ fn chat_body() -> impl Strategy<Value = String> {
             {"text": "b\\", "type": "text"},
         ]))),
     ];
-    let message = ("[a-z]{1,8}", content, prop::option::of(text), any::<bool>());
+    let extra = prop_oneof![
+        Just(json!([{"id": "call_1", "type": "function",
+            "function": {"name": "f", "arguments": "{\"a\":[1,\"\\n\"]}"}}])),
+        Just(json!("call_1")),
+        Just(json!({"nested": [null, true, -0.5, {"deep": []}]})),
+        Just(json!(1e300)),
+        "[a \"\\\\\n\u{e9}]{0,20}".prop_map(Value::String),
+    ];
+    let extras = prop::collection::vec(
+        (
+            prop::sample::select(vec!["tool_calls", "tool_call_id", "name", "x"]),
+            extra,
+        ),
+        0..3,
+    );
+    let message = (
+        "[a-z]{1,8}",
+        content,
+        prop::option::of(text),
+        any::<bool>(),
+        extras,
+    );
     let parameter = prop_oneof![
         Just(json!(0.5)),
         Just(json!(16)),
@@ -512,8 +571,11 @@ fn chat_body() -> impl Strategy<Value = String> {
         .prop_map(|(messages, parameters, pretty)| {
             let messages: Vec<Value> = messages
                 .into_iter()
-                .map(|(role, content, name, role_first)| {
+                .map(|(role, content, name, role_first, extras)| {
                     let mut m = serde_json::Map::new();
+                    for (key, value) in extras {
+                        m.insert(key.into(), value);
+                    }
                     if role_first {
                         m.insert("role".into(), json!(role));
                     }

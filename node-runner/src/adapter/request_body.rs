@@ -277,17 +277,24 @@ mod tests {
     fn escaped_texts_are_written_as_they_are() {
         let escaped = r#"a\"b\\c\n\u00e9 \/ é"#;
         let input = RunInput {
-            messages: vec![message("user", escaped, ""), message("user", "", "")],
+            messages: vec![
+                message("user", escaped, ""),
+                message("user", "", ""),
+                // An agent's turn: extras beside an escaped text.
+                message("tool", r#"{\"t\":1}"#, r#"{"tool_call_id":"c\n1"}"#),
+            ],
             escaped_content: true,
             ..RunInput::default()
         };
         let body = with_messages(Map::new(), &input).unwrap().to_bytes();
         let expected = format!(
-            r#"{{"messages":[{{"role":"user","content":"{escaped}"}},{{"role":"user","content":""}}]}}"#
+            r#"{{"messages":[{{"role":"user","content":"{escaped}"}},{{"role":"user","content":""}},{{"tool_call_id":"c\n1","role":"tool","content":"{{\"t\":1}}"}}]}}"#
         );
         assert_eq!(String::from_utf8(body.to_vec()).unwrap(), expected);
         let parsed: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(parsed["messages"][0]["content"], "a\"b\\c\né / é");
+        assert_eq!(parsed["messages"][2]["content"], r#"{"t":1}"#);
+        assert_eq!(parsed["messages"][2]["tool_call_id"], "c\n1");
     }
 
     #[test]
