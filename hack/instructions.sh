@@ -28,7 +28,10 @@
 # a string `input`, e.g. `API=responses MODELS=mock-ollama`), STREAM=1
 # (streamed answers, read to their end, instead of whole ones), TOOLS=1 (a
 # chat is an agent's turn: a `tools` list, and after the prompt an
-# assistant's `tool_calls` and the tool's answer, before the next question).
+# assistant's `tool_calls` and the tool's answer, before the next question),
+# IMAGE_BYTES (the user message also carries an image of that many base64
+# bytes as a data URL, as a vision client sends one; for the tunnel: a
+# normalized run refuses images).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=instructions
@@ -68,6 +71,16 @@ case $tools in
     ;;
   *) fail "TOOLS must be 0 or 1" ;;
 esac
+image_bytes=${IMAGE_BYTES:-}
+case $image_bytes in
+  '') ;;
+  *[!0-9]*) fail "IMAGE_BYTES must be a number of bytes" ;;
+  *)
+    [ "$api" = chat ] || fail "IMAGE_BYTES is for API=chat"
+    api_env="${api_env}IMAGE_BYTES=$image_bytes " title="$title, with a $image_bytes-byte image"
+    prompt_desc="$prompt_desc, with an \`image_url\` part of $image_bytes base64 bytes"
+    ;;
+esac
 stream=${STREAM:-0}
 case $stream in
   0) ;;
@@ -95,7 +108,7 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" <<'PY'
+  python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" "$image_bytes" <<'PY'
 import http.client, json, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
@@ -103,6 +116,12 @@ line = 'The "quick" brown fox jumps over the lazy dog, twice.\n'
 content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
 stream = sys.argv[6] == "1"
+if sys.argv[8]:
+    # A vision request: the text, then an image as a base64 data URL.
+    b64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA"
+    image = (b64 * (int(sys.argv[8]) // len(b64) + 1))[:int(sys.argv[8])]
+    content = [{"type": "text", "text": content},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}}]
 if sys.argv[5] == "responses":
     path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": content})
 elif sys.argv[7] == "1":

@@ -28,7 +28,9 @@
 //!
 //! Anything else is **declined** (no spans, or `None`) to the serde reader,
 //! whose reading and errors are then the request's: parts of other types
-//! (an image's), a `role` that is not a plain string, no messages, a
+//! (an image's: read through all the same, so routing's pass reads a
+//! data URL once, not once more to skip it), a `role` that is not a plain
+//! string, no messages, a
 //! Responses item without a `role`, and whatever [`Cursor`] declines. What
 //! this reader reads it reads as serde does (property tests hold the two to
 //! the same input): the routing members are left out, a chat's every other
@@ -63,7 +65,7 @@ pub(crate) struct InputSpans {
 
 /// Where one message's members lie.
 #[derive(Debug, Clone, PartialEq)]
-struct MessageSpans {
+pub(super) struct MessageSpans {
     /// The role string's raw body (between its quotes).
     role: Range<usize>,
     /// Whether the role has escapes.
@@ -130,20 +132,19 @@ impl<'a> InputGather<'a> {
     }
 
     /// Reads a `messages` value at `cursor`: its spans when it has the
-    /// common shape, else skipped as any value is (routing still takes the
-    /// body; the input is then serde's). `None` when the cursor declines
-    /// the value.
+    /// common shape, else read through or skipped as any value is (routing
+    /// still takes the body; the input is then serde's). `None` when the
+    /// cursor declines the value.
     pub(crate) fn messages(&mut self, cursor: &mut Cursor<'a, true>) -> Option<()> {
         match read_or_stay(cursor, self.text, MessageShape::CHAT) {
-            Some(messages) => {
-                self.spans.messages = messages;
-                Some(())
-            }
+            Some(Some(messages)) => self.spans.messages = messages,
+            Some(None) => self.declined = true,
             None => {
                 self.declined = true;
-                cursor.skip_any(MAX_SKIP_DEPTH - 1)
+                cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
             }
         }
+        Some(())
     }
 
     /// Reads an `input` value at `cursor` as any other member (see
@@ -159,7 +160,7 @@ impl<'a> InputGather<'a> {
         if items.is_none() {
             cursor.skip_any(MAX_SKIP_DEPTH - 1)?;
         }
-        self.spans.input_items = items;
+        self.spans.input_items = items.flatten();
         self.parameter(key, start..cursor.position());
         Some(())
     }
@@ -271,13 +272,13 @@ fn span_of(text: &str, inner: &str) -> Range<usize> {
 }
 
 /// The messages array at `cursor` (a cursor over `text`) read as `shape`,
-/// the cursor past it; or `None`, the cursor where it was (for the caller
-/// to skip the value).
-fn read_or_stay(
+/// the cursor past it (see [`read_messages`]); or `None`, the cursor where
+/// it was (for the caller to skip the value).
+pub(super) fn read_or_stay(
     cursor: &mut Cursor<'_, true>,
     text: &str,
     shape: MessageShape,
-) -> Option<Vec<MessageSpans>> {
+) -> Option<Option<Vec<MessageSpans>>> {
     let mut trial = cursor.clone();
     let messages = read_messages(&mut trial, text, shape)?;
     *cursor = trial;
@@ -325,7 +326,7 @@ fn object_json(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<B
 
 /// What [`read_messages`] takes of a message.
 #[derive(Clone, Copy)]
-struct MessageShape {
+pub(super) struct MessageShape {
     /// Whether members other than `role` and `content` are skipped (a
     /// Responses item's: serde drops them) or noted as the message's extras
     /// (a chat's: serde keeps them).
@@ -335,7 +336,7 @@ struct MessageShape {
 }
 
 impl MessageShape {
-    const CHAT: Self = Self {
+    pub(super) const CHAT: Self = Self {
         skips_others: false,
         part_types: &["text"],
     };
@@ -346,13 +347,16 @@ impl MessageShape {
 }
 
 /// The spans of the messages array at `cursor` (the top object's member;
-/// a cursor over `text`).
+/// a cursor over `text`). `Some(None)` when the array was read through but
+/// a content is not one this reader takes (parts of another type: an
+/// image's, whose data URL is then read once, not again by a skip).
 fn read_messages(
     cursor: &mut Cursor<'_, true>,
     text: &str,
     shape: MessageShape,
-) -> Option<Vec<MessageSpans>> {
+) -> Option<Option<Vec<MessageSpans>>> {
     let mut messages = Vec::new();
+    let mut taken = true;
     cursor.array(|cursor| {
         let (mut role, mut content) = (None, ContentSpans::Text(0..0));
         let mut extras = Vec::new();
@@ -365,7 +369,10 @@ fn read_messages(
                     };
                     role = Some((start..cursor.position() - 1, escaped));
                 }
-                "content" => content = read_content(cursor, shape.part_types)?,
+                "content" => match read_content(cursor, shape.part_types)? {
+                    Some(spans) => content = spans,
+                    None => taken = false,
+                },
                 // A value inside an item inside the array.
                 _ if shape.skips_others => cursor.skip_any(MAX_SKIP_DEPTH - 3)?,
                 _ => {
@@ -385,18 +392,22 @@ fn read_messages(
         });
         Some(())
     })?;
-    Some(messages)
+    Some(taken.then_some(messages))
 }
 
 /// A message's `content` at `cursor`: a string's raw body; empty for
 /// `null`; an array's parts, each an object of a `type` of `part_types`
 /// and a string `text` (other members skipped, as serde's reading of a
-/// part ignores them).
-fn read_content(cursor: &mut Cursor<'_, true>, part_types: &[&str]) -> Option<ContentSpans> {
+/// part ignores them). `Some(None)` for an array with a part of another
+/// type, or without a `text`, read through: serde's to read or refuse.
+fn read_content(
+    cursor: &mut Cursor<'_, true>,
+    part_types: &[&str],
+) -> Option<Option<ContentSpans>> {
     match cursor.peek()? {
-        b'"' => raw_string(cursor).map(ContentSpans::Text),
+        b'"' => raw_string(cursor).map(|text| Some(ContentSpans::Text(text))),
         b'[' => {
-            let mut parts = Vec::new();
+            let mut parts = Some(Vec::new());
             cursor.array(|cursor| {
                 let (mut kind, mut text) = (None, None);
                 cursor.object(|key, cursor| {
@@ -408,18 +419,24 @@ fn read_content(cursor: &mut Cursor<'_, true>, part_types: &[&str]) -> Option<Co
                     }
                     Some(())
                 })?;
-                part_types.contains(&kind?.as_ref()).then_some(())?;
-                parts.push(text?);
+                match (kind, text, parts.as_mut()) {
+                    (Some(kind), Some(text), Some(parts))
+                        if part_types.contains(&kind.as_ref()) =>
+                    {
+                        parts.push(text);
+                    }
+                    _ => parts = None,
+                }
                 Some(())
             })?;
-            Some(ContentSpans::Parts(parts))
+            Some(parts.map(ContentSpans::Parts))
         }
         _ => {
             let at = cursor.position();
             cursor
                 .scalar()?
                 .is_null()
-                .then_some(ContentSpans::Text(at..at))
+                .then_some(Some(ContentSpans::Text(at..at)))
         }
     }
 }

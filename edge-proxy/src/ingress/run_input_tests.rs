@@ -349,6 +349,44 @@ fn an_agents_turn_is_taken_its_extras_as_serde_writes_them() {
 }
 
 #[test]
+fn a_content_of_other_parts_is_read_through_once_and_left_to_serde() {
+    use framing::json_quick::Cursor;
+    let image = format!(r#"{{"url":"data:image/png;base64,{}"}}"#, "iVBO".repeat(64));
+    let other_parts = format!(
+        r#"[{{"role":"user","content":[{{"type":"text","text":"what is it?"}},
+        {{"type":"image_url","image_url":{image}}}]}}, {{"role":"user","content":"a"}}] ,"#
+    );
+    let read = |text: &str| {
+        let mut cursor = Cursor::spaced(text);
+        let read = quick::read_or_stay(&mut cursor, text, quick::MessageShape::CHAT);
+        (
+            read.map(|messages| messages.map(|m| m.len())),
+            cursor.position(),
+        )
+    };
+    // Read through: the cursor is past the array, for routing to go on.
+    let end = other_parts.rfind(']').unwrap() + 1;
+    assert_eq!(read(&other_parts), (Some(None), end));
+    // Taken: its spans.
+    let taken = r#"[{"role":"user","content":[{"type":"text","text":"a"}]}]"#;
+    assert_eq!(read(taken), (Some(Some(1)), taken.len()));
+    // What the cursor declines: the cursor stays, for a skip or serde.
+    assert_eq!(read(r#"[{"role":"user","content":[1]}]"#), (None, 0));
+    // The whole request: routed, its input serde's (which refuses the
+    // image for a normalized run).
+    let body = format!(
+        r#"{{"model":"m","messages":{}"stream":false}}"#,
+        other_parts
+    );
+    let request = parse(Bytes::from(body.clone())).expect("routing");
+    assert_eq!(
+        (request.model.as_str(), request.input_spans.is_none()),
+        ("m", true)
+    );
+    assert_eq!(input(&body).unwrap_err().code, "unsupported_content");
+}
+
+#[test]
 fn text_parts_are_taken_and_joined() {
     let body = r#"{"model":"m","messages":[{"role":"user","content":[
         {"type":"text","text":"a \"b\" "},{"text":"c","type":"text","cache_control":{"type":"x"}}]},
