@@ -29,6 +29,9 @@
 # (streamed answers, read to their end, instead of whole ones), TOOLS=1 (a
 # chat is an agent's turn: a `tools` list, and after the prompt an
 # assistant's `tool_calls` and the tool's answer, before the next question),
+# PROMPT_LINE (the line a long prompt repeats instead of k6's prose line;
+# the client escapes every character past ASCII, as Python's json.dumps
+# does by default: an emoji is a surrogate pair's two \u escapes),
 # IMAGE_BYTES (the user message also carries an image of that many base64
 # bytes as a data URL, as a vision client sends one; for the tunnel: a
 # normalized run refuses images).
@@ -55,6 +58,10 @@ if [ -n "$prompt_bytes" ]; then
   prompt_desc="a prompt of $prompt_bytes bytes of 56-byte text lines with quotes and a newline, as k6's PROMPT_TEXT=prose"
 fi
 api_env= kind=non-streaming api_name=chat
+if [ -n "$prompt_bytes" ] && [ -n "${PROMPT_LINE:-}" ]; then
+  api_env="PROMPT_LINE=… "
+  prompt_desc="a prompt of $prompt_bytes characters of the line $(printf '%q' "$PROMPT_LINE") (Python's json.dumps escaping every character past ASCII)"
+fi
 if [ "$api" = responses ]; then
   api_name=Responses
   api_env="API=responses MODELS=\"$models\" "
@@ -109,10 +116,10 @@ mkdir -p "$keep"
 # answer that is not a 200.
 client() {
   python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" "$image_bytes" <<'PY'
-import http.client, json, sys, threading, urllib.parse
+import http.client, json, os, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
-line = 'The "quick" brown fox jumps over the lazy dog, twice.\n'
+line = os.environ.get("PROMPT_LINE") or 'The "quick" brown fox jumps over the lazy dog, twice.\n'
 content = (line * (int(sys.argv[4]) // len(line) + 1))[:int(sys.argv[4])] if sys.argv[4] else "hi"
 host = urllib.parse.urlsplit(url).netloc
 stream = sys.argv[6] == "1"

@@ -20,7 +20,8 @@
 //! it is a string with a `\u` escape (serde pairs surrogates; this reader
 //! does not unescape them) or a number that is not a plain non-negative
 //! integer within `u64`. A value *skipped* ([`Cursor::skip_any`],
-//! [`Cursor::skip_value`]) may also hold `\u` escapes other than surrogates, and negative or fractional
+//! [`Cursor::skip_value`]) may also hold `\u` escapes (a surrogate only as
+//! the first or second half of a pair), and negative or fractional
 //! numbers of up to [`MAX_SKIPPED_NUMBER`] bytes without an exponent (so
 //! that no number serde would find out of range is taken).
 
@@ -484,7 +485,8 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
         self.text.get(start..self.at - 1)
     }
 
-    /// Skips a string, its escapes checked: any but a `\u` of a surrogate.
+    /// Skips a string, its escapes checked: any but a lone or reversed
+    /// surrogate's `\u`.
     /// A short plain one a word at a time ([`short_plain_end`]); else by
     /// blocks of 64 bytes ([`blocks`]) while they last, then byte-wise.
     fn skip_string(&mut self) -> Option<()> {

@@ -22,13 +22,16 @@
 //! The string ends at the first quote not escaped. Before it, a control
 //! byte declines the string, and each escape's letter is checked as the
 //! byte-wise scan checks it ([`escape_len`]: one of `"\/bfnrt`, or `u` and
-//! four hex digits that are not a surrogate), one step an escape with no
-//! scan between them. Fewer than 64 bytes left (a short document's end),
-//! the caller scans on byte-wise from where the blocks stopped.
+//! four hex digits that are not a surrogate, or a surrogate pair's two
+//! `\u` escapes, whose second is then not checked on its own), one step an
+//! escape with no scan between them. Fewer than 64 bytes left (a short
+//! document's end), the caller scans on byte-wise from where the blocks
+//! stopped (a pair whose second half lies there is then declined: rare,
+//! and serde reads it).
 
 use wide::u8x64;
 
-use super::escapes::escape_len;
+use super::escapes::{PAIR_LEN, escape_len};
 
 /// Bytes a step.
 const BLOCK: usize = 64;
@@ -55,6 +58,9 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
     let mut at = 0;
     // 1 when the block's first byte is escaped by the last one before it.
     let mut carry = 0u64;
+    // The letter of a low surrogate's `\u` that a pair checked before it
+    // covers (it is not an escape of its own).
+    let mut paired_low = usize::MAX;
     while let Some(block) = bytes.get(at..at + BLOCK).and_then(|b| b.try_into().ok()) {
         let masks = Masks::of(block);
         let (escaped, carry_out) = escaped(masks.backslashes, carry);
@@ -71,7 +77,9 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
         let mut escapes = escaped & before & !(masks.quotes | masks.backslashes | masks.ns);
         while escapes != 0 {
             let letter = at + escapes.trailing_zeros() as usize;
-            escape_len(&bytes[letter..])?;
+            if letter != paired_low && escape_len(&bytes[letter..])? == PAIR_LEN {
+                paired_low = letter + PAIR_LEN / 2;
+            }
             escapes &= escapes - 1;
         }
         if end != 0 {
@@ -79,6 +87,11 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
         }
         carry = carry_out;
         at += BLOCK;
+    }
+    if paired_low != usize::MAX && paired_low >= at {
+        // A pair whose second half was not reached: back to the first
+        // half's backslash, for the byte-wise scan to take it whole.
+        return Some(Scan::Rest(paired_low - PAIR_LEN / 2 - 1));
     }
     // Back to the backslash of an escape the last block began.
     Some(Scan::Rest(at - carry as usize))
@@ -214,6 +227,23 @@ mod tests {
             end_by_blocks(body.as_bytes()),
             end_by_bytes(body.as_bytes(), 0)
         );
+    }
+
+    #[test]
+    fn a_surrogate_pair_anywhere_in_the_blocks_is_taken_whole() {
+        // The pair at every offset in a block and across its end, with the
+        // string's end in a later block or in the byte-wise rest.
+        for pad in 0..2 * BLOCK {
+            for after in [3, BLOCK + 17] {
+                let body = format!("{}\\ud83d\\ude00{}\"", "x".repeat(pad), "y".repeat(after));
+                let end = Some(body.len() - 1);
+                assert_eq!(end_by_bytes(body.as_bytes(), 0), end, "{pad} {after}");
+                assert_eq!(end_by_blocks(body.as_bytes()), end, "{pad} {after}");
+                // A lone half is declined wherever it falls.
+                let lone = body.replace("\\ude00", "\\u0041");
+                assert_eq!(end_by_blocks(lone.as_bytes()), None, "{pad} {after}");
+            }
+        }
     }
 
     fn string_bytes() -> impl Strategy<Value = Vec<u8>> {

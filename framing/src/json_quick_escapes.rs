@@ -18,17 +18,22 @@ pub(super) fn escaped(letter: u8) -> Option<char> {
 
 /// The length of the escape that `after` (the bytes after a backslash)
 /// begins: 2 for one letter (those of [`escaped`], matched here without its
-/// jump table), 6 for `\u` and four hex digits that are not a
-/// surrogate (a lone or a reversed surrogate is an error in serde, a pair
-/// is left to it); `None` for anything else.
+/// jump table), 6 for `\u` and four hex digits that are not a surrogate,
+/// [`PAIR_LEN`] for a high surrogate's `\u` escape followed by a low
+/// surrogate's (an emoji from a client that escapes every character past
+/// ASCII, as Python's `json.dumps` does by default); `None` for anything
+/// else, a lone or a reversed surrogate included (an error in serde).
 #[inline]
 pub(super) fn escape_len(after: &[u8]) -> Option<usize> {
     match *after.first()? {
         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(2),
-        b'u' => unicode_escape_len(after.get(1..5)?),
+        b'u' => unicode_escape_len(after),
         _ => None,
     }
 }
+
+/// The length of a surrogate pair's two `\u` escapes.
+pub(super) const PAIR_LEN: usize = 12;
 
 /// [`escape_len`] for a string that is read: a letter escape only.
 #[inline]
@@ -36,20 +41,41 @@ pub(super) fn letter_escape_len(after: &[u8]) -> Option<usize> {
     escaped(*after.first()?).map(|_| 2)
 }
 
-/// [`escape_len`] of a `\u` escape whose four digits are `hex`.
-fn unicode_escape_len(hex: &[u8]) -> Option<usize> {
-    if !hex.iter().all(u8::is_ascii_hexdigit) {
-        return None;
+/// [`escape_len`] of the `\u` escape `after` begins (at its `u`).
+fn unicode_escape_len(after: &[u8]) -> Option<usize> {
+    match code_unit(after)? {
+        0xD800..=0xDBFF => match after.get(5..)? {
+            [b'\\', b'u', ..] if (0xDC00..=0xDFFF).contains(&code_unit(&after[6..])?) => {
+                Some(PAIR_LEN)
+            }
+            _ => None,
+        },
+        0xDC00..=0xDFFF => None,
+        _ => Some(6),
     }
-    // Checked: four ASCII hex digits (`from_str_radix` would take a sign).
-    let unit = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-    (!(0xD800..=0xDFFF).contains(&unit)).then_some(6)
+}
+
+/// The UTF-16 code unit of the `\u` escape `after` begins (at its `u`):
+/// its four hex digits (a match a digit: `from_str_radix` on a checked
+/// `str` cost ~180 instructions an escape, most of a prompt's whose
+/// emoji a client escaped).
+fn code_unit(after: &[u8]) -> Option<u16> {
+    after.get(1..5)?.iter().try_fold(0u16, |unit, &digit| {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            b'A'..=b'F' => digit - b'A' + 10,
+            _ => return None,
+        };
+        Some(unit << 4 | u16::from(value))
+    })
 }
 
 /// The text of a string's raw body (between its quotes) whose escapes a
 /// cursor checked, read ([`Scalar::text`](super::Scalar::text)) or skipped
-/// ([`Cursor::raw_string`](super::Cursor::raw_string)): letter escapes and `\u` escapes other than
-/// surrogates. `None` for any other escape, which no cursor takes.
+/// ([`Cursor::raw_string`](super::Cursor::raw_string)): letter escapes, `\u`
+/// escapes other than surrogates, and surrogate pairs. `None` for any other
+/// escape, which no cursor takes.
 ///
 /// Not on a long prompt's path: the Edge sends a prompt escaped as the
 /// client wrote it (`RunInput.escaped_content`) and unescapes it only for
@@ -68,9 +94,17 @@ pub fn unescape(raw: &str) -> Option<String> {
         match escaped(letter) {
             Some(c) => text.push(c),
             None if letter == b'u' => {
-                let hex = raw.get(at + 2..at + 6)?;
-                text.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
-                from = at + 6;
+                let after = &raw.as_bytes()[at + 1..];
+                let len = unicode_escape_len(after)?;
+                let high = u32::from(code_unit(after)?);
+                let code = if len == PAIR_LEN {
+                    let low = u32::from(code_unit(&after[6..])?);
+                    0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                } else {
+                    high
+                };
+                text.push(char::from_u32(code)?);
+                from = at + len;
             }
             None => return None,
         }

@@ -53,13 +53,26 @@ fn numbers_are_skipped_by_the_json_grammar_without_exponents() {
 }
 
 #[test]
-fn escapes_are_skipped_but_surrogates_left_to_serde() {
-    for taken in [r#""\u0041""#, r#""a\n\"\\\/\b\f\r\t""#, r#""\u00e9\uFFFF""#] {
+fn escapes_are_skipped_but_lone_surrogates_left_to_serde() {
+    for taken in [
+        r#""\u0041""#,
+        r#""a\n\"\\\/\b\f\r\t""#,
+        r#""\u00e9\uFFFF""#,
+        // Pairs, as Python's `json.dumps` writes an emoji.
+        r#""\ud83d\ude00""#,
+        r#""\uDBFF\uDFFF \uD800\uDC00""#,
+    ] {
         assert!(skips(taken, false), "{taken}");
         assert!(serde_reads(taken), "{taken}");
     }
     for declined in [
-        r#""\ud83d\ude00""#,
+        r#""\ud83d""#,
+        r#""\ud83d \ude00""#,
+        r#""\ud83d\n""#,
+        r#""\ud83d\ud83d""#,
+        r#""\ude00\ud83d""#,
+        r#""\ud83d\\ude00""#,
+        r#""\ud83d\ude0""#,
         r#""\uDC00""#,
         r#""\u+123""#,
         r#""\u12""#,
@@ -93,8 +106,35 @@ fn a_long_string_is_skipped_to_its_end() {
 /// Documents near JSON: its pieces, and pieces one step off it.
 fn near_document() -> impl Strategy<Value = String> {
     let piece = prop::sample::select(vec![
-        "{", "}", "[", "]", ":", ",", "\"", "\"k\"", "\"v w\"", " ", "\n", "\\", "\\n", "\\u0041",
-        "\\ud800", "\\u00", "0", "-", "1", ".", "5", "e", "01", "true", "nul", "null", "\u{1}",
+        "{",
+        "}",
+        "[",
+        "]",
+        ":",
+        ",",
+        "\"",
+        "\"k\"",
+        "\"v w\"",
+        " ",
+        "\n",
+        "\\",
+        "\\n",
+        "\\u0041",
+        "\\ud800",
+        "\\udc00",
+        "\\ud83d\\ude00",
+        "\\u00",
+        "0",
+        "-",
+        "1",
+        ".",
+        "5",
+        "e",
+        "01",
+        "true",
+        "nul",
+        "null",
+        "\u{1}",
         "\u{e9}",
     ]);
     prop::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
@@ -194,6 +234,8 @@ fn raw_body() -> impl Strategy<Value = String> {
         "\\u00e9",
         "\\u2028",
         "\\u0000",
+        "\\ud83d\\ude00",
+        "\\uDBFF\\uDFFF",
         "é",
         "漢",
         "\u{1F600}",
@@ -203,7 +245,16 @@ fn raw_body() -> impl Strategy<Value = String> {
 
 #[test]
 fn unescape_declines_what_no_cursor_takes() {
-    for raw in ["\\x", "a\\", "\\u12", "\\ud800", "\\u12g4"] {
+    for raw in [
+        "\\x",
+        "a\\",
+        "\\u12",
+        "\\ud800",
+        "\\udc00",
+        "\\ud800\\u0041",
+        "\\ud800\\ud800",
+        "\\u12g4",
+    ] {
         assert_eq!(unescape(raw), None, "{raw:?}");
     }
     let long = format!("{}\\n{}", "x".repeat(300), "y".repeat(300));
