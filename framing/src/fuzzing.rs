@@ -265,10 +265,11 @@ pub fn edit(text: &mut String, at: usize, cut: usize, piece: &str) {
 }
 
 /// Pieces of JSON and pieces one step off it, for near-miss documents:
-/// structure, whitespace, escapes (a surrogate's and an unknown one
-/// among them), numbers (a leading zero, an exponent, a sign, a bare
-/// fraction), literals and a cut one, a control byte, a non-ASCII letter.
-pub const JSON_PIECES: [&str; 28] = [
+/// structure, whitespace, escapes (a surrogate pair, each half alone and
+/// an unknown one among them), numbers (a leading zero, an exponent, a
+/// sign, a bare fraction), literals and a cut one, a control byte, a
+/// non-ASCII letter.
+pub const JSON_PIECES: [&str; 30] = [
     "{",
     "}",
     "[",
@@ -284,6 +285,8 @@ pub const JSON_PIECES: [&str; 28] = [
     "\\/",
     "\\u0041",
     "\\ud800",
+    "\\udc00",
+    "\\ud83d\\ude00",
     "\\q",
     "0",
     "7",

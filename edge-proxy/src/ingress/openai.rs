@@ -239,7 +239,7 @@ impl<'de> Deserialize<'de> for Skipped {
 /// is still read by serde. The other members go to an [`InputGather`],
 /// which notes where a run's input lies, so a normalized run does not read
 /// a long prompt a second time. `None` when the cursor declines the body
-/// (see its docs: a `\u` surrogate, an exponent, an escaped key, nesting
+/// (see its docs: a lone `\u` surrogate, an exponent, an escaped key, nesting
 /// past its bound, anything that is not JSON); [`read_json`] then reads
 /// it, so the fields and every error are serde's (a property test holds the
 /// two to the same fields).

@@ -9,7 +9,7 @@
 //! `hack/instructions.sh`). [`quick_line`] reads exactly that form in one
 //! pass over its bytes and declines — `None`, the line then goes through
 //! serde — on anything else: whitespace between tokens, a `\u` escape in
-//! a string it reads (or a surrogate's in one it skips), a control
+//! a string it reads (or a lone surrogate's in one it skips), a control
 //! character in a string, an escape in a key, a number that is
 //! not a plain non-negative integer within `u64`, an array, an object
 //! nested more than one level, and anything that is not valid JSON. Other

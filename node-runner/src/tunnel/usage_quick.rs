@@ -8,7 +8,7 @@
 //! `hack/instructions.sh`). [`read`] walks such a document once with
 //! [`framing::json_quick`]'s cursor and declines — the document then goes
 //! through serde, [`super::usage::observe_with_serde`] — on anything the
-//! cursor declines (whitespace between tokens, a surrogate's `\u` escape,
+//! cursor declines (whitespace between tokens, a lone surrogate's `\u` escape,
 //! a number with an exponent, a count that is not a plain integer, nesting
 //! past its bound, invalid JSON) and on every
 //! case where serde's typed reading is not the obvious one: a top level
