@@ -10,7 +10,12 @@
 //! - `lines_100k`: 100 KB of 80-byte text lines (one escape, the newline,
 //!   every 81 bytes: a plain block now and then);
 //! - `image_1m`: a 1 MB base64 image in an `image_url` part (no escape at
-//!   all: every block plain).
+//!   all: every block plain);
+//! - `emoji_100k`: 100,000 characters of a line with an emoji, written as
+//!   Python's `json.dumps` writes it (the emoji a surrogate pair of `\u`
+//!   escapes);
+//! - `japanese_30k`: 30,000 characters of Japanese, the same way (every
+//!   character a `\u` escape).
 //!
 //! Callgrind counts instructions (`hack/instructions.sh`); this is the
 //! clock, for a change whose instructions are not all alike (SIMD).
@@ -27,9 +32,26 @@ fn chat(content: serde_json::Value) -> String {
         .to_string()
 }
 
-/// `line` repeated to `len` bytes.
+/// `line` repeated to `len` characters.
 fn repeated(line: &str, len: usize) -> String {
-    line.repeat(len / line.len() + 1)[..len].to_owned()
+    line.chars().cycle().take(len).collect()
+}
+
+/// `json` with every character past ASCII a `\u` escape (a surrogate pair
+/// past the BMP), as Python's `json.dumps` writes by default.
+fn ascii_only(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
 }
 
 fn workloads() -> Vec<(&'static str, String)> {
@@ -50,10 +72,17 @@ fn workloads() -> Vec<(&'static str, String)> {
         {"type": "text", "text": "what is it?"},
         {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b64}")}},
     ]);
+    let emoji = repeated(
+        "Nice work \u{1F600} on the \"quick\" fix, thanks!\n",
+        100_000,
+    );
+    let japanese = repeated("日本語のテキストです。\"引用\"も含みます。\n", 30_000);
     vec![
         ("prose_100k", chat(json!(prose))),
         ("lines_100k", chat(json!(lines))),
         ("image_1m", chat(image)),
+        ("emoji_100k", ascii_only(&chat(json!(emoji)))),
+        ("japanese_30k", ascii_only(&chat(json!(japanese)))),
     ]
 }
 
