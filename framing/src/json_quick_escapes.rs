@@ -43,16 +43,24 @@ pub(super) fn letter_escape_len(after: &[u8]) -> Option<usize> {
 
 /// [`escape_len`] of the `\u` escape `after` begins (at its `u`).
 fn unicode_escape_len(after: &[u8]) -> Option<usize> {
-    match code_unit(after)? {
-        0xD800..=0xDBFF => match after.get(5..)? {
-            [b'\\', b'u', ..] if (0xDC00..=0xDFFF).contains(&code_unit(&after[6..])?) => {
-                Some(PAIR_LEN)
-            }
-            _ => None,
-        },
-        0xDC00..=0xDFFF => None,
-        _ => Some(6),
+    unicode_escape(after).map(|(_, len)| len)
+}
+
+/// The character the `\u` escape `after` begins (at its `u`) stands for,
+/// and the escape's length: 6, or [`PAIR_LEN`] for a high surrogate's
+/// escape followed by a low surrogate's; `None` for a lone or reversed
+/// surrogate.
+fn unicode_escape(after: &[u8]) -> Option<(char, usize)> {
+    let unit = code_unit(after)?;
+    if let Some(c) = char::from_u32(u32::from(unit)) {
+        return Some((c, 6));
     }
+    let low = match after.get(5..)? {
+        [b'\\', b'u', ..] => code_unit(&after[6..])?,
+        _ => return None,
+    };
+    let pair = char::decode_utf16([unit, low]).next()?.ok()?;
+    Some((pair, PAIR_LEN))
 }
 
 /// The UTF-16 code unit of the `\u` escape `after` begins (at its `u`):
@@ -94,16 +102,8 @@ pub fn unescape(raw: &str) -> Option<String> {
         match escaped(letter) {
             Some(c) => text.push(c),
             None if letter == b'u' => {
-                let after = &raw.as_bytes()[at + 1..];
-                let len = unicode_escape_len(after)?;
-                let high = u32::from(code_unit(after)?);
-                let code = if len == PAIR_LEN {
-                    let low = u32::from(code_unit(&after[6..])?);
-                    0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
-                } else {
-                    high
-                };
-                text.push(char::from_u32(code)?);
+                let (c, len) = unicode_escape(&raw.as_bytes()[at + 1..])?;
+                text.push(c);
                 from = at + len;
             }
             None => return None,

@@ -47,7 +47,7 @@ use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar};
 use proto::v1::{ChatMessage, RunInput};
 use serde_json::{Map, Value};
 
-use super::RESPONSES_PARAMETERS;
+use super::{RESPONSES_PARAMETERS, message};
 
 /// Where a body's run input lies, as byte ranges of the body: each of a
 /// chat's messages' role and text, and every member but routing's and the
@@ -184,10 +184,7 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     if spans.messages.is_empty() {
         return None;
     }
-    let mut parameters = Map::new();
-    for (key, value) in &spans.parameters {
-        parameters.insert(text_at(body, key)?.to_owned(), value_at(body, value)?);
-    }
+    let parameters = members(body, &spans.parameters)?;
     let mut messages = Vec::with_capacity(spans.messages.len());
     push_messages(body, &spans.messages, &mut messages)?;
     Some(RunInput {
@@ -226,26 +223,21 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
     if let Some(value) = instructions
         && let Some(text) = string_body(body, value)?
     {
-        messages.push(plain_message("system", text));
+        messages.push(message("system".to_owned(), text, Map::new()));
     }
     match items {
         Some(items) => push_messages(body, items, &mut messages)?,
-        None => messages.push(plain_message("user", string_body(body, input)??)),
+        None => messages.push(message(
+            "user".to_owned(),
+            string_body(body, input)??,
+            Map::new(),
+        )),
     }
     Some(RunInput {
         messages,
         parameters_json: Value::Object(parameters).to_string().into(),
         escaped_content: true,
     })
-}
-
-/// A message of `role` and the escaped `content`, without extras.
-fn plain_message(role: &str, content: Bytes) -> ChatMessage {
-    ChatMessage {
-        role: role.to_owned(),
-        content,
-        extra_json: Bytes::new(),
-    }
 }
 
 /// The value at `range` (a member's, no whitespace around it: the cursor
@@ -291,37 +283,33 @@ fn text_at<'a>(body: &'a Bytes, range: &Range<usize>) -> Option<&'a str> {
 }
 
 /// The messages of `spans` after `messages`, their roles unescaped, their
-/// texts slices of `body` and their extras a JSON object as serde writes
-/// one; `None` when a role or an extra does not read.
+/// texts slices of `body` and their extras made as the serde reader makes
+/// them ([`message`]); `None` when a role or an extra does not read.
 fn push_messages(
     body: &Bytes,
     spans: &[MessageSpans],
     messages: &mut Vec<ChatMessage>,
 ) -> Option<()> {
-    for message in spans {
-        let raw = text_at(body, &message.role)?;
-        let escaped = message.role_escaped;
-        messages.push(ChatMessage {
-            role: Scalar::Text { raw, escaped }.text()?.into_owned(),
-            content: message.content.text(body),
-            extra_json: object_json(body, &message.extras)?,
-        });
+    for noted in spans {
+        let raw = text_at(body, &noted.role)?;
+        let escaped = noted.role_escaped;
+        messages.push(message(
+            Scalar::Text { raw, escaped }.text()?.into_owned(),
+            noted.content.text(body),
+            members(body, &noted.extras)?,
+        ));
     }
     Some(())
 }
 
-/// The members at `spans` as one JSON object, serde's reading of each
-/// value (a later duplicate wins) written as serde writes a map; empty for
-/// none.
-fn object_json(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Bytes> {
-    if spans.is_empty() {
-        return Some(Bytes::new());
-    }
+/// The members at `spans` (key and value) as one object, each value as
+/// serde reads it; a later duplicate wins.
+fn members(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Map<String, Value>> {
     let mut object = Map::new();
     for (key, value) in spans {
         object.insert(text_at(body, key)?.to_owned(), value_at(body, value)?);
     }
-    Some(Value::Object(object).to_string().into())
+    Some(object)
 }
 
 /// What [`read_messages`] takes of a message.
