@@ -26,9 +26,11 @@
 # e.g. `PROMPT_BYTES=100000 hack/instructions.sh 200`), API (`chat`, the
 # default: Chat Completions; `responses`: Responses requests, the prompt as
 # a string `input`, e.g. `API=responses MODELS=mock-ollama`), STREAM=1
-# (streamed answers, read to their end, instead of whole ones), TOOLS=1 (a
-# chat is an agent's turn: a `tools` list, and after the prompt an
-# assistant's `tool_calls` and the tool's answer, before the next question),
+# (streamed answers, read to their end, instead of whole ones), TOOLS=N (a
+# chat is an agent's turn: a `tools` list of N, and after the prompt an
+# assistant's `tool_calls` and the tool's answer, before the next question;
+# past the first, each tool is a ~870-byte schema as a coding agent
+# declares its tools),
 # PROMPT_LINE (the line a long prompt repeats instead of k6's prose line;
 # the client escapes every character past ASCII, as Python's json.dumps
 # does by default: an emoji is a surrogate pair's two \u escapes),
@@ -71,12 +73,14 @@ fi
 tools=${TOOLS:-0}
 case $tools in
   0) ;;
-  1)
-    [ "$api" = chat ] || fail "TOOLS=1 is for API=chat"
-    api_env="${api_env}TOOLS=1 " title="$title, an agent's turn (tools)"
-    prompt_desc="$prompt_desc, in an agent's turn: a \`tools\` list, the prompt, an assistant's \`tool_calls\`, the tool's answer and a question"
+  '' | *[!0-9]*) fail "TOOLS must be a number of tools (0: none)" ;;
+  *)
+    [ "$api" = chat ] || fail "TOOLS is for API=chat"
+    tools_desc="a \`tools\` list"
+    [ "$tools" = 1 ] || tools_desc="a \`tools\` list of $tools (the others ~1 KB schemas, as a coding agent declares)"
+    api_env="${api_env}TOOLS=$tools " title="$title, an agent's turn ($tools tools)"
+    prompt_desc="$prompt_desc, in an agent's turn: $tools_desc, the prompt, an assistant's \`tool_calls\`, the tool's answer and a question"
     ;;
-  *) fail "TOOLS must be 0 or 1" ;;
 esac
 image_bytes=${IMAGE_BYTES:-}
 case $image_bytes in
@@ -131,8 +135,10 @@ if sys.argv[8]:
                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}}]
 if sys.argv[5] == "responses":
     path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": content})
-elif sys.argv[7] == "1":
-    # An agent's turn, as the openai client sends one.
+elif sys.argv[7] != "0":
+    # An agent's turn, as the openai client sends one; past the first, tools
+    # as a coding agent declares them: a paragraph of description and a
+    # schema of several typed, described properties (~1 KB each).
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
     path, body = "/v1/chat/completions", json.dumps({
@@ -140,7 +146,19 @@ elif sys.argv[7] == "1":
         "tools": [{"type": "function", "function": {
             "name": "get_weather", "description": "The weather in a city now.",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                           "required": ["city"]}}}],
+                           "required": ["city"]}}}] + [{"type": "function", "function": {
+            "name": f"workspace_tool_{i}",
+            "description": "Runs one step of the task in the user's workspace. Use it when the "
+                           "step needs the files as they are now; prefer a narrow path, and "
+                           "say why in `reason` so the user can follow along.",
+            "parameters": {"type": "object", "additionalProperties": False,
+                           "properties": {
+                "path": {"type": "string", "description": "The file or folder, relative to the workspace root."},
+                "pattern": {"type": "string", "description": "A regular expression to look for; omit it to read the whole file."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "description": "At most this many lines."},
+                "mode": {"type": "string", "enum": ["read", "search", "list"], "description": "What to do with the path."},
+                "reason": {"type": "string", "description": "One sentence for the user."}},
+                           "required": ["path", "mode"]}}} for i in range(1, int(sys.argv[7]))],
         "messages": [
             {"role": "system", "content": "You are a terse assistant."},
             {"role": "user", "content": content},

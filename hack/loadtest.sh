@@ -40,7 +40,8 @@
 # PROMPT_BYTES (the chat's user message length, default "hi"; e.g. 1000000
 # with qps for 1 MB request bodies), PROMPT_TEXT=plain|prose (a long prompt
 # without JSON escapes, or lines of words with quotes and newlines),
-# TOOLS=1 (each chat an agent's turn: tools, a tool call and its answer
+# TOOLS=N (each chat an agent's turn: N tools, past the first ~870-byte
+# schemas as a coding agent declares them, a tool call and its answer
 # around the prompt; perf/k6/lib.js), STREAMS, BATCH, RAMP, IOP_PROFILE=debug|release (default release, built
 # first), IOP_BIN_DIR=DIR (prebuilt binaries), IOP_NO_BUILD=1, K6=/path/to/k6,
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the

@@ -14,7 +14,7 @@
 //              letter repeated: a JSON string without escapes) or "prose"
 //              (lines of words with quotes, a newline every ~60 bytes, as
 //              real prompts have: a JSON string with escapes)
-//   TOOLS      1: a chat is an agent's turn: a `tools` list, and after the
+//   TOOLS      N: a chat is an agent's turn: a `tools` list of N, and after the
 //              prompt an assistant's `tool_calls` and the tool's answer, then
 //              a question (default 0: the prompt alone)
 //   SUMMARY_JSON  where handleSummary writes the compact summary (JSON)
@@ -86,8 +86,39 @@ const WEATHER_TOOL = {
   },
 };
 
+// Past the first, tools as a coding agent declares them: a paragraph of
+// description and a schema of several typed, described properties (~870
+// bytes each, the same as hack/instructions.sh's TOOLS=N).
+function workspaceTool(i) {
+  return {
+    type: 'function',
+    function: {
+      name: `workspace_tool_${i}`,
+      description:
+        "Runs one step of the task in the user's workspace. Use it when the step needs the files " +
+        'as they are now; prefer a narrow path, and say why in `reason` so the user can follow along.',
+      parameters: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          path: { type: 'string', description: 'The file or folder, relative to the workspace root.' },
+          pattern: { type: 'string', description: 'A regular expression to look for; omit it to read the whole file.' },
+          limit: { type: 'integer', minimum: 1, maximum: 2000, description: 'At most this many lines.' },
+          mode: { type: 'string', enum: ['read', 'search', 'list'], description: 'What to do with the path.' },
+          reason: { type: 'string', description: 'One sentence for the user.' },
+        },
+        required: ['path', 'mode'],
+      },
+    },
+  };
+}
+
+const TOOLS = envInt('TOOLS', 0);
+const TOOL_LIST = [WEATHER_TOOL];
+for (let i = 1; i < TOOLS; i++) TOOL_LIST.push(workspaceTool(i));
+
 export function chatBody(stream) {
-  if (envInt('TOOLS', 0) !== 1) {
+  if (TOOLS < 1) {
     return JSON.stringify({
       model: MODEL,
       stream: stream,
@@ -97,7 +128,7 @@ export function chatBody(stream) {
   return JSON.stringify({
     model: MODEL,
     stream: stream,
-    tools: [WEATHER_TOOL],
+    tools: TOOL_LIST,
     messages: [
       { role: 'system', content: 'You are a terse assistant.' },
       { role: 'user', content: prompt() },

@@ -75,7 +75,7 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
             ));
         };
         let content = text_of(&request.body, content, &["text"])?;
-        out.push(message(role, content, extra));
+        out.push(message(role, content, extra_json(extra)));
     }
     Ok(RunInput {
         messages: out,
@@ -105,12 +105,12 @@ fn responses_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiErro
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(text @ (Text::Borrowed(_) | Text::Owned(_))) = body.instructions {
         let text = text_of(&request.body, text, &[])?;
-        messages.push(message("system".to_owned(), text, Map::new()));
+        messages.push(message("system".to_owned(), text, Bytes::new()));
     }
     match body.messages {
         Some(Messages::Text(text)) => {
             let text = text_of(&request.body, text, &[])?;
-            messages.push(message("user".to_owned(), text, Map::new()));
+            messages.push(message("user".to_owned(), text, Bytes::new()));
         }
         Some(Messages::List(items)) => {
             for item in items {
@@ -126,7 +126,7 @@ fn responses_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiErro
                     ));
                 };
                 let content = text_of(&request.body, content, &["input_text", "output_text"])?;
-                messages.push(message(role, content, Map::new()));
+                messages.push(message(role, content, Bytes::new()));
             }
         }
         _ => {
@@ -194,17 +194,22 @@ fn invalid_content() -> ApiError {
     )
 }
 
-/// A run's message; its extras (members other than `role` and `content`)
-/// as a JSON object, empty when there are none.
-fn message(role: String, content: Bytes, extra: Map<String, Value>) -> ChatMessage {
+/// A run's message; `extra_json` its extras (members other than `role`
+/// and `content`) as a JSON object, empty when there are none.
+fn message(role: String, content: Bytes, extra_json: Bytes) -> ChatMessage {
     ChatMessage {
         role,
         content,
-        extra_json: if extra.is_empty() {
-            Default::default()
-        } else {
-            Value::Object(extra).to_string().into()
-        },
+        extra_json,
+    }
+}
+
+/// A message's extras as the run's `extra_json`: empty when there are none.
+fn extra_json(extra: Map<String, Value>) -> Bytes {
+    if extra.is_empty() {
+        Bytes::new()
+    } else {
+        Value::Object(extra).to_string().into()
     }
 }
 

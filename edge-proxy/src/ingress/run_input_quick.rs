@@ -36,16 +36,16 @@
 //! the same input): the routing members are left out, a chat's every other
 //! member is a parameter (a Responses request's `temperature`, `top_p` and
 //! `max_output_tokens` only) and a chat message's every other member one of
-//! its extras, each value read by serde from its bytes (a tool call's is
-//! short; the texts around it are what is long), and a later duplicate
-//! wins.
+//! its extras, and a later duplicate wins. Their values go on as the JSON
+//! text the client wrote and the cursor checked, not parsed and printed
+//! again ([`object_of`]): the same meaning as serde's, which the property
+//! tests compare.
 
 use std::ops::Range;
 
 use bytes::Bytes;
 use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar};
 use proto::v1::{ChatMessage, RunInput};
-use serde_json::{Map, Value};
 
 use super::{RESPONSES_PARAMETERS, message};
 
@@ -184,12 +184,12 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     if spans.messages.is_empty() {
         return None;
     }
-    let parameters = members(body, &spans.parameters)?;
+    let parameters = json_object(body, &spans.parameters)?;
     let mut messages = Vec::with_capacity(spans.messages.len());
     push_messages(body, &spans.messages, &mut messages)?;
     Some(RunInput {
         messages,
-        parameters_json: Value::Object(parameters).to_string().into(),
+        parameters_json: parameters,
         escaped_content: true,
     })
 }
@@ -202,7 +202,7 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
 /// when `input` is neither, or `instructions` neither a string nor `null`.
 pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     let (mut input, mut instructions) = (None, None);
-    let mut parameters = Map::new();
+    let mut parameters = Vec::new();
     for (key, value) in &spans.parameters {
         match text_at(body, key)? {
             "input" => input = Some(value),
@@ -212,7 +212,7 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
                     .iter()
                     .find(|(from, _)| *from == member)
                 {
-                    parameters.insert((*to).to_owned(), value_at(body, value)?);
+                    parameters.push((*to, body.get(value.clone())?));
                 }
             }
         }
@@ -223,19 +223,19 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
     if let Some(value) = instructions
         && let Some(text) = string_body(body, value)?
     {
-        messages.push(message("system".to_owned(), text, Map::new()));
+        messages.push(message("system".to_owned(), text, Bytes::new()));
     }
     match items {
         Some(items) => push_messages(body, items, &mut messages)?,
         None => messages.push(message(
             "user".to_owned(),
             string_body(body, input)??,
-            Map::new(),
+            Bytes::new(),
         )),
     }
     Some(RunInput {
         messages,
-        parameters_json: Value::Object(parameters).to_string().into(),
+        parameters_json: object_of(parameters),
         escaped_content: true,
     })
 }
@@ -250,11 +250,6 @@ fn string_body(body: &Bytes, range: &Range<usize>) -> Option<Option<Bytes>> {
         [b'"', .., b'"'] => Some(Some(body.slice(range.start + 1..range.end - 1))),
         _ => None,
     }
-}
-
-/// The JSON value at `range`, as serde reads it.
-fn value_at(body: &Bytes, range: &Range<usize>) -> Option<Value> {
-    serde_json::from_slice(body.get(range.clone())?).ok()
 }
 
 /// Where `inner`, a slice of `text`, lies in it.
@@ -293,23 +288,57 @@ fn push_messages(
     for noted in spans {
         let raw = text_at(body, &noted.role)?;
         let escaped = noted.role_escaped;
+        let extras = if noted.extras.is_empty() {
+            Bytes::new()
+        } else {
+            json_object(body, &noted.extras)?
+        };
         messages.push(message(
             Scalar::Text { raw, escaped }.text()?.into_owned(),
             noted.content.text(body),
-            members(body, &noted.extras)?,
+            extras,
         ));
     }
     Some(())
 }
 
-/// The members at `spans` (key and value) as one object, each value as
-/// serde reads it; a later duplicate wins.
-fn members(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Map<String, Value>> {
-    let mut object = Map::new();
-    for (key, value) in spans {
-        object.insert(text_at(body, key)?.to_owned(), value_at(body, value)?);
+/// The members at `spans` (key and value) as one JSON object, as the
+/// client wrote them (see [`object_of`]).
+fn json_object(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Bytes> {
+    let members = spans
+        .iter()
+        .map(|(key, value)| Some((text_at(body, key)?, body.get(value.clone())?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(object_of(members))
+}
+
+/// `members` (keys as the cursor read them, without escapes; values the
+/// JSON text it checked) as one JSON object, a later duplicate in the
+/// first's place. Not parsed and printed again by serde: an agent's `tools`
+/// are ~1 KB of schema each, tens of them in a coding agent's turn (24 took
+/// the normalized Edge ~600k instructions a request that way, issue 8).
+fn object_of(members: Vec<(&str, &[u8])>) -> Bytes {
+    let mut kept: Vec<(&str, &[u8])> = Vec::with_capacity(members.len());
+    for (key, value) in members {
+        match kept.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => kept.push((key, value)),
+        }
     }
-    Some(object)
+    let size: usize = kept.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut out = Vec::with_capacity(size + 2);
+    out.push(b'{');
+    for (i, (key, value)) in kept.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(value);
+    }
+    out.push(b'}');
+    out.into()
 }
 
 /// What [`read_messages`] takes of a message.

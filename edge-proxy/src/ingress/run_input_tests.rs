@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::ingress::openai::parse;
@@ -112,7 +112,9 @@ fn a_responses_request_becomes_instructions_then_its_input() {
             ("user", prompt.as_bytes())
         ]
     );
-    assert_eq!(&input.parameters_json[..], br#"{"max_tokens":9,"top_p":1}"#);
+    // As the client wrote them, in its order, a later duplicate in the
+    // first's place.
+    assert_eq!(&input.parameters_json[..], br#"{"top_p":1,"max_tokens":9}"#);
 
     let items = parse(Bytes::from_static(
         br#"{"model":"m","instructions":7,"input":[{"type":"message","role":"user",
@@ -240,7 +242,8 @@ fn quick_and_serde_responses(body: &str) -> Option<(RunInput, Result<RunInput, A
 }
 
 /// The input `quick` makes of `body` from routing's spans, its texts
-/// plain, and `serde`'s, when `quick` took it.
+/// plain and its JSON as serde writes it ([`canonical`]), and `serde`'s,
+/// when `quick` took it.
 fn quick_and_serde_of(
     body: &str,
     quick: fn(&Bytes, &InputSpans) -> Option<RunInput>,
@@ -248,7 +251,25 @@ fn quick_and_serde_of(
 ) -> Option<(RunInput, Result<RunInput, ApiError>)> {
     let request = parse(Bytes::from(body.to_owned())).ok()?;
     let input = quick(&request.body, request.input_spans.as_deref()?)?;
-    Some((plain(input), serde(&request)))
+    Some((canonical(plain(input)), serde(&request)))
+}
+
+/// `input` with its parameters and extras as serde writes them: the quick
+/// reader keeps the JSON text the client wrote (order, spaces, a number's
+/// digits), which means the same.
+fn canonical(mut input: RunInput) -> RunInput {
+    let canonical = |json: &Bytes| match json.is_empty() {
+        true => Bytes::new(),
+        false => serde_json::from_slice::<Value>(json)
+            .expect("the quick reader writes JSON")
+            .to_string()
+            .into(),
+    };
+    input.parameters_json = canonical(&input.parameters_json);
+    for message in &mut input.messages {
+        message.extra_json = canonical(&message.extra_json);
+    }
+    input
 }
 
 /// The quick reader's input of a request, from the spans routing found.
@@ -314,13 +335,17 @@ fn the_quick_reader_takes_the_common_shape() {
     assert_eq!(quick.messages[1].content, "");
     assert!(quick.messages[2].content.starts_with(b"The \"quick\""));
     assert_eq!(
+        &escaped.parameters_json[..],
+        br#"{"temperature":0.5,"max_tokens":16}"#
+    );
+    assert_eq!(
         &quick.parameters_json[..],
         br#"{"max_tokens":16,"temperature":0.5}"#
     );
 }
 
 #[test]
-fn an_agents_turn_is_taken_its_extras_as_serde_writes_them() {
+fn an_agents_turn_is_taken_its_extras_and_tools_as_the_client_wrote_them() {
     let prompt = "Plan the \\\"trip\\\".\\n".repeat(30);
     let body = format!(
         r#"{{"model":"m","tools":[{{"type":"function","function":{{"name":"get_weather",
@@ -354,7 +379,16 @@ fn an_agents_turn_is_taken_its_extras_as_serde_writes_them() {
     );
     assert_eq!(quick.messages[1].content, "");
     assert_eq!(quick.messages[2].content, r#"{"temp_c": 21}"#);
-    assert!(quick.parameters_json.starts_with(br#"{"tools":[{"#));
+    // Not parsed and printed again: the client's own JSON text.
+    let tools = r#"[{"type":"function","function":{"name":"get_weather",
+        "parameters":{"type":"object"}}}]"#;
+    assert_eq!(escaped.parameters_json, format!(r#"{{"tools":{tools}}}"#));
+    assert_eq!(
+        escaped.messages[1].extra_json,
+        r#"{"tool_calls":[{"id":"call_1","type":"function",
+          "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}"#
+    );
+    assert_eq!(escaped.messages[3].extra_json, r#"{"name":"ann"}"#);
 }
 
 #[test]

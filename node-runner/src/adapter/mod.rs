@@ -45,6 +45,7 @@
 //! answer maps to `AVAILABLE` / `UNAVAILABLE` / `UNKNOWN` is documented
 //! there.
 
+mod body_fields;
 mod lenient;
 #[cfg(test)]
 pub(crate) use lenient::json_value;
@@ -62,7 +63,6 @@ use proto::v1::{
     AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderConfig, ProviderHealth,
     RunEvent, RunEventKind, RunInput, Usage,
 };
-use serde_json::{Map, Value};
 
 use crate::provider_http::{BaseUrl, BaseUrlError, ProviderClient, ProviderError, ProviderRequest};
 
@@ -496,19 +496,4 @@ fn malformed(what: impl std::fmt::Display) -> ExecutionFailure {
         FailureSide::Provider,
         format!("malformed provider stream: {what}"),
     )
-}
-
-/// `bytes` as a JSON object; empty is `{}`.
-fn json_object(bytes: &[u8], what: &str) -> Result<Map<String, Value>, ExecutionFailure> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
-    }
-    match serde_json::from_slice(bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        _ => Err(failure(
-            FailureCode::InvalidRequest,
-            FailureSide::Client,
-            format!("{what} is not a JSON object"),
-        )),
-    }
 }

@@ -26,11 +26,11 @@ use proto::v1::{ExecutionFailure, FailureCode, FailureSide, ProviderHealth, Usag
 use serde::de::{IgnoredAny, MapAccess};
 use serde_json::{Map, Value, json};
 
+use super::body_fields::{Fields, Member};
 use super::lenient::{Count, Flag, FromMap, JsonObject, Lenient, Text, read_text};
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
-    TerminateError, failure, json_object, malformed, probe, request_body, status_failure,
-    transport_failure,
+    TerminateError, failure, malformed, probe, request_body, status_failure, transport_failure,
 };
 use crate::provider_http::ProviderClient;
 
@@ -71,32 +71,33 @@ impl OllamaAdapter {
     pub(super) fn body(
         spec: &ExecuteSpec,
     ) -> Result<crate::provider_http::RequestBody, ExecutionFailure> {
-        let mut params = json_object(&spec.input.parameters_json, "parameters_json")?;
-        let mut options = match params.remove("options") {
+        let mut params = Fields::parse(&spec.input.parameters_json, "parameters_json")?;
+        let mut options = match params.remove("options").map(Member::into_value) {
             Some(Value::Object(options)) => options,
             _ => Map::new(),
         };
         for key in OPTION_KEYS {
             if let Some(value) = params.remove(key) {
-                options.insert(key.into(), value);
+                options.insert(key.into(), value.into_value());
             }
         }
         let max = params
             .remove("max_completion_tokens")
-            .or_else(|| params.remove("max_tokens"));
+            .or_else(|| params.remove("max_tokens"))
+            .map(Member::into_value);
         if let Some(max) = max.filter(|m| !m.is_null()) {
             options.insert("num_predict".into(), max);
         }
-        let mut body = Map::new();
+        let mut body = Fields::default();
         for key in TOP_LEVEL_KEYS {
             if let Some(value) = params.remove(key) {
-                body.insert(key.into(), value);
+                body.insert(key, value);
             }
         }
-        body.insert("model".into(), Value::String(spec.target.clone()));
-        body.insert("stream".into(), Value::Bool(true));
+        body.insert("model", Value::String(spec.target.clone()));
+        body.insert("stream", Value::Bool(true));
         if !options.is_empty() {
-            body.insert("options".into(), Value::Object(options));
+            body.insert("options", Value::Object(options));
         }
         request_body::with_messages(body, &spec.input)
     }

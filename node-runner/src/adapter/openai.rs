@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use framing::sse::{SseItemRef, SseObserver};
 use proto::v1::{FailureCode, FailureSide, ProviderHealth, Usage};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use super::body_fields::{Fields, Member};
 use super::{
     Adapter, AdapterCapabilities, AdapterConfig, EventStream, ExecuteSpec, Parser, RuntimeEvent,
-    TerminateError, failure, json_object, malformed, probe, request_body,
+    TerminateError, failure, malformed, probe, request_body,
 };
 use crate::provider_http::ProviderClient;
 
@@ -77,16 +78,15 @@ impl OpenAiAdapter {
     pub(super) fn body(
         spec: &ExecuteSpec,
     ) -> Result<crate::provider_http::RequestBody, proto::v1::ExecutionFailure> {
-        let mut body = json_object(&spec.input.parameters_json, "parameters_json")?;
-        body.insert("model".into(), Value::String(spec.target.clone()));
-        body.insert("stream".into(), Value::Bool(true));
-        let options = body
-            .entry("stream_options")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if !options.is_object() {
-            *options = Value::Object(Default::default());
-        }
-        options["include_usage"] = Value::Bool(true);
+        let mut body = Fields::parse(&spec.input.parameters_json, "parameters_json")?;
+        body.insert("model", Value::String(spec.target.clone()));
+        body.insert("stream", Value::Bool(true));
+        let mut options = match body.remove("stream_options").map(Member::into_value) {
+            Some(Value::Object(options)) => options,
+            _ => Map::new(),
+        };
+        options.insert("include_usage".into(), Value::Bool(true));
+        body.insert("stream_options", Value::Object(options));
         request_body::with_messages(body, &spec.input)
     }
 }

@@ -11,7 +11,8 @@
 //! Each message is its `extra_json` object's fields, then `role` and
 //! `content` (which win over extra fields of the same name). The body's
 //! shape is fixed, so it is written as it is: the top-level fields and the
-//! extras (small) through serde_json, each message's role and text through
+//! extras as the Edge sent their values ([`Fields`]: an agent's tools are
+//! not parsed and printed again), each message's role and text through
 //! `json_escape_simd`, the same bytes as serde_json's escaping (tested
 //! below) at ~18 GB/s on plain text where serde_json's byte loop runs at
 //! ~0.7 GB/s. A message's text is escaped into the body once, never copied
@@ -19,13 +20,12 @@
 //! text into a `serde_json::Value`, fresh pages for it, and ~1.5 ms of
 //! escaping on top.
 
+use super::body_fields::Fields;
+use super::failure;
+use crate::provider_http::RequestBody;
 use bytes::Bytes;
 use json_escape_simd::escape_into;
 use proto::v1::{ExecutionFailure, FailureCode, FailureSide, RunInput};
-use serde_json::{Map, Value};
-
-use super::{failure, json_object};
-use crate::provider_http::RequestBody;
 
 /// An escaped text this long or longer goes into the body as a slice of
 /// the run's frame; a shorter one is copied (an iovec and a refcount cost
@@ -36,7 +36,7 @@ pub(super) const PASTED_SLICE_MIN: usize = 4 * 1024;
 /// `fields` is replaced), as JSON bytes. An `extra_json` that is not a
 /// JSON object is the client's error.
 pub(super) fn with_messages(
-    fields: Map<String, Value>,
+    fields: Fields<'_>,
     input: &RunInput,
 ) -> Result<RequestBody, ExecutionFailure> {
     let (json, pasted) = json_around_texts(fields, input)?;
@@ -60,31 +60,24 @@ pub(super) fn with_messages(
 type Pasted<'a> = Vec<(usize, &'a Bytes)>;
 
 /// The body's JSON but for the texts pasted as slices, and those.
-fn json_around_texts(
-    mut fields: Map<String, Value>,
-    input: &RunInput,
-) -> Result<(Vec<u8>, Pasted<'_>), ExecutionFailure> {
-    fields.remove("messages");
+fn json_around_texts<'a>(
+    fields: Fields<'_>,
+    input: &'a RunInput,
+) -> Result<(Vec<u8>, Pasted<'a>), ExecutionFailure> {
     let mut pasted = Pasted::new();
     // Sized up front (see `body_capacity`): a body that grows is copied
     // whole by the allocator, a long prompt included.
     let mut out = Vec::with_capacity(body_capacity(input));
     out.push(b'{');
-    for (key, value) in &fields {
-        member(&mut out, key, value);
-    }
+    fields.write_members(&mut out, &["messages"]);
     out.extend_from_slice(b"\"messages\":[");
     for (i, message) in input.messages.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         out.push(b'{');
-        let extra = json_object(&message.extra_json, "message extra_json")?;
-        for (key, value) in &extra {
-            if !matches!(key.as_str(), "role" | "content") {
-                member(&mut out, key, value);
-            }
-        }
+        Fields::parse(&message.extra_json, "message extra_json")?
+            .write_members(&mut out, &["role", "content"]);
         out.extend_from_slice(b"\"role\":");
         escape_into(&message.role, &mut out);
         out.extend_from_slice(b",\"content\":");
@@ -122,15 +115,6 @@ fn text(content: &[u8]) -> Result<&str, ExecutionFailure> {
             format!("a message's content is not UTF-8: {e}"),
         )
     })
-}
-
-/// Writes `"key":value,`.
-fn member(out: &mut Vec<u8>, key: &str, value: &Value) {
-    escape_into(key, out);
-    out.push(b':');
-    // A `Value` (string keys only) into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
-    out.push(b',');
 }
 
 /// The body's buffer: every message's parts and the parameters (but the
@@ -180,7 +164,7 @@ const ESCAPE_ROOM: usize = 5;
 mod tests {
     use proptest::prelude::*;
     use proto::v1::ChatMessage;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -205,10 +189,10 @@ mod tests {
             ],
             ..RunInput::default()
         };
-        let mut fields = Map::new();
-        fields.insert("model".into(), json!("m"));
-        fields.insert("stream".into(), json!(true));
-        fields.insert("messages".into(), json!("replaced"));
+        let mut fields = Fields::default();
+        fields.insert("model", json!("m"));
+        fields.insert("stream", json!(true));
+        fields.insert("messages", json!("replaced"));
         let body: Value =
             serde_json::from_slice(&with_messages(fields, &input).unwrap().to_bytes()).unwrap();
         assert_eq!(
@@ -230,7 +214,7 @@ mod tests {
             messages: vec![message("user", "hi", "[1]")],
             ..RunInput::default()
         };
-        let error = with_messages(Map::new(), &input).unwrap_err();
+        let error = with_messages(Fields::default(), &input).unwrap_err();
         assert!(error.message.contains("message extra_json"), "{error:?}");
     }
 
@@ -242,14 +226,14 @@ mod tests {
             messages: vec![not_utf8],
             ..RunInput::default()
         };
-        let error = with_messages(Map::new(), &input).unwrap_err();
+        let error = with_messages(Fields::default(), &input).unwrap_err();
         assert_eq!(error.code, FailureCode::InvalidRequest as i32);
         assert_eq!(error.side, FailureSide::Client as i32);
         assert!(error.message.contains("not UTF-8"), "{error:?}");
     }
 
     #[test]
-    fn the_body_is_compact_json_in_field_order() {
+    fn the_body_is_compact_json_in_field_order_and_extras_as_sent() {
         let input = RunInput {
             messages: vec![
                 message("system", "a\"b\\c\n\u{1}é😀", r#"{"z":1,"a":[true,null]}"#),
@@ -257,19 +241,19 @@ mod tests {
             ],
             ..RunInput::default()
         };
-        let mut fields = Map::new();
-        fields.insert("stream".into(), json!(false));
-        fields.insert("model".into(), json!("m\"1"));
+        let mut fields = Fields::default();
+        fields.insert("stream", json!(false));
+        fields.insert("model", json!("m\"1"));
         let body = with_messages(fields, &input).unwrap().to_bytes();
         assert_eq!(
             String::from_utf8(body.to_vec()).unwrap(),
             concat!(
-                r#"{"model":"m\"1","stream":false,"messages":["#,
-                r#"{"a":[true,null],"z":1,"role":"system","content":"a\"b\\c\n\u0001é😀"},"#,
+                r#"{"stream":false,"model":"m\"1","messages":["#,
+                r#"{"z":1,"a":[true,null],"role":"system","content":"a\"b\\c\n\u0001é😀"},"#,
                 r#"{"role":"user","content":""}]}"#,
             )
         );
-        let empty = with_messages(Map::new(), &RunInput::default()).unwrap();
+        let empty = with_messages(Fields::default(), &RunInput::default()).unwrap();
         assert_eq!(&empty.to_bytes()[..], br#"{"messages":[]}"#);
     }
 
@@ -286,7 +270,7 @@ mod tests {
             escaped_content: true,
             ..RunInput::default()
         };
-        let body = with_messages(Map::new(), &input).unwrap().to_bytes();
+        let body = with_messages(Fields::default(), &input).unwrap().to_bytes();
         let expected = format!(
             r#"{{"messages":[{{"role":"user","content":"{escaped}"}},{{"role":"user","content":""}},{{"tool_call_id":"c\n1","role":"tool","content":"{{\"t\":1}}"}}]}}"#
         );
@@ -308,14 +292,14 @@ mod tests {
             ..RunInput::default()
         };
         input.messages[1].content = frame.clone();
-        let (json, pasted) = json_around_texts(Map::new(), &input).unwrap();
+        let (json, pasted) = json_around_texts(Fields::default(), &input).unwrap();
         assert_eq!(json.capacity(), body_capacity(&input), "the buffer grew");
         assert!(
             json.capacity() < PASTED_SLICE_MIN,
             "the pasted text has no room"
         );
         assert_eq!(pasted.len(), 1);
-        let body = with_messages(Map::new(), &input).unwrap();
+        let body = with_messages(Fields::default(), &input).unwrap();
         let slices: Vec<_> = body.parts().collect();
         assert_eq!((slices.len(), slices[1].as_ptr()), (3, frame.as_ptr()));
         let parsed: Value = serde_json::from_slice(&body.to_bytes()).unwrap();
@@ -333,8 +317,8 @@ mod tests {
                 messages: vec![message("system", first, ""), message("user", second, "")],
                 ..RunInput::default()
             };
-            let mut fields = Map::new();
-            fields.insert("model".into(), json!("m"));
+            let mut fields = Fields::default();
+            fields.insert("model", json!("m"));
             let (body, _) = json_around_texts(fields, &input).unwrap();
             assert_eq!(body.capacity(), body_capacity(&input), "the buffer grew");
             let parsed: Value = serde_json::from_slice(&body).unwrap();

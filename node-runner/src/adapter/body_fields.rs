@@ -1,0 +1,251 @@
+//! A JSON object from the Edge — a run's `parameters_json`, a message's
+//! `extra_json` — as its members, each value kept as the JSON text it came
+//! as, not parsed.
+//!
+//! An agent's turn declares its tools, ~1 KB of JSON schema each and tens
+//! of them in a coding agent's request, and the Edge passes them on as the
+//! client wrote them. Parsed into a `serde_json::Value` tree and printed
+//! again into the provider's body, 24 such tools (~21 KB) had cost the
+//! Node ~1M instructions a request (issue 8: `TOOLS=24
+//! hack/instructions.sh`). Here the object's members are found by
+//! `framing::json_quick`'s cursor, which checks every value is JSON, and
+//! written as they are; only the few members an adapter reads or changes
+//! (`stream_options`, Ollama's sampling knobs) are parsed, when it takes
+//! them. An object the cursor declines (an escaped key, a number with an
+//! exponent, deeper nesting) is read by serde, as every object was before.
+//!
+//! **Invariants:** a later duplicate key wins (as in a JSON object parsed
+//! whole), and the members are written in the order first seen; every
+//! value written is JSON (checked by the cursor, or serde's).
+
+use std::borrow::Cow;
+
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
+use json_escape_simd::escape_into;
+use proto::v1::{ExecutionFailure, FailureCode, FailureSide};
+use serde_json::Value;
+
+use super::failure;
+
+/// A JSON object's members, in order, each key once.
+#[derive(Debug, Default)]
+pub(super) struct Fields<'a> {
+    members: Vec<(Cow<'a, str>, Member<'a>)>,
+}
+
+/// A member's value.
+#[derive(Debug)]
+pub(super) enum Member<'a> {
+    /// The JSON text of a value the cursor checked.
+    Raw(&'a str),
+    /// A value serde read, or an adapter made.
+    Value(Value),
+}
+
+impl From<Value> for Member<'_> {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
+
+impl Member<'_> {
+    /// The value, parsed if it is still text.
+    pub(super) fn into_value(self) -> Value {
+        match self {
+            // The cursor took it as JSON, which serde reads too; `Null` is
+            // never reached.
+            Self::Raw(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            Self::Value(value) => value,
+        }
+    }
+
+    /// Writes the value's JSON.
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Raw(text) => out.extend_from_slice(text.as_bytes()),
+            // A `Value` (string keys only) into a Vec cannot fail.
+            Self::Value(value) => {
+                let _ = serde_json::to_writer(&mut *out, value);
+            }
+        }
+    }
+}
+
+impl<'a> Fields<'a> {
+    /// The members of `bytes`, a JSON object (empty or whitespace is `{}`);
+    /// anything else is the client's error, naming `what`.
+    pub(super) fn parse(bytes: &'a [u8], what: &str) -> Result<Self, ExecutionFailure> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self::default());
+        }
+        if let Some(fields) = Self::quick(bytes) {
+            return Ok(fields);
+        }
+        match serde_json::from_slice(bytes) {
+            Ok(Value::Object(map)) => {
+                let members = map
+                    .into_iter()
+                    .map(|(key, value)| (Cow::Owned(key), Member::Value(value)))
+                    .collect();
+                Ok(Self { members })
+            }
+            _ => Err(failure(
+                FailureCode::InvalidRequest,
+                FailureSide::Client,
+                format!("{what} is not a JSON object"),
+            )),
+        }
+    }
+
+    /// The members as the cursor reads them; `None` where it declines.
+    fn quick(bytes: &'a [u8]) -> Option<Self> {
+        let text = simdutf8::basic::from_utf8(bytes).ok()?;
+        let mut cursor = Cursor::spaced(text);
+        let mut fields = Self::default();
+        cursor.object(|key, cursor| {
+            let value = cursor.skip_any_text(MAX_SKIP_DEPTH - 1)?;
+            fields.insert(key, Member::Raw(value));
+            Some(())
+        })?;
+        cursor.only_whitespace_left().then_some(fields)
+    }
+
+    /// Takes `key`'s value out.
+    pub(super) fn remove(&mut self, key: &str) -> Option<Member<'a>> {
+        let at = self.members.iter().position(|(k, _)| k == key)?;
+        Some(self.members.remove(at).1)
+    }
+
+    /// Sets `key` to `value`: in the place of its value if it has one, else
+    /// last.
+    pub(super) fn insert(&mut self, key: impl Into<Cow<'a, str>>, value: impl Into<Member<'a>>) {
+        let (key, value) = (key.into(), value.into());
+        match self.members.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, slot)) => *slot = value,
+            None => self.members.push((key, value)),
+        }
+    }
+
+    /// Writes each member but those `skip` names as `"key":value,`.
+    pub(super) fn write_members(&self, out: &mut Vec<u8>, skip: &[&str]) {
+        for (key, value) in &self.members {
+            if !skip.contains(&key.as_ref()) {
+                escape_into(key, out);
+                out.push(b':');
+                value.write(out);
+                out.push(b',');
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// `fields` written as an object.
+    fn object(fields: &Fields<'_>) -> Vec<u8> {
+        let mut out = b"{".to_vec();
+        fields.write_members(&mut out, &[]);
+        if out.len() > 1 {
+            out.pop();
+        }
+        out.push(b'}');
+        out
+    }
+
+    #[test]
+    fn values_are_written_as_they_came_and_later_duplicates_win() {
+        let text =
+            "{\"tools\": [{\"type\": \"function\", \"x\": 1.50}],\n \"t\":0.2, \"tools\":[]}";
+        let fields = Fields::parse(text.as_bytes(), "p").unwrap();
+        assert!(matches!(fields.members[0].1, Member::Raw(_)));
+        assert_eq!(&object(&fields)[..], br#"{"tools":[],"t":0.2}"#);
+        let kept = r#"{"b":{"deep":[1, -0.25, "\u00e9\n"]},"a":null}"#;
+        let fields = Fields::parse(kept.as_bytes(), "p").unwrap();
+        assert_eq!(String::from_utf8(object(&fields)).unwrap(), kept);
+    }
+
+    #[test]
+    fn what_the_cursor_declines_is_read_by_serde() {
+        let text = r#"{"b\u0041":1e3,"a":2}"#;
+        let fields = Fields::parse(text.as_bytes(), "p").unwrap();
+        assert!(matches!(fields.members[0].1, Member::Value(_)));
+        assert_eq!(&object(&fields)[..], br#"{"a":2,"bA":1000.0}"#);
+        for empty in ["", " \n"] {
+            assert!(
+                Fields::parse(empty.as_bytes(), "p")
+                    .unwrap()
+                    .members
+                    .is_empty()
+            );
+        }
+        for not_an_object in ["7", "[1]", "{\"a\":}", "{} {}", "\"x\""] {
+            let error = Fields::parse(not_an_object.as_bytes(), "p_json").unwrap_err();
+            assert_eq!(error.code, FailureCode::InvalidRequest as i32);
+            assert_eq!(error.side, FailureSide::Client as i32);
+            assert!(error.message.contains("p_json"), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn members_are_taken_set_and_skipped() {
+        let mut fields = Fields::parse(br#"{"a":{"x":1},"b":2,"c":3}"#, "p").unwrap();
+        assert_eq!(fields.remove("a").unwrap().into_value(), json!({"x": 1}));
+        assert!(fields.remove("a").is_none());
+        fields.insert("b", json!("two"));
+        fields.insert("d", json!(true));
+        let mut out = Vec::new();
+        fields.write_members(&mut out, &["c"]);
+        assert_eq!(&out[..], br#""b":"two","d":true,"#);
+    }
+
+    /// JSON objects of nested values, compact or spaced, keys repeated.
+    fn json_object() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just(json!(null)),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        let value = leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-c]{1,2}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        (
+            prop::collection::vec(("[a-d]{1,2}", value), 0..6),
+            any::<bool>(),
+        )
+            .prop_map(|(members, pretty)| {
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|(key, value)| {
+                        let value = if pretty {
+                            serde_json::to_string_pretty(value).unwrap()
+                        } else {
+                            value.to_string()
+                        };
+                        format!("{key:?}:{value}")
+                    })
+                    .collect();
+                format!("{{{}}}", members.join(if pretty { ",\n  " } else { "," }))
+            })
+    }
+
+    proptest! {
+        /// Whichever way an object is read, it is written as serde reads it.
+        #[test]
+        fn an_object_is_written_as_serde_reads_it(text in json_object()) {
+            let fields = Fields::parse(text.as_bytes(), "p").unwrap();
+            let written: Value = serde_json::from_slice(&object(&fields)).unwrap();
+            prop_assert_eq!(written, serde_json::from_str::<Value>(&text).unwrap());
+        }
+    }
+}
