@@ -15,7 +15,12 @@
 //!   Python's `json.dumps` writes it (the emoji a surrogate pair of `\u`
 //!   escapes);
 //! - `japanese_30k`: 30,000 characters of Japanese, the same way (every
-//!   character a `\u` escape).
+//!   character a `\u` escape);
+//! - `tools_24_spaced`, `tools_24_compact`: an agent's turn declaring 24
+//!   tools (~870-byte schemas, as `hack/instructions.sh`'s `TOOLS=24`), as
+//!   Python's `json.dumps` writes it (`", "` and `": "`) and as
+//!   `JSON.stringify` does: keys, short strings and numbers, the shape
+//!   whose every token the cursor reads.
 //!
 //! Callgrind counts instructions (`hack/instructions.sh`); this is the
 //! clock, for a change whose instructions are not all alike (SIMD).
@@ -24,6 +29,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
+use serde::Serialize;
 use serde_json::json;
 
 /// A chat body with `content` as its user message.
@@ -52,6 +58,76 @@ fn ascii_only(json: &str) -> String {
         }
     }
     out
+}
+
+/// An agent's turn with `count` tools: a weather tool, then schemas as a
+/// coding agent declares its tools.
+fn agent_turn(count: usize) -> serde_json::Value {
+    let mut tools = vec![json!({"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}})];
+    tools.extend((1..count).map(|i| json!({"type": "function", "function": {
+        "name": format!("workspace_tool_{i}"),
+        "description": "Runs one step of the task in the user's workspace. Use it when the \
+            step needs the files as they are now; prefer a narrow path, and say why in \
+            `reason` so the user can follow along.",
+        "parameters": {"type": "object", "additionalProperties": false, "properties": {
+            "path": {"type": "string", "description": "The file or folder, relative to the workspace root."},
+            "pattern": {"type": "string", "description": "A regular expression to look for; omit it to read the whole file."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "description": "At most this many lines."},
+            "mode": {"type": "string", "enum": ["read", "search", "list"], "description": "What to do with the path."},
+            "reason": {"type": "string", "description": "One sentence for the user."}},
+            "required": ["path", "mode"]}}})));
+    json!({"model": "m", "stream": true, "tools": tools, "messages": [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 21}"},
+        {"role": "user", "content": "And tomorrow?"}]})
+}
+
+/// `value` as Python's `json.dumps` writes it: `", "` between members and
+/// elements, `": "` after a key.
+fn python_spaced(value: &serde_json::Value) -> String {
+    struct Spaced;
+    impl serde_json::ser::Formatter for Spaced {
+        fn begin_array_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            writer: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                writer.write_all(b", ")
+            }
+        }
+        fn begin_object_key<W: ?Sized + std::io::Write>(
+            &mut self,
+            writer: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                writer.write_all(b", ")
+            }
+        }
+        fn begin_object_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            writer: &mut W,
+        ) -> std::io::Result<()> {
+            writer.write_all(b": ")
+        }
+    }
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, Spaced);
+    value
+        .serialize(&mut serializer)
+        .expect("a Value into a Vec");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 fn workloads() -> Vec<(&'static str, String)> {
@@ -83,6 +159,8 @@ fn workloads() -> Vec<(&'static str, String)> {
         ("image_1m", chat(image)),
         ("emoji_100k", ascii_only(&chat(json!(emoji)))),
         ("japanese_30k", ascii_only(&chat(json!(japanese)))),
+        ("tools_24_spaced", python_spaced(&agent_turn(24))),
+        ("tools_24_compact", agent_turn(24).to_string()),
     ]
 }
 
