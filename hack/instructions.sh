@@ -34,6 +34,9 @@
 # PROMPT_LINE (the line a long prompt repeats instead of k6's prose line;
 # the client escapes every character past ASCII, as Python's json.dumps
 # does by default: an emoji is a surrogate pair's two \u escapes),
+# MESSAGES=N (the chat's history: N messages before the prompt, user and
+# assistant by turns, ~300 bytes of prose each, as a chat client sends the
+# whole conversation every turn),
 # IMAGE_BYTES (the user message also carries an image of that many base64
 # bytes as a data URL, as a vision client sends one; for the tunnel: a
 # normalized run refuses images).
@@ -82,6 +85,16 @@ case $tools in
     prompt_desc="$prompt_desc, in an agent's turn: $tools_desc, the prompt, an assistant's \`tool_calls\`, the tool's answer and a question"
     ;;
 esac
+history=${MESSAGES:-}
+case $history in
+  '') ;;
+  *[!0-9]*) fail "MESSAGES must be a number of messages" ;;
+  *)
+    [ "$api" = chat ] && [ "$tools" = 0 ] || fail "MESSAGES is for API=chat without TOOLS"
+    api_env="${api_env}MESSAGES=$history " title="$title, after a conversation of $history messages"
+    prompt_desc="$prompt_desc, after a conversation of $history messages (user and assistant by turns, ~300 bytes of prose each), as a chat client sends its history"
+    ;;
+esac
 image_bytes=${IMAGE_BYTES:-}
 case $image_bytes in
   '') ;;
@@ -119,7 +132,7 @@ mkdir -p "$keep"
 # client URL MODEL N: N small chats from 4 keep-alive clients; fails on any
 # answer that is not a 200.
 client() {
-  python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" "$image_bytes" <<'PY'
+  python3 - "$@" "$prompt_bytes" "$api" "$stream" "$tools" "$image_bytes" "$history" <<'PY'
 import http.client, json, os, sys, threading, urllib.parse
 url, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # k6's PROMPT_TEXT=prose (perf/k6/lib.js): lines with quotes and a newline.
@@ -166,8 +179,13 @@ elif sys.argv[7] != "0":
             {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temp_c": 21})},
             {"role": "user", "content": "And tomorrow?"}]})
 else:
+    # A chat client's history before the question, when asked for.
+    turn = ('The "quick" brown fox jumps over the lazy dog, twice.\n' * 6)[:300]
+    history = [{"role": ("user", "assistant")[i % 2], "content": turn}
+               for i in range(int(sys.argv[9] or 0))]
     path, body = "/v1/chat/completions", json.dumps(
-        {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}]})
+        {"model": model, "stream": stream,
+         "messages": history + [{"role": "user", "content": content}]})
 failed = []
 def run(count):
     conn = http.client.HTTPConnection(host, timeout=120)
