@@ -24,6 +24,51 @@ fn serde_reads(text: &str) -> bool {
 }
 
 #[test]
+fn containers_close_in_order_and_nest_within_the_depth() {
+    let skip = |text: &str, depth: usize| {
+        let mut cursor = Cursor::new(text);
+        cursor.skip_any(depth).is_some() && cursor.at_end()
+    };
+    let nested = r#"{"a":[{"b":[1,{}]},2,[]],"c":{},"d":"x"}"#;
+    assert!(skip(nested, 5));
+    assert!(!skip(nested, 4), "{{}} inside [1,{{}}] is the fifth level");
+    for (text, depth) in [("7", 0), ("[]", 1), ("{}", 1), (r#"[[],{"a":[]}]"#, 3)] {
+        assert!(skip(text, depth), "{text}");
+    }
+    for (text, depth) in [("[]", 0), ("{}", 0), (r#"[[],{"a":[]}]"#, 2)] {
+        assert!(!skip(text, depth), "{text} at {depth}");
+    }
+    let deepest = format!(
+        "{}{}",
+        "[".repeat(MAX_SKIP_DEPTH),
+        "]".repeat(MAX_SKIP_DEPTH)
+    );
+    assert!(skip(&deepest, MAX_SKIP_DEPTH));
+    assert!(
+        !skip(&format!("[{deepest}]"), MAX_SKIP_DEPTH + 1),
+        "bounded by MAX_SKIP_DEPTH"
+    );
+    for declined in [
+        "[1}",
+        r#"{"a":1]"#,
+        r#"[{"a":1]}"#,
+        "[1,]",
+        r#"{"a":1,}"#,
+        "{,}",
+        "[,1]",
+        r#"{"a"}"#,
+        r#"{"a":}"#,
+        r#"{"a" 1}"#,
+        r#"{1:2}"#,
+        "[1 2]",
+        "[",
+        r#"{"a":["#,
+    ] {
+        assert!(!skip(declined, MAX_SKIP_DEPTH), "{declined}");
+    }
+}
+
+#[test]
 fn numbers_are_skipped_by_the_json_grammar_without_exponents() {
     for taken in [
         "0",
@@ -155,6 +200,27 @@ proptest! {
         let doc = format!("{{\"p\":\"{}{doc}\",\"model\":\"m\"}}{}", "x".repeat(pad), " ".repeat(64));
         if skips(&doc, false) {
             prop_assert!(serde_reads(&doc), "skipped what serde refuses: {:?}", doc);
+        }
+    }
+
+    /// A value nested `n` containers deep is skipped at a depth of `n`,
+    /// declined at `n - 1`, and the cursor ends past it.
+    #[test]
+    fn nesting_is_bounded_by_the_depth_given(value in any_value(), spaced in any::<bool>()) {
+        fn nesting(value: &Value) -> usize {
+            match value {
+                Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+                Value::Object(members) => 1 + members.values().map(nesting).max().unwrap_or(0),
+                _ => 0,
+            }
+        }
+        let text = if spaced { serde_json::to_string_pretty(&value).unwrap() } else { value.to_string() };
+        let n = nesting(&value);
+        let mut cursor = Cursor::spaced(&text);
+        prop_assert!(cursor.skip_any(n).is_some(), "{:?} at {}", text, n);
+        prop_assert!(cursor.at_end(), "{:?}", text);
+        if let Some(less) = n.checked_sub(1) {
+            prop_assert!(Cursor::spaced(&text).skip_any(less).is_none(), "{:?} at {}", text, less);
         }
     }
 
