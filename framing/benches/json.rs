@@ -92,28 +92,28 @@ fn agent_turn(count: usize) -> serde_json::Value {
 /// elements, `": "` after a key.
 fn python_spaced(value: &serde_json::Value) -> String {
     struct Spaced;
+    /// `", "` before every element or member but the first.
+    fn separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
     impl serde_json::ser::Formatter for Spaced {
         fn begin_array_value<W: ?Sized + std::io::Write>(
             &mut self,
             writer: &mut W,
             first: bool,
         ) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                writer.write_all(b", ")
-            }
+            separator(writer, first)
         }
         fn begin_object_key<W: ?Sized + std::io::Write>(
             &mut self,
             writer: &mut W,
             first: bool,
         ) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                writer.write_all(b", ")
-            }
+            separator(writer, first)
         }
         fn begin_object_value<W: ?Sized + std::io::Write>(
             &mut self,
