@@ -90,9 +90,7 @@ if [ "$scenario" = ramp ]; then
 elif [ "$scenario" != open ]; then
   k6_env+=(-e DURATION="${duration:-10s}")
 fi
-[ -z "${PROMPT_BYTES:-}" ] || k6_env+=(-e PROMPT_BYTES="$PROMPT_BYTES")
-[ -z "${PROMPT_TEXT:-}" ] || k6_env+=(-e PROMPT_TEXT="$PROMPT_TEXT")
-[ -z "${TOOLS:-}" ] || k6_env+=(-e TOOLS="$TOOLS")
+bench_request_env
 
 bench_init
 if [ "$scenario" = open ]; then bench_oha; else bench_k6; fi

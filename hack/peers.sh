@@ -28,7 +28,8 @@
 #
 # Env: DURATION (k6/oha duration per path, default 10s), PEERS (default
 # "direct nginx haproxy rathole litellm iop"), IOP_MODELS (IOP_MODEL: one), VUS, RATE,
-# CONCURRENCY, WARMUP and CONNECTIONS (open), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS /
+# CONCURRENCY, WARMUP and CONNECTIONS (open), PROMPT_BYTES / PROMPT_TEXT /
+# TOOLS (the request's shape, k6 scenarios: as hack/loadtest.sh), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS /
 # IOP_EDGE_ARGS / IOP_NODE_ARGS / IOP_EDGE_YAML (as hack/loadtest.sh; IOP_WORKERS=1 matches nginx's
 # and haproxy's one worker).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
@@ -301,14 +302,16 @@ cpu_figures() {
   echo "$cell / $(bench_cpu_per_request "${b[last]}" "${a[last]}" "$n") / $(bench_cpu_per_request "${b[last + 1]}" "${a[last + 1]}" "$n")|$(bench_cpu_per_request 0 "$sum" "$n")"
 }
 
-# peers_scenario NAME: bench_scenario, and loadgen (k6, or oha for open);
-# fails for a scenario peers do not run.
+# peers_scenario NAME: bench_scenario, loadgen (k6, or oha for open) and
+# the request's shape in k6_env (bench_request_env); fails for a scenario
+# peers do not run.
 peers_scenario() {
   if ! bench_scenario "$1" || [ "$script" = long-streams.js ]; then
     fail "scenario $1: use stream, bulk, qps, nonstream or open"
   fi
   loadgen=k6
   [ "$script" != oha ] || loadgen=oha
+  bench_request_env
 }
 
 # peers_oha_headline OHA_JSON OFFERED: oha's summary as the `headline` the

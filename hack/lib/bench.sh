@@ -376,6 +376,15 @@ bench_md_header() {
 MD
 }
 
+# bench_request_env: appends the request's shape to k6_env from the
+# environment — PROMPT_BYTES, PROMPT_TEXT, TOOLS (perf/k6/lib.js reads
+# them), for every k6 scenario of hack/loadtest.sh and hack/peers.sh.
+bench_request_env() {
+  [ -z "${PROMPT_BYTES:-}" ] || k6_env+=(-e PROMPT_BYTES="$PROMPT_BYTES")
+  [ -z "${PROMPT_TEXT:-}" ] || k6_env+=(-e PROMPT_TEXT="$PROMPT_TEXT")
+  [ -z "${TOOLS:-}" ] || k6_env+=(-e TOOLS="$TOOLS")
+}
+
 # --- scenarios (shared by hack/loadtest.sh and hack/peers.sh) --------------------
 # bench_scenario NAME: sets script (a k6 script, or "oha" for open),
 # mock_flags (the mock provider's knob defaults) and k6_env, and for open
