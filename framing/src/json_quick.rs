@@ -99,6 +99,39 @@ pub const MAX_SKIP_DEPTH: usize = 32;
 /// The longest number [`Cursor::skip_any`] takes, in bytes.
 pub const MAX_SKIPPED_NUMBER: usize = 24;
 
+/// An object's `members` (key, value) with each key once, as a JSON object
+/// parsed whole reads them: a later duplicate's value wins, in the place
+/// of the key's first. Linear for a few members; by a hash map (std's
+/// randomly keyed SipHash: the keys are a client's) past [`FEW_MEMBERS`],
+/// so a body of a million members costs a million lookups, not a million
+/// squared comparisons.
+pub fn last_wins<K: AsRef<str>, V>(members: Vec<(K, V)>) -> Vec<(K, V)> {
+    let mut kept: Vec<(K, V)> = Vec::with_capacity(members.len());
+    if members.len() <= FEW_MEMBERS {
+        for (key, value) in members {
+            match kept.iter_mut().find(|(k, _)| k.as_ref() == key.as_ref()) {
+                Some(slot) => slot.1 = value,
+                None => kept.push((key, value)),
+            }
+        }
+        return kept;
+    }
+    let mut at = std::collections::HashMap::<String, usize>::with_capacity(members.len());
+    for (key, value) in members {
+        match at.get(key.as_ref()) {
+            Some(&i) => kept[i].1 = value,
+            None => {
+                at.insert(key.as_ref().to_owned(), kept.len());
+                kept.push((key, value));
+            }
+        }
+    }
+    kept
+}
+
+/// Members [`last_wins`] compares pairwise before it takes a hash map.
+pub const FEW_MEMBERS: usize = 16;
+
 /// The bytes that end a plain string's run: its closing quote, an escape,
 /// a control character (one table load a byte, not three comparisons).
 static STRING_STOP: [bool; 256] = {

@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use super::{Cursor, MAX_SKIP_DEPTH, unescape};
+use super::{Cursor, FEW_MEMBERS, MAX_SKIP_DEPTH, last_wins, unescape};
 
 /// Whether the cursor skips `text` as one whole document.
 fn skips(text: &str, spaced: bool) -> bool {
@@ -21,6 +21,38 @@ fn skips(text: &str, spaced: bool) -> bool {
 /// members (`deserialize_any`: numbers out of range are errors).
 fn serde_reads(text: &str) -> bool {
     serde_json::from_str::<Value>(text).is_ok()
+}
+
+/// [`last_wins`] as a JSON object parsed whole reads it, the slow way.
+fn last_wins_by_scan(members: &[(String, u32)]) -> Vec<(String, u32)> {
+    let mut kept: Vec<(String, u32)> = Vec::new();
+    for (key, value) in members {
+        match kept.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = *value,
+            None => kept.push((key.clone(), *value)),
+        }
+    }
+    kept
+}
+
+#[test]
+fn a_later_duplicate_wins_in_the_first_ones_place_however_many_members() {
+    let few = vec![("a", 1), ("b", 2), ("a", 3)];
+    assert_eq!(last_wins(few), [("a", 3), ("b", 2)]);
+    // Past FEW_MEMBERS the hash map: the same answer, for 200k members
+    // over 50k keys (a pairwise scan would compare ~10^10 pairs).
+    let many: Vec<(String, u32)> = (0..200_000u32)
+        .map(|i| (format!("k{}", i % 50_000), i))
+        .collect();
+    let kept = last_wins(many);
+    assert_eq!(kept.len(), 50_000);
+    assert!(kept.len() > FEW_MEMBERS);
+    for (i, (key, value)) in kept.iter().enumerate() {
+        assert_eq!(
+            (key.as_str(), *value),
+            (format!("k{i}").as_str(), 150_000 + i as u32)
+        );
+    }
 }
 
 #[test]
@@ -201,6 +233,15 @@ proptest! {
         if skips(&doc, false) {
             prop_assert!(serde_reads(&doc), "skipped what serde refuses: {:?}", doc);
         }
+    }
+
+    /// [`last_wins`] keeps what a pairwise scan keeps, on either side of
+    /// [`FEW_MEMBERS`].
+    #[test]
+    fn last_wins_is_the_pairwise_scan(
+        members in prop::collection::vec(("[a-e]{1,2}", any::<u32>()), 0..3 * FEW_MEMBERS),
+    ) {
+        prop_assert_eq!(last_wins(members.clone()), last_wins_by_scan(&members));
     }
 
     /// A value nested `n` containers deep is skipped at a depth of `n`,

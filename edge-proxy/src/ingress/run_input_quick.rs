@@ -44,7 +44,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar};
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar, last_wins};
 use proto::v1::{ChatMessage, RunInput};
 
 use super::{RESPONSES_PARAMETERS, message};
@@ -318,13 +318,7 @@ fn json_object(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<B
 /// are ~1 KB of schema each, tens of them in a coding agent's turn (24 took
 /// the normalized Edge ~600k instructions a request that way, issue 8).
 fn object_of(members: Vec<(&str, &[u8])>) -> Bytes {
-    let mut kept: Vec<(&str, &[u8])> = Vec::with_capacity(members.len());
-    for (key, value) in members {
-        match kept.iter_mut().find(|(k, _)| *k == key) {
-            Some(slot) => slot.1 = value,
-            None => kept.push((key, value)),
-        }
-    }
+    let kept = last_wins(members);
     let size: usize = kept.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
     let mut out = Vec::with_capacity(size + 2);
     out.push(b'{');

@@ -345,6 +345,26 @@ fn the_quick_reader_takes_the_common_shape() {
 }
 
 #[test]
+fn thousands_of_parameters_are_each_written_once() {
+    // A client may send any number of members; each key once, the last
+    // value, as serde reads the body.
+    let parameters: Vec<String> = (0..20_000)
+        .map(|i| format!(r#""p{}":{i}"#, i % 5_000))
+        .collect();
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],{}}}"#,
+        parameters.join(",")
+    );
+    let request = parse(Bytes::from(body.clone())).unwrap();
+    let quick = quick_input(&request).expect("taken");
+    let written: Value = serde_json::from_slice(&quick.parameters_json).unwrap();
+    assert_eq!(written.as_object().unwrap().len(), 5_000);
+    assert_eq!(written["p4999"], 19_999);
+    let (quick, serde) = quick_and_serde(&body).expect("taken");
+    assert_eq!(quick, serde.unwrap());
+}
+
+#[test]
 fn an_agents_turn_is_taken_its_extras_and_tools_as_the_client_wrote_them() {
     let prompt = "Plan the \\\"trip\\\".\\n".repeat(30);
     let body = format!(

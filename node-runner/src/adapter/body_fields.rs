@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 
-use framing::json_quick::{Cursor, MAX_SKIP_DEPTH};
+use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, last_wins};
 use json_escape_simd::escape_into;
 use proto::v1::{ExecutionFailure, FailureCode, FailureSide};
 use serde_json::Value;
@@ -101,13 +101,14 @@ impl<'a> Fields<'a> {
     fn quick(bytes: &'a [u8]) -> Option<Self> {
         let text = simdutf8::basic::from_utf8(bytes).ok()?;
         let mut cursor = Cursor::spaced(text);
-        let mut fields = Self::default();
+        let mut members = Vec::new();
         cursor.object(|key, cursor| {
             let value = cursor.skip_any_text(MAX_SKIP_DEPTH - 1)?;
-            fields.insert(key, Member::Raw(value));
+            members.push((Cow::Borrowed(key), Member::Raw(value)));
             Some(())
         })?;
-        cursor.only_whitespace_left().then_some(fields)
+        let members = last_wins(members);
+        cursor.only_whitespace_left().then_some(Self { members })
     }
 
     /// Takes `key`'s value out.
@@ -167,6 +168,20 @@ mod tests {
         let kept = r#"{"b":{"deep":[1, -0.25, "\u00e9\n"]},"a":null}"#;
         let fields = Fields::parse(kept.as_bytes(), "p").unwrap();
         assert_eq!(String::from_utf8(object(&fields)).unwrap(), kept);
+    }
+
+    #[test]
+    fn many_members_are_each_kept_once() {
+        // A client's thousands of parameters: each key once, the last value.
+        let members: Vec<String> = (0..30_000)
+            .map(|i| format!("\"p{}\":{i}", i % 10_000))
+            .collect();
+        let text = format!("{{{}}}", members.join(","));
+        let fields = Fields::parse(text.as_bytes(), "p").unwrap();
+        assert_eq!(fields.members.len(), 10_000);
+        let written: Value = serde_json::from_slice(&object(&fields)).unwrap();
+        assert_eq!(written, serde_json::from_str::<Value>(&text).unwrap());
+        assert_eq!(written["p7"], 20_007);
     }
 
     #[test]
