@@ -20,12 +20,13 @@
 //! text into a `serde_json::Value`, fresh pages for it, and ~1.5 ms of
 //! escaping on top.
 
-use super::body_fields::Fields;
-use super::failure;
-use crate::provider_http::RequestBody;
 use bytes::Bytes;
 use json_escape_simd::escape_into;
 use proto::v1::{ExecutionFailure, FailureCode, FailureSide, RunInput};
+
+use super::body_fields::Fields;
+use super::failure;
+use crate::provider_http::RequestBody;
 
 /// An escaped text this long or longer goes into the body as a slice of
 /// the run's frame; a shorter one is copied (an iovec and a refcount cost
