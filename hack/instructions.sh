@@ -81,7 +81,7 @@ case $tools in
     [ "$api" = chat ] || fail "TOOLS is for API=chat"
     tools_desc="a \`tools\` list"
     [ "$tools" = 1 ] || tools_desc="a \`tools\` list of $tools (the others ~1 KB schemas, as a coding agent declares)"
-    api_env="${api_env}TOOLS=$tools " title="$title, an agent's turn ($tools tools)"
+    api_env="${api_env}TOOLS=$tools " title="$title, an agent's turn ($tools tool$([ "$tools" = 1 ] || echo s))"
     prompt_desc="$prompt_desc, in an agent's turn: $tools_desc, the prompt, an assistant's \`tool_calls\`, the tool's answer and a question"
     ;;
 esac
