@@ -150,8 +150,15 @@ if sys.argv[5] == "responses":
     path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": content})
 elif sys.argv[7] != "0":
     # An agent's turn, as the openai client sends one; past the first, tools
-    # as a coding agent declares them: a paragraph of description and a
-    # schema of several typed, described properties (~1 KB each).
+    # as a coding agent declares them (perf/k6/agent-tool.json, ~870 bytes:
+    # a paragraph of description and a schema of several typed, described
+    # properties), each under a name of its own.
+    with open("perf/k6/agent-tool.json") as f:
+        template = json.load(f)
+    def workspace_tool(i):
+        tool = json.loads(json.dumps(template))
+        tool["function"]["name"] = f"workspace_tool_{i}"
+        return tool
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
     path, body = "/v1/chat/completions", json.dumps({
@@ -159,19 +166,7 @@ elif sys.argv[7] != "0":
         "tools": [{"type": "function", "function": {
             "name": "get_weather", "description": "The weather in a city now.",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                           "required": ["city"]}}}] + [{"type": "function", "function": {
-            "name": f"workspace_tool_{i}",
-            "description": "Runs one step of the task in the user's workspace. Use it when the "
-                           "step needs the files as they are now; prefer a narrow path, and "
-                           "say why in `reason` so the user can follow along.",
-            "parameters": {"type": "object", "additionalProperties": False,
-                           "properties": {
-                "path": {"type": "string", "description": "The file or folder, relative to the workspace root."},
-                "pattern": {"type": "string", "description": "A regular expression to look for; omit it to read the whole file."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "description": "At most this many lines."},
-                "mode": {"type": "string", "enum": ["read", "search", "list"], "description": "What to do with the path."},
-                "reason": {"type": "string", "description": "One sentence for the user."}},
-                           "required": ["path", "mode"]}}} for i in range(1, int(sys.argv[7]))],
+                           "required": ["city"]}}}] + [workspace_tool(i) for i in range(1, int(sys.argv[7]))],
         "messages": [
             {"role": "system", "content": "You are a terse assistant."},
             {"role": "user", "content": content},

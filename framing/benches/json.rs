@@ -17,10 +17,10 @@
 //! - `japanese_30k`: 30,000 characters of Japanese, the same way (every
 //!   character a `\u` escape);
 //! - `tools_24_spaced`, `tools_24_compact`: an agent's turn declaring 24
-//!   tools (~870-byte schemas, as `hack/instructions.sh`'s `TOOLS=24`), as
-//!   Python's `json.dumps` writes it (`", "` and `": "`) and as
-//!   `JSON.stringify` does: keys, short strings and numbers, the shape
-//!   whose every token the cursor reads.
+//!   tools (`perf/k6/agent-tool.json`, as `hack/instructions.sh`'s
+//!   `TOOLS=24`), as Python's `json.dumps` writes it (`", "` and `": "`)
+//!   and as `JSON.stringify` does: keys, short strings and numbers, the
+//!   shape whose every token the cursor reads.
 //!
 //! Callgrind counts instructions (`hack/instructions.sh`); this is the
 //! clock, for a change whose instructions are not all alike (SIMD).
@@ -67,18 +67,16 @@ fn agent_turn(count: usize) -> serde_json::Value {
         "name": "get_weather", "description": "The weather in a city now.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                        "required": ["city"]}}})];
-    tools.extend((1..count).map(|i| json!({"type": "function", "function": {
-        "name": format!("workspace_tool_{i}"),
-        "description": "Runs one step of the task in the user's workspace. Use it when the \
-            step needs the files as they are now; prefer a narrow path, and say why in \
-            `reason` so the user can follow along.",
-        "parameters": {"type": "object", "additionalProperties": false, "properties": {
-            "path": {"type": "string", "description": "The file or folder, relative to the workspace root."},
-            "pattern": {"type": "string", "description": "A regular expression to look for; omit it to read the whole file."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "description": "At most this many lines."},
-            "mode": {"type": "string", "enum": ["read", "search", "list"], "description": "What to do with the path."},
-            "reason": {"type": "string", "description": "One sentence for the user."}},
-            "required": ["path", "mode"]}}})));
+    // Past the first, as a coding agent declares them: the template k6 and
+    // hack/instructions.sh send, each under a name of its own.
+    let template: serde_json::Value =
+        serde_json::from_str(include_str!("../../perf/k6/agent-tool.json"))
+            .expect("perf/k6/agent-tool.json is JSON");
+    tools.extend((1..count).map(|i| {
+        let mut tool = template.clone();
+        tool["function"]["name"] = json!(format!("workspace_tool_{i}"));
+        tool
+    }));
     json!({"model": "m", "stream": true, "tools": tools, "messages": [
         {"role": "system", "content": "You are a terse assistant."},
         {"role": "user", "content": "hi"},

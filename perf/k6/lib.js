@@ -86,31 +86,15 @@ const WEATHER_TOOL = {
   },
 };
 
-// Past the first, tools as a coding agent declares them: a paragraph of
-// description and a schema of several typed, described properties (~870
-// bytes each, the same as hack/instructions.sh's TOOLS=N).
+// Past the first, tools as a coding agent declares them (agent-tool.json,
+// ~870 bytes: a paragraph of description and a schema of several typed,
+// described properties; hack/instructions.sh and the framing json bench
+// read the same file), each under a name of its own.
+const AGENT_TOOL = JSON.parse(open('./agent-tool.json'));
 function workspaceTool(i) {
-  return {
-    type: 'function',
-    function: {
-      name: `workspace_tool_${i}`,
-      description:
-        "Runs one step of the task in the user's workspace. Use it when the step needs the files " +
-        'as they are now; prefer a narrow path, and say why in `reason` so the user can follow along.',
-      parameters: {
-        type: 'object',
-        additionalProperties: false,
-        properties: {
-          path: { type: 'string', description: 'The file or folder, relative to the workspace root.' },
-          pattern: { type: 'string', description: 'A regular expression to look for; omit it to read the whole file.' },
-          limit: { type: 'integer', minimum: 1, maximum: 2000, description: 'At most this many lines.' },
-          mode: { type: 'string', enum: ['read', 'search', 'list'], description: 'What to do with the path.' },
-          reason: { type: 'string', description: 'One sentence for the user.' },
-        },
-        required: ['path', 'mode'],
-      },
-    },
-  };
+  const tool = JSON.parse(JSON.stringify(AGENT_TOOL));
+  tool.function.name = `workspace_tool_${i}`;
+  return tool;
 }
 
 const TOOLS = envInt('TOOLS', 0);

@@ -278,8 +278,9 @@ fn text_at<'a>(body: &'a Bytes, range: &Range<usize>) -> Option<&'a str> {
 }
 
 /// The messages of `spans` after `messages`, their roles unescaped, their
-/// texts slices of `body` and their extras made as the serde reader makes
-/// them ([`message`]); `None` when a role or an extra does not read.
+/// texts slices of `body` and their extras the client's JSON text
+/// ([`json_object`]), empty for a message without any; `None` when a role
+/// or an extra does not read.
 fn push_messages(
     body: &Bytes,
     spans: &[MessageSpans],

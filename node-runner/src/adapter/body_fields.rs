@@ -107,8 +107,9 @@ impl<'a> Fields<'a> {
             members.push((Cow::Borrowed(key), Member::Raw(value)));
             Some(())
         })?;
-        let members = last_wins(members);
-        cursor.only_whitespace_left().then_some(Self { members })
+        cursor.only_whitespace_left().then(|| Self {
+            members: last_wins(members),
+        })
     }
 
     /// Takes `key`'s value out.
