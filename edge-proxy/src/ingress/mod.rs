@@ -28,6 +28,7 @@ mod client_read;
 pub mod error;
 pub mod gate;
 pub mod http;
+mod json_out;
 pub mod metrics;
 mod normalized;
 pub mod openai;

@@ -15,6 +15,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
+use super::json_out::JsonOut;
 
 #[path = "run_input.rs"]
 mod run_input;
@@ -426,6 +427,28 @@ impl ChatUsage {
     }
 }
 
+impl ChatUsage {
+    /// Writes this usage as serde writes it (`usage_writers_are_serdes`).
+    pub(crate) fn write(&self, json: &mut JsonOut<'_>) {
+        json.raw("{\"completion_tokens\":")
+            .num(self.completion_tokens);
+        if let Some(details) = &self.completion_tokens_details {
+            json.raw(",\"completion_tokens_details\":{\"reasoning_tokens\":")
+                .num(details.reasoning_tokens)
+                .raw("}");
+        }
+        json.raw(",\"prompt_tokens\":").num(self.prompt_tokens);
+        if let Some(details) = &self.prompt_tokens_details {
+            json.raw(",\"prompt_tokens_details\":{\"cached_tokens\":")
+                .num(details.cached_tokens)
+                .raw("}");
+        }
+        json.raw(",\"total_tokens\":")
+            .num(self.total_tokens)
+            .raw("}");
+    }
+}
+
 /// [`ChatUsage`] as a JSON value, for an event built as one.
 pub fn chat_usage(usage: &Usage) -> Value {
     serde_json::to_value(ChatUsage::of(usage)).unwrap_or_default()
@@ -456,6 +479,23 @@ impl ResponsesUsage {
             },
             total_tokens: usage.input_tokens.saturating_add(usage.output_tokens),
         }
+    }
+}
+
+impl ResponsesUsage {
+    /// Writes this usage as serde writes it (`usage_writers_are_serdes`).
+    pub(crate) fn write(&self, json: &mut JsonOut<'_>) {
+        json.raw("{\"input_tokens\":")
+            .num(self.input_tokens)
+            .raw(",\"input_tokens_details\":{\"cached_tokens\":")
+            .num(self.input_tokens_details.cached_tokens)
+            .raw("},\"output_tokens\":")
+            .num(self.output_tokens)
+            .raw(",\"output_tokens_details\":{\"reasoning_tokens\":")
+            .num(self.output_tokens_details.reasoning_tokens)
+            .raw("},\"total_tokens\":")
+            .num(self.total_tokens)
+            .raw("}");
     }
 }
 

@@ -219,6 +219,39 @@ fn chat_usage_serializes_as_the_tree_it_replaced() {
     }
 }
 
+#[test]
+fn usage_writers_are_serdes() {
+    // Counts of every width, each breakdown present or not: the hand
+    // writers' bytes are serde's for the same struct.
+    for (reasoning, cached) in [
+        (None, None),
+        (Some(0), None),
+        (None, Some(u64::MAX)),
+        (Some(7), Some(1_000_000)),
+    ] {
+        let usage = Usage {
+            input_tokens: 1_234_567,
+            output_tokens: 0,
+            reasoning_tokens: reasoning,
+            cached_input_tokens: cached,
+        };
+        let mut written = Vec::new();
+        ChatUsage::of(&usage).write(&mut JsonOut(&mut written));
+        let serde = serde_json::to_vec(&ChatUsage::of(&usage)).unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            String::from_utf8(serde).unwrap()
+        );
+        let mut written = Vec::new();
+        ResponsesUsage::of(&usage).write(&mut JsonOut(&mut written));
+        let serde = serde_json::to_vec(&ResponsesUsage::of(&usage)).unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            String::from_utf8(serde).unwrap()
+        );
+    }
+}
+
 /// The quick reader's routing fields of a body.
 fn quick_routing_fields(body: &str) -> Option<RoutingFields> {
     quick_read(body).map(|(fields, _)| fields)

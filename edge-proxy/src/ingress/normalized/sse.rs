@@ -3,8 +3,7 @@
 //! a whole answer.
 
 use json_escape_simd::escape_into;
-use proto::v1::{RunEvent, RunEventKind};
-use serde::Serialize;
+use proto::v1::{RunEvent, RunEventKind, Usage};
 
 use super::responses_events;
 use super::{Ids, Output};
@@ -12,7 +11,8 @@ use crate::dispatch::run_event_text;
 use crate::ingress::Api;
 use crate::ingress::error::ApiError;
 use crate::ingress::gate::error_event;
-use crate::ingress::openai::{ChatUsage, write_sse};
+use crate::ingress::json_out::{JsonOut, sse_event};
+use crate::ingress::openai::ChatUsage;
 
 /// Turns run events into the API's SSE events.
 pub(super) struct SseWriter<'a> {
@@ -47,22 +47,38 @@ impl SseWriter<'_> {
     }
 
     /// A chat chunk that is not a text's: the opening (the role), the
-    /// finish, or the usage (no choices), from typed structs.
+    /// finish, or the usage (no choice).
     fn chat_chunk(
         &self,
-        choices: &[ChunkChoice<'_>],
-        usage: Option<ChatUsage>,
+        choice: Option<ChunkChoice<'_>>,
+        usage: Option<&Usage>,
         bytes: &mut Vec<u8>,
     ) {
-        let chunk = ChatChunk {
-            choices,
-            created: self.ids.created,
-            id: &self.ids.id,
-            model: &self.ids.model,
-            object: "chat.completion.chunk",
-            usage,
-        };
-        write_sse(bytes, None, &chunk);
+        sse_event(bytes, None, |json| {
+            json.raw("{\"choices\":[");
+            if let Some(choice) = choice {
+                json.raw("{\"delta\":")
+                    .raw(choice.delta)
+                    .raw(",\"finish_reason\":");
+                match choice.finish_reason {
+                    Some(reason) => json.str(reason),
+                    None => json.raw("null"),
+                };
+                json.raw(",\"index\":0}");
+            }
+            json.raw("],\"created\":")
+                .num(self.ids.created)
+                .raw(",\"id\":")
+                .str(&self.ids.id)
+                .raw(",\"model\":")
+                .str(&self.ids.model)
+                .raw(",\"object\":\"chat.completion.chunk\"");
+            if let Some(usage) = usage {
+                json.raw(",\"usage\":");
+                ChatUsage::of(usage).write(json);
+            }
+            json.raw("}");
+        });
     }
 
     /// One delta chunk, written in place (the per-event path: no `Value`
@@ -103,11 +119,11 @@ impl SseWriter<'_> {
     fn opening(&self, bytes: &mut Vec<u8>) {
         match self.api {
             Api::Chat => {
-                let delta = ChunkDelta {
-                    content: Some(""),
-                    role: Some("assistant"),
+                let choice = ChunkChoice {
+                    delta: OPENING_DELTA,
+                    finish_reason: None,
                 };
-                self.chat_chunk(&[ChunkChoice::of(delta, None)], None, bytes);
+                self.chat_chunk(Some(choice), None, bytes);
             }
             Api::Responses => responses_events::opening(self.ids, bytes),
         }
@@ -127,10 +143,13 @@ impl SseWriter<'_> {
                 } else {
                     &out.finish_reason
                 };
-                let choice = ChunkChoice::of(ChunkDelta::default(), Some(finish));
-                self.chat_chunk(&[choice], None, bytes);
+                let choice = ChunkChoice {
+                    delta: "{}",
+                    finish_reason: Some(finish),
+                };
+                self.chat_chunk(Some(choice), None, bytes);
                 if let (true, Some(usage)) = (self.include_usage, out.usage.as_ref()) {
-                    self.chat_chunk(&[], Some(ChatUsage::of(usage)), bytes);
+                    self.chat_chunk(None, Some(usage), bytes);
                 }
                 bytes.extend_from_slice(b"data: [DONE]\n\n");
             }
@@ -170,102 +189,49 @@ impl<'a> DeltaText<'a> {
     }
 }
 
-/// The Chat Completions body of a whole (non-stream) answer, serialized in
+/// The Chat Completions body of a whole (non-stream) answer, written in
 /// one buffer: the bytes of the `json!` form (`chat_body_is_the_json_bytes`)
 /// without a `Value` tree (~25 allocations) first.
 pub(super) fn chat_body(ids: &Ids, out: &Output) -> Vec<u8> {
-    let body = ChatBody {
-        choices: [ChatChoice {
-            finish_reason: if out.finish_reason.is_empty() {
-                "stop"
-            } else {
-                &out.finish_reason
-            },
-            index: 0,
-            message: ChatMessage {
-                content: &out.text,
-                reasoning_content: (!out.reasoning.is_empty()).then_some(out.reasoning.as_str()),
-                role: "assistant",
-            },
-        }],
-        created: ids.created,
-        id: &ids.id,
-        model: &ids.model,
-        object: "chat.completion",
-        usage: out.usage.as_ref().map(ChatUsage::of),
+    let finish = if out.finish_reason.is_empty() {
+        "stop"
+    } else {
+        &out.finish_reason
     };
     let mut bytes = Vec::with_capacity(256 + out.text.len() + out.reasoning.len());
-    // Strings, numbers and a `Value` into a Vec: cannot fail.
-    let _ = serde_json::to_writer(&mut bytes, &body);
+    let json = &mut JsonOut(&mut bytes);
+    json.raw("{\"choices\":[{\"finish_reason\":")
+        .str(finish)
+        .raw(",\"index\":0,\"message\":{\"content\":")
+        .str(&out.text);
+    if !out.reasoning.is_empty() {
+        json.raw(",\"reasoning_content\":").str(&out.reasoning);
+    }
+    json.raw(",\"role\":\"assistant\"}}],\"created\":")
+        .num(ids.created)
+        .raw(",\"id\":")
+        .str(&ids.id)
+        .raw(",\"model\":")
+        .str(&ids.model)
+        .raw(",\"object\":\"chat.completion\",\"usage\":");
+    match &out.usage {
+        Some(usage) => ChatUsage::of(usage).write(json),
+        None => {
+            json.raw("null");
+        }
+    }
+    json.raw("}");
     bytes
 }
 
-/// A chat stream's chunk (fields in `Value`'s sorted order, as the
-/// `json!` form it replaced: `sse_tests`).
-#[derive(Serialize)]
-struct ChatChunk<'a> {
-    choices: &'a [ChunkChoice<'a>],
-    created: u64,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<ChatUsage>,
-}
+/// The delta of a stream's opening chunk: the role, and an empty text.
+const OPENING_DELTA: &str = "{\"content\":\"\",\"role\":\"assistant\"}";
 
-/// A chunk's one choice.
-#[derive(Serialize)]
+/// A chunk's one choice: its delta (JSON text as written) and finish
+/// reason.
 struct ChunkChoice<'a> {
-    delta: ChunkDelta,
+    delta: &'static str,
     finish_reason: Option<&'a str>,
-    index: u32,
-}
-
-impl<'a> ChunkChoice<'a> {
-    fn of(delta: ChunkDelta, finish_reason: Option<&'a str>) -> Self {
-        Self {
-            delta,
-            finish_reason,
-            index: 0,
-        }
-    }
-}
-
-/// The delta of a chunk without text: the opening's role, or nothing.
-#[derive(Serialize, Default)]
-struct ChunkDelta {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<&'static str>,
-}
-
-/// A whole Chat Completions answer (fields in `Value`'s sorted order).
-#[derive(Serialize)]
-struct ChatBody<'a> {
-    choices: [ChatChoice<'a>; 1],
-    created: u64,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-    usage: Option<ChatUsage>,
-}
-
-/// Its one choice.
-#[derive(Serialize)]
-struct ChatChoice<'a> {
-    finish_reason: &'a str,
-    index: u32,
-    message: ChatMessage<'a>,
-}
-
-/// The choice's message.
-#[derive(Serialize)]
-struct ChatMessage<'a> {
-    content: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<&'a str>,
-    role: &'static str,
 }
 
 #[cfg(test)]
