@@ -23,6 +23,7 @@ use super::error::{ApiError, from_failure};
 use super::gate::commit::run_event_commits;
 use super::gate::{Decision, Path};
 use super::http::Responder;
+use super::json_out::JsonOut;
 use super::openai::{self, ParsedRequest};
 use super::{Api, Attempt, AttemptCtx, unix_s};
 use crate::dispatch::{RunStream, SubmitRun, run_event_text};
@@ -215,6 +216,23 @@ impl Ids {
             model: model.to_owned(),
             created: unix_s(),
         }
+    }
+
+    /// The members every answer object carries, in their sorted place:
+    /// the time (under `created`, or the Responses API's `created_at`),
+    /// `id`, `model`, and `object` with its value.
+    fn write_members(&self, json: &mut JsonOut<'_>, created: &str, object: &str) {
+        json.raw("\"")
+            .raw(created)
+            .raw("\":")
+            .num(self.created)
+            .raw(",\"id\":")
+            .str(&self.id)
+            .raw(",\"model\":")
+            .str(&self.model)
+            .raw(",\"object\":\"")
+            .raw(object)
+            .raw("\"");
     }
 }
 

@@ -43,13 +43,9 @@ fn message_item(json: &mut JsonOut<'_>, ids: &Ids, status: &str, text: Option<&s
 /// stream's `response.created` (in progress, no output, no usage) and
 /// `response.completed` events (`out` given: its text as the one message).
 fn response(json: &mut JsonOut<'_>, ids: &Ids, out: Option<&Output>) {
-    json.raw("{\"created_at\":")
-        .num(ids.created)
-        .raw(",\"id\":")
-        .str(&ids.id)
-        .raw(",\"model\":")
-        .str(&ids.model)
-        .raw(",\"object\":\"response\",\"output\":[");
+    json.raw("{");
+    ids.write_members(json, "created_at", "response");
+    json.raw(",\"output\":[");
     if let Some(out) = out {
         message_item(json, ids, "completed", Some(&out.text));
     }

@@ -66,13 +66,9 @@ impl SseWriter<'_> {
                 };
                 json.raw(",\"index\":0}");
             }
-            json.raw("],\"created\":")
-                .num(self.ids.created)
-                .raw(",\"id\":")
-                .str(&self.ids.id)
-                .raw(",\"model\":")
-                .str(&self.ids.model)
-                .raw(",\"object\":\"chat.completion.chunk\"");
+            json.raw("],");
+            self.ids
+                .write_members(json, "created", "chat.completion.chunk");
             if let Some(usage) = usage {
                 json.raw(",\"usage\":");
                 ChatUsage::of(usage).write(json);
@@ -207,13 +203,9 @@ pub(super) fn chat_body(ids: &Ids, out: &Output) -> Vec<u8> {
     if !out.reasoning.is_empty() {
         json.raw(",\"reasoning_content\":").str(&out.reasoning);
     }
-    json.raw(",\"role\":\"assistant\"}}],\"created\":")
-        .num(ids.created)
-        .raw(",\"id\":")
-        .str(&ids.id)
-        .raw(",\"model\":")
-        .str(&ids.model)
-        .raw(",\"object\":\"chat.completion\",\"usage\":");
+    json.raw(",\"role\":\"assistant\"}}],");
+    ids.write_members(json, "created", "chat.completion");
+    json.raw(",\"usage\":");
     match &out.usage {
         Some(usage) => ChatUsage::of(usage).write(json),
         None => {
