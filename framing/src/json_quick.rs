@@ -7,7 +7,9 @@
 //! body), and scans a string ~2.4 instructions a byte (78 % of the Edge's
 //! instructions routing a 100 KB prompt; issue 8, `hack/instructions.sh`).
 //! This cursor reads in one pass over the bytes (a long string it skips
-//! 64 bytes a step, `json_quick_blocks.rs`; one it reads by `memchr2`), and
+//! 64 bytes a step, `json_quick_blocks.rs`, and an array or object by a
+//! structural walk of 64-byte blocks, `json_quick_walk.rs`; a long string
+//! it reads by `memchr2`), and
 //! **declines** (`None`) on anything it does not take; its
 //! callers then read the document through serde, so what a quick reader
 //! reads is always what serde reads (each caller's property tests hold it
@@ -36,6 +38,8 @@ mod blocks;
 mod escapes;
 #[path = "json_quick_skip.rs"]
 mod skip;
+#[path = "json_quick_walk.rs"]
+mod walk;
 
 /// A plain JSON value. A string is its raw text between the quotes, with
 /// its escapes checked; it is unescaped only when it is read

@@ -108,7 +108,7 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
 /// block; an emoji's pair now and then (two, each half a surrogate, which
 /// the masks leave to the one-at-a-time check) had cost 16 % more with the
 /// masks taken from three (`hack/instructions.sh`).
-const MANY_ESCAPES: u32 = 5;
+pub(super) const MANY_ESCAPES: u32 = 5;
 
 /// Of the escaped letters `letters` of `block`, those that begin a `\u`
 /// escape whose four hex digits lie in the block and are not a
@@ -118,7 +118,7 @@ const MANY_ESCAPES: u32 = 5;
 /// Japanese prompt) has ten in a block, at ~60 instructions each one at a
 /// time.
 #[inline]
-fn unicode_escapes(block: &[u8; BLOCK], letters: u64) -> u64 {
+pub(super) fn unicode_escapes(block: &[u8; BLOCK], letters: u64) -> u64 {
     let v = u8x64::new(*block);
     let us = v.simd_eq(u8x64::splat(b'u')).to_bitmask() & letters;
     if us == 0 {
@@ -145,7 +145,7 @@ fn unicode_escapes(block: &[u8; BLOCK], letters: u64) -> u64 {
 /// backslashes), and whether the next block's first byte is escaped.
 /// `carry`: whether this block's first byte is.
 #[inline(always)]
-fn escaped(backslashes: u64, carry: u64) -> (u64, u64) {
+pub(super) fn escaped(backslashes: u64, carry: u64) -> (u64, u64) {
     // An escaped backslash begins nothing.
     let backslashes = backslashes & !carry;
     let starts = backslashes & !(backslashes << 1);
