@@ -238,6 +238,15 @@ impl<const SPACED: bool> Cursor<'_, SPACED> {
                 continue;
             }
             let inside = prefix_xor(real) ^ in_string;
+            let strings = Strings {
+                bytes,
+                base,
+                block,
+                inside,
+                backslashes,
+                controls,
+                letters,
+            };
             let mut tokens = (!(inside | real) | (real & inside)) & !taken;
             if SPACED {
                 tokens &= !v.simd_eq(u8x64::splat(b' ')).to_bitmask();
@@ -293,15 +302,6 @@ impl<const SPACED: bool> Cursor<'_, SPACED> {
                         } else {
                             // Its run goes on past the block (no string
                             // nor escape in it): on from its end.
-                            let strings = Strings {
-                                bytes,
-                                base,
-                                block,
-                                inside,
-                                backslashes,
-                                controls,
-                                letters,
-                            };
                             strings.check(!0, keys, &mut paired_low)?;
                             base = end;
                             taken = 0;
@@ -314,15 +314,6 @@ impl<const SPACED: bool> Cursor<'_, SPACED> {
                     _ => return None,
                 }
             }
-            let strings = Strings {
-                bytes,
-                base,
-                block,
-                inside,
-                backslashes,
-                controls,
-                letters,
-            };
             strings.check(walked, keys, &mut paired_low)?;
             if level == 0 {
                 return Some(base + BLOCK - walked.leading_zeros() as usize);
