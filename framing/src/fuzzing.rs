@@ -249,6 +249,40 @@ pub fn chunked_decoder(data: &[u8]) {
     assert_eq!(again, body, "re-encoded body did not round-trip");
 }
 
+/// The quick JSON cursor's skip: from each opener and from the first byte
+/// (the first input byte picks the depth), a spaced and a compact cursor
+/// must answer as the token walk does, to the same end. The structural
+/// walk takes only what the token walk takes (`json_quick_walk.rs`); this
+/// is the coverage-guided check of that.
+pub fn json_skip(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let depth = usize::from(pick) % (crate::json_quick::MAX_SKIP_DEPTH + 3);
+    let starts = std::iter::once(0).chain(
+        text.bytes()
+            .enumerate()
+            .filter(|&(_, b)| b == b'{' || b == b'[')
+            .map(|(at, _)| at)
+            .take(8),
+    );
+    for at in starts {
+        let spaced = crate::json_quick::skip_both::<true>(text, at, depth);
+        assert_eq!(
+            spaced[0], spaced[1],
+            "spaced skip from {at} at depth {depth}"
+        );
+        let compact = crate::json_quick::skip_both::<false>(text, at, depth);
+        assert_eq!(
+            compact[0], compact[1],
+            "compact skip from {at} at depth {depth}"
+        );
+    }
+}
+
 /// For the quick JSON readers' property tests (near-miss documents):
 /// replaces up to `cut` bytes of `text` from `at` (at most its length; both
 /// ends moved to char boundaries) with `piece`.

@@ -96,6 +96,22 @@ impl<'a> Scalar<'a> {
     }
 }
 
+/// What [`Cursor::skip_any`] and the token walk it falls back on each give
+/// from `at` (their answers and where they leave the cursor), for the fuzz
+/// entry point [`crate::fuzzing::json_skip`].
+pub(crate) fn skip_both<const SPACED: bool>(
+    text: &str,
+    at: usize,
+    depth: usize,
+) -> [(Option<()>, usize); 2] {
+    let mut walked = Cursor::<SPACED> { text, at };
+    let mut tokens = walked.clone();
+    [
+        (walked.skip_any(depth), walked.at),
+        (tokens.skip_any_by_tokens(depth), tokens.at),
+    ]
+}
+
 /// How deep [`Cursor::skip_any`] goes before it declines (serde_json's own
 /// limit is 128).
 pub const MAX_SKIP_DEPTH: usize = 32;

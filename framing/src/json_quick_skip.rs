@@ -29,7 +29,7 @@ impl<'a, const SPACED: bool> Cursor<'a, SPACED> {
     /// a container (3 % fewer instructions on an agent's tools than the
     /// recursive walk it replaced, 1–4 % on other bodies). The structural
     /// walk's fallback and its oracle.
-    pub(super) fn skip_any_by_tokens(&mut self, depth: usize) -> Option<()> {
+    pub(crate) fn skip_any_by_tokens(&mut self, depth: usize) -> Option<()> {
         // The open containers, innermost last: bit `i` of `objects` is set
         // when the container at level `i` is an object.
         let mut objects = 0u64;

@@ -4,20 +4,16 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use super::super::{Cursor, MAX_SKIP_DEPTH};
+use super::super::{Cursor, MAX_SKIP_DEPTH, skip_both};
 
 /// What a skip from `at` gives, and where it leaves the cursor: by
 /// [`Cursor::skip_any`] and by [`Cursor::skip_any_by_tokens`]. And the walk
 /// alone takes whatever the token walk takes from an opener: it falls back
 /// on a decline only.
 fn both<const SPACED: bool>(text: &str, at: usize, depth: usize) -> [(Option<()>, usize); 2] {
-    let mut walked = Cursor::<SPACED> { text, at };
-    let mut tokens = walked.clone();
-    let alone = matches!(walked.peek(), Some(b'{' | b'[')).then(|| walked.walk(depth));
-    let both = [
-        (walked.skip_any(depth), walked.at),
-        (tokens.skip_any_by_tokens(depth), tokens.at),
-    ];
+    let cursor = Cursor::<SPACED> { text, at };
+    let alone = matches!(cursor.peek(), Some(b'{' | b'[')).then(|| cursor.walk(depth));
+    let both = skip_both::<SPACED>(text, at, depth);
     if let (Some(alone), (Some(()), end)) = (alone, both[1]) {
         assert_eq!(
             alone,

@@ -175,4 +175,49 @@ proptest! {
     fn chunked_decoder_syntax(data in syntax_bytes(CHUNKED_ALPHABET)) {
         framing::fuzzing::chunked_decoder(&data);
     }
+
+    #[test]
+    fn json_skip_syntax(data in syntax_bytes(JSON_ALPHABET)) {
+        framing::fuzzing::json_skip(&data);
+    }
 }
+
+#[test]
+fn json_skip_seed_corpus() {
+    let seeds = corpus("json_skip");
+    assert!(!seeds.is_empty(), "framing/fuzz/seeds/json_skip is empty");
+    for seed in seeds {
+        framing::fuzzing::json_skip(&seed);
+    }
+}
+
+/// JSON's syntax and pieces one step off it (`framing::fuzzing::JSON_PIECES`),
+/// and runs long enough to cross a 64-byte block.
+const JSON_ALPHABET: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b":",
+    b",",
+    b"\"",
+    b" ",
+    b"\n",
+    b"\t",
+    b"\\",
+    b"\\n",
+    b"\\u0041",
+    b"\\ud800",
+    b"\\ud83d\\ude00",
+    b"0",
+    b"-1.5",
+    b"01",
+    b"e3",
+    b"true",
+    b"fals",
+    b"null",
+    b"\x01",
+    b"\xc3\xa9",
+    b"\"key\": ",
+    b"\"a description of a tool, long enough to cross a block\"",
+];
