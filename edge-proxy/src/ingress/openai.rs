@@ -15,7 +15,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
-use super::json_out::JsonOut;
+use super::json_out::{JsonOut, sse_event};
 
 #[path = "run_input.rs"]
 mod run_input;
@@ -510,16 +510,11 @@ pub fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
 /// payload serializes straight into the answer's buffer, no `Value` tree
 /// and no string of it first).
 pub fn write_sse(out: &mut Vec<u8>, event: Option<&str>, data: &impl Serialize) {
-    if let Some(name) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    // Into a Vec, serializing fails only for a map with keys that are not
-    // strings, which no payload here has.
-    let _ = serde_json::to_writer(&mut *out, data);
-    out.extend_from_slice(b"\n\n");
+    sse_event(out, event, |json| {
+        // Into a Vec, serializing fails only for a map with keys that are
+        // not strings, which no payload here has.
+        let _ = serde_json::to_writer(&mut *json.0, data);
+    });
 }
 
 #[cfg(test)]
