@@ -20,12 +20,13 @@
 //! committed (for tests and shutdown). Dropping the [`StoreWriter`] flushes
 //! and joins the thread.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use foldhash::{HashMap, HashMapExt};
 
 use super::StoreError;
 use super::lmdb::RunStore;
@@ -303,8 +304,8 @@ fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
         // Runs in first-seen order (a new run's place in the store's order
         // is its first write), each with its merged record and how many
         // updates it took.
-        let mut runs: Vec<(RunRecord, u64)> = Vec::new();
-        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut runs: Vec<(RunRecord, u64)> = Vec::with_capacity(updates.len());
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(updates.len());
         for u in updates {
             let at = match index.get(u.run.run_id.as_str()) {
                 Some(&at) => at,
