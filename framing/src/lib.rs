@@ -12,6 +12,7 @@
 //! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`json_quick`] | a one-pass JSON cursor that leaves what it does not take to serde |
+//! | [`json_members`] | a JSON object written from checked members, with an index of where each lies |
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
@@ -46,6 +47,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod http;
 pub mod io_driver;
+pub mod json_members;
 pub mod json_quick;
 pub mod link;
 pub mod ndjson;

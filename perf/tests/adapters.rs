@@ -51,6 +51,7 @@ fn spec() -> ExecuteSpec {
             }],
             parameters_json: b"{\"temperature\":0.5}".to_vec().into(),
             escaped_content: false,
+            parameters_index: Vec::new(),
         },
         session_id: "s".into(),
         stall_timeout_ms: 0,

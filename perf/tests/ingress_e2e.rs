@@ -163,6 +163,34 @@ fn normalized_models_answer_chat_completions_and_responses() {
             .await;
             assert!(!String::from_utf8_lossy(&body).contains("\"usage\""));
 
+            // An agent's turn: its tools and limits reach the provider (the
+            // Node takes them by the Edge's index of the parameters).
+            let mut request = chat("ollama", false);
+            request["tools"] = json!([
+                {"type": "function", "function": {"name": "get_weather",
+                 "description": "Météo — \"now\"", "parameters": {"type": "object",
+                 "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+                {"type": "function", "function": {"name": "noop", "parameters": {}}}
+            ]);
+            request["max_tokens"] = 2.into();
+            request["temperature"] = json!(0.25);
+            let (status, _, body) = within(post_json(addr, "/v1/chat/completions", &request)).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            // The mock answers `num_predict` tokens of text (and as many of
+            // thinking) and says why it stopped.
+            assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+            assert_eq!(body["choices"][0]["message"]["content"], "tok tok ");
+            let request = json!({"model": "ollama", "input": "hi", "max_output_tokens": 2,
+                                 "tools": request["tools"].clone()});
+            let (status, _, body) = within(post_json(addr, "/v1/responses", &request)).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                body["output"][0]["content"][0]["text"], "tok tok ",
+                "{body}"
+            );
+
             // Responses, non-stream and stream.
             let request = json!({"model": "ollama", "input": "hi", "instructions": "be brief"});
             let (status, _, body) = within(post_json(addr, "/v1/responses", &request)).await;

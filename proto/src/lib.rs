@@ -50,6 +50,8 @@ pub const RUN_INPUT_MESSAGES_FIELD: u32 = 1;
 pub const RUN_INPUT_PARAMETERS_FIELD: u32 = 2;
 /// Field number of `RunInput.escaped_content`.
 pub const RUN_INPUT_ESCAPED_CONTENT_FIELD: u32 = 3;
+/// Field number of `RunInput.parameters_index`.
+pub const RUN_INPUT_PARAMETERS_INDEX_FIELD: u32 = 4;
 /// Field number of `ChatMessage.role`.
 pub const CHAT_MESSAGE_ROLE_FIELD: u32 = 1;
 /// Field number of `ChatMessage.content`.

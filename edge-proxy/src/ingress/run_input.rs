@@ -81,6 +81,7 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
         messages: out,
         parameters_json: Value::Object(body.parameters).to_string().into(),
         escaped_content: false,
+        parameters_index: Vec::new(),
     })
 }
 
@@ -140,6 +141,7 @@ fn responses_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiErro
         messages,
         parameters_json: Value::Object(body.parameters).to_string().into(),
         escaped_content: false,
+        parameters_index: Vec::new(),
     })
 }
 

@@ -44,6 +44,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use framing::json_members::write_indexed;
 use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, Scalar, last_wins};
 use proto::v1::{ChatMessage, RunInput};
 
@@ -184,13 +185,14 @@ pub(super) fn chat_input(body: &Bytes, spans: &InputSpans) -> Option<RunInput> {
     if spans.messages.is_empty() {
         return None;
     }
-    let parameters = json_object(body, &spans.parameters)?;
+    let (parameters, index) = json_object(body, &spans.parameters)?;
     let mut messages = Vec::with_capacity(spans.messages.len());
     push_messages(body, &spans.messages, &mut messages)?;
     Some(RunInput {
         messages,
         parameters_json: parameters,
         escaped_content: true,
+        parameters_index: index,
     })
 }
 
@@ -233,10 +235,12 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
             Bytes::new(),
         )),
     }
+    let (parameters, index) = object_of(parameters);
     Some(RunInput {
         messages,
-        parameters_json: object_of(parameters),
+        parameters_json: parameters,
         escaped_content: true,
+        parameters_index: index,
     })
 }
 
@@ -292,7 +296,7 @@ fn push_messages(
         let extras = if noted.extras.is_empty() {
             Bytes::new()
         } else {
-            json_object(body, &noted.extras)?
+            json_object(body, &noted.extras)?.0
         };
         messages.push(message(
             Scalar::Text { raw, escaped }.text()?.into_owned(),
@@ -304,8 +308,8 @@ fn push_messages(
 }
 
 /// The members at `spans` (key and value) as one JSON object, as the
-/// client wrote them (see [`object_of`]).
-fn json_object(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<Bytes> {
+/// client wrote them, and its index (see [`object_of`]).
+fn json_object(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<(Bytes, Vec<u32>)> {
     let members = spans
         .iter()
         .map(|(key, value)| Some((text_at(body, key)?, body.get(value.clone())?)))
@@ -315,25 +319,15 @@ fn json_object(body: &Bytes, spans: &[(Range<usize>, Range<usize>)]) -> Option<B
 
 /// `members` (keys as the cursor read them, without escapes; values the
 /// JSON text it checked) as one JSON object, a later duplicate in the
-/// first's place. Not parsed and printed again by serde: an agent's `tools`
-/// are ~1 KB of schema each, tens of them in a coding agent's turn (24 took
-/// the normalized Edge ~600k instructions a request that way, issue 8).
-fn object_of(members: Vec<(&str, &[u8])>) -> Bytes {
-    let kept = last_wins(members);
-    let size: usize = kept.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
-    let mut out = Vec::with_capacity(size + 2);
-    out.push(b'{');
-    for (i, (key, value)) in kept.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.push(b'"');
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(b"\":");
-        out.extend_from_slice(value);
-    }
-    out.push(b'}');
-    out.into()
+/// first's place, and the index of where each member lies in it
+/// (`RunInput.parameters_index`, [`framing::json_members`]): the Node takes
+/// the members by it instead of reading the object again. Not parsed and
+/// printed again by serde: an agent's `tools` are ~1 KB of schema each,
+/// tens of them in a coding agent's turn (24 took the normalized Edge
+/// ~600k instructions a request that way, issue 8).
+fn object_of(members: Vec<(&str, &[u8])>) -> (Bytes, Vec<u32>) {
+    let (object, index) = write_indexed(&last_wins(members));
+    (object.into(), index)
 }
 
 /// What [`read_messages`] takes of a message.

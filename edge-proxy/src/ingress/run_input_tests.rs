@@ -256,8 +256,11 @@ fn quick_and_serde_of(
 
 /// `input` with its parameters and extras as serde writes them: the quick
 /// reader keeps the JSON text the client wrote (order, spaces, a number's
-/// digits), which means the same.
+/// digits), which means the same. The parameters' index (the quick
+/// reader's only) is checked against the object and dropped.
 fn canonical(mut input: RunInput) -> RunInput {
+    check_index(&input);
+    input.parameters_index.clear();
     let canonical = |json: &Bytes| match json.is_empty() {
         true => Bytes::new(),
         false => serde_json::from_slice::<Value>(json)
@@ -270,6 +273,23 @@ fn canonical(mut input: RunInput) -> RunInput {
         message.extra_json = canonical(&message.extra_json);
     }
     input
+}
+
+/// The parameters' index finds each member of the object, as serde reads
+/// them; an object without members has none.
+fn check_index(input: &RunInput) {
+    let object = std::str::from_utf8(&input.parameters_json).expect("UTF-8");
+    let parsed: serde_json::Map<String, Value> =
+        serde_json::from_str(object).expect("the quick reader writes an object");
+    let Some(members) = framing::json_members::members(object, &input.parameters_index) else {
+        assert!(parsed.is_empty(), "no index for {object}");
+        return;
+    };
+    assert_eq!(members.len(), parsed.len(), "{object}");
+    for (key, value) in members {
+        let value: Value = serde_json::from_str(value).expect("a member's value");
+        assert_eq!(parsed.get(key), Some(&value), "{key} in {object}");
+    }
 }
 
 /// The quick reader's input of a request, from the spans routing found.

@@ -14,7 +14,8 @@ use proto::v1::{RunInput, RunRequest};
 use proto::{
     CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
     ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_ESCAPED_CONTENT_FIELD,
-    RUN_INPUT_MESSAGES_FIELD, RUN_INPUT_PARAMETERS_FIELD, RUN_REQUEST_INPUT_FIELD,
+    RUN_INPUT_MESSAGES_FIELD, RUN_INPUT_PARAMETERS_FIELD, RUN_INPUT_PARAMETERS_INDEX_FIELD,
+    RUN_REQUEST_INPUT_FIELD,
 };
 
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
@@ -64,13 +65,14 @@ impl FrameEncoder {
     ) -> Result<BodyFrame, FrameError> {
         let input = request.input.take();
         let rest = request;
-        let (messages, parameters, escaped) = match &input {
+        let (messages, parameters, index, escaped) = match &input {
             Some(input) => (
                 &input.messages[..],
                 &input.parameters_json,
+                &input.parameters_index[..],
                 input.escaped_content,
             ),
-            None => (&[][..], &Bytes::new(), false),
+            None => (&[][..], &Bytes::new(), &[][..], false),
         };
         // Lengths do not depend on the order of fields: prost's are the frame's.
         let input_len = input.as_ref().map_or(0, Message::encoded_len);
@@ -125,6 +127,7 @@ impl FrameEncoder {
             if escaped {
                 prost::encoding::bool::encode(RUN_INPUT_ESCAPED_CONTENT_FIELD, &escaped, out);
             }
+            prost::encoding::uint32::encode_packed(RUN_INPUT_PARAMETERS_INDEX_FIELD, index, out);
             for (m, slice) in messages.iter().zip(&sliced) {
                 encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
                 encode_varint(m.encoded_len() as u64, out);
@@ -225,6 +228,7 @@ mod tests {
                 ],
                 parameters_json: br#"{"temperature":0}"#[..].into(),
                 escaped_content: false,
+                parameters_index: vec![2, 13, 15, 16],
             }),
             ..RunRequest::default()
         };
@@ -280,7 +284,7 @@ mod tests {
 
     proptest! {
         /// Any request (no input, no messages, up to 40 of them, long texts
-        /// past the parts' bound) decodes as itself, whole or in pieces of
+        /// past the parts' bound, a parameters index or none) decodes as itself, whole or in pieces of
         /// any length; its frame has at most `MAX_BODY_PARTS` slices, and
         /// the long texts it slices are the request's own bytes.
         #[test]
@@ -288,6 +292,7 @@ mod tests {
             stream_id in 0u64..u64::MAX,
             messages in prop::option::of(prop::collection::vec(message(), 0..40)),
             parameters in prop::collection::vec(any::<u8>(), 0..30),
+            parameters_index in prop::collection::vec(any::<u32>(), 0..12),
             run_id in "[a-z0-9]{0,12}",
             piece_len in 1usize..20_000,
             escaped_content in any::<bool>(),
@@ -298,6 +303,7 @@ mod tests {
                     messages,
                     parameters_json: parameters.into(),
                     escaped_content,
+                    parameters_index,
                 }),
                 ..RunRequest::default()
             };

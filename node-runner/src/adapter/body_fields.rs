@@ -20,9 +20,10 @@
 
 use std::borrow::Cow;
 
+use framing::json_members;
 use framing::json_quick::{Cursor, MAX_SKIP_DEPTH, last_wins};
 use json_escape_simd::escape_into;
-use proto::v1::{ExecutionFailure, FailureCode, FailureSide};
+use proto::v1::{ExecutionFailure, FailureCode, FailureSide, RunInput};
 use serde_json::Value;
 
 use super::failure;
@@ -72,6 +73,40 @@ impl Member<'_> {
 }
 
 impl<'a> Fields<'a> {
+    /// The members of a run's parameters: taken as the Edge's index
+    /// (`RunInput.parameters_index`, [`framing::json_members`]) says they
+    /// lie, when it fits the object; else read as [`Self::parse`] reads any
+    /// object.
+    pub(super) fn parameters(input: &'a RunInput) -> Result<Self, ExecutionFailure> {
+        let (bytes, index) = (&input.parameters_json, &input.parameters_index[..]);
+        if let Some(fields) = Self::indexed(bytes, index) {
+            return Ok(fields);
+        }
+        if !index.is_empty() {
+            tracing::debug!(
+                event = "parameters_index_refused",
+                members = index.len() / 4,
+                "the Edge's index of parameters_json does not fit it; reading the object"
+            );
+        }
+        Self::parse(bytes, "parameters_json")
+    }
+
+    /// The members `index` finds in `bytes`; `None` where it does not fit.
+    fn indexed(bytes: &'a [u8], index: &[u32]) -> Option<Self> {
+        if index.is_empty() {
+            return None;
+        }
+        let text = simdutf8::basic::from_utf8(bytes).ok()?;
+        let members = json_members::members(text, index)?
+            .into_iter()
+            .map(|(key, value)| (Cow::Borrowed(key), Member::Raw(value)))
+            .collect();
+        Some(Self {
+            members: last_wins(members),
+        })
+    }
+
     /// The members of `bytes`, a JSON object (empty or whitespace is `{}`);
     /// anything else is the client's error, naming `what`.
     pub(super) fn parse(bytes: &'a [u8], what: &str) -> Result<Self, ExecutionFailure> {
@@ -219,8 +254,8 @@ mod tests {
         assert_eq!(&out[..], br#""b":"two","d":true,"#);
     }
 
-    /// JSON objects of nested values, compact or spaced, keys repeated.
-    fn json_object() -> impl Strategy<Value = String> {
+    /// JSON values, nested.
+    fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(json!(null)),
             any::<bool>().prop_map(Value::from),
@@ -228,15 +263,19 @@ mod tests {
             (-1e6f64..1e6).prop_map(Value::from),
             any::<String>().prop_map(Value::from),
         ];
-        let value = leaf.prop_recursive(4, 32, 4, |inner| {
+        leaf.prop_recursive(4, 32, 4, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
                 prop::collection::btree_map("[a-c]{1,2}", inner, 0..4)
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
-        });
+        })
+    }
+
+    /// JSON objects of nested values, compact or spaced, keys repeated.
+    fn json_object() -> impl Strategy<Value = String> {
         (
-            prop::collection::vec(("[a-d]{1,2}", value), 0..6),
+            prop::collection::vec(("[a-d]{1,2}", json_value()), 0..6),
             any::<bool>(),
         )
             .prop_map(|(members, pretty)| {
@@ -255,6 +294,48 @@ mod tests {
             })
     }
 
+    /// A run's input whose parameters the Edge wrote, with their index.
+    fn indexed(members: &[(&str, &str)]) -> RunInput {
+        let (object, index) = json_members::write_indexed(members);
+        RunInput {
+            parameters_json: object.into(),
+            parameters_index: index,
+            ..RunInput::default()
+        }
+    }
+
+    #[test]
+    fn an_index_that_fits_takes_the_members_as_they_lie() {
+        let input = indexed(&[("tools", r#"[{"x": 1.50}]"#), ("t", "0.2"), ("tools", "[]")]);
+        let fields = Fields::parameters(&input).unwrap();
+        assert!(matches!(fields.members[0].1, Member::Raw(_)));
+        // A later duplicate wins, in the first's place, as the parse has it.
+        assert_eq!(&object(&fields)[..], br#"{"tools":[],"t":0.2}"#);
+        let parsed = Fields::parse(&input.parameters_json, "p").unwrap();
+        assert_eq!(object(&fields), object(&parsed));
+    }
+
+    #[test]
+    fn an_index_that_does_not_fit_reads_the_object() {
+        let mut input = indexed(&[("a", "1"), ("b", r#""é""#)]);
+        let whole = object(&Fields::parse(&input.parameters_json, "p").unwrap());
+        for bad in [
+            vec![],
+            vec![2, 3, 5],
+            vec![0, 0, 0, 0],
+            vec![2, 3, 5, 6, 8, 9, 11, 13],
+        ] {
+            input.parameters_index = bad;
+            assert_eq!(object(&Fields::parameters(&input).unwrap()), whole);
+        }
+        // Not an object: refused, index or none, as the parse refuses it.
+        input.parameters_json = "[1]".into();
+        input.parameters_index = vec![1, 1, 1, 2];
+        let error = Fields::parameters(&input).unwrap_err();
+        assert_eq!(error.code, FailureCode::InvalidRequest as i32);
+        assert!(error.message.contains("parameters_json"), "{error:?}");
+    }
+
     proptest! {
         /// Whichever way an object is read, it is written as serde reads it.
         #[test]
@@ -262,6 +343,22 @@ mod tests {
             let fields = Fields::parse(text.as_bytes(), "p").unwrap();
             let written: Value = serde_json::from_slice(&object(&fields)).unwrap();
             prop_assert_eq!(written, serde_json::from_str::<Value>(&text).unwrap());
+        }
+
+        /// Members the Edge indexed are taken as the parse takes them.
+        #[test]
+        fn indexed_members_are_taken_as_the_parse_takes_them(
+            members in prop::collection::vec(("[a-d]{1,2}", json_value()), 1..6),
+        ) {
+            let texts: Vec<(String, String)> =
+                members.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+            let members: Vec<(&str, &str)> =
+                texts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let input = indexed(&members);
+            let fields = Fields::parameters(&input).unwrap();
+            prop_assert!(fields.members.iter().all(|(_, m)| matches!(m, Member::Raw(_))));
+            let parsed = Fields::parse(&input.parameters_json, "p").unwrap();
+            prop_assert_eq!(object(&fields), object(&parsed));
         }
     }
 }

@@ -71,7 +71,7 @@ impl OllamaAdapter {
     pub(super) fn body(
         spec: &ExecuteSpec,
     ) -> Result<crate::provider_http::RequestBody, ExecutionFailure> {
-        let mut params = Fields::parse(&spec.input.parameters_json, "parameters_json")?;
+        let mut params = Fields::parameters(&spec.input)?;
         let mut options = match params.remove("options").map(Member::into_value) {
             Some(Value::Object(options)) => options,
             _ => Map::new(),

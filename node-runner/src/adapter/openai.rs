@@ -78,7 +78,7 @@ impl OpenAiAdapter {
     pub(super) fn body(
         spec: &ExecuteSpec,
     ) -> Result<crate::provider_http::RequestBody, proto::v1::ExecutionFailure> {
-        let mut body = Fields::parse(&spec.input.parameters_json, "parameters_json")?;
+        let mut body = Fields::parameters(&spec.input)?;
         body.insert("model", Value::String(spec.target.clone()));
         body.insert("stream", Value::Bool(true));
         let mut options = match body.remove("stream_options").map(Member::into_value) {

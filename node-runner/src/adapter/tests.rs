@@ -193,6 +193,7 @@ fn spec(params: &str) -> ExecuteSpec {
             }],
             parameters_json: params.as_bytes().to_vec().into(),
             escaped_content: false,
+            parameters_index: Vec::new(),
         },
         ..ExecuteSpec::default()
     }
