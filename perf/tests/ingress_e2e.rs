@@ -181,8 +181,9 @@ fn normalized_models_answer_chat_completions_and_responses() {
             // thinking) and says why it stopped.
             assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
             assert_eq!(body["choices"][0]["message"]["content"], "tok tok ");
-            let request = json!({"model": "ollama", "input": "hi", "max_output_tokens": 2,
-                                 "tools": request["tools"].clone()});
+            // The Responses API's limit; an answer cut by it is incomplete.
+            let mut request = json!({"model": "ollama", "input": "hi", "max_output_tokens": 2,
+                                     "tools": request["tools"].clone()});
             let (status, _, body) = within(post_json(addr, "/v1/responses", &request)).await;
             assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
             let body: Value = serde_json::from_slice(&body).unwrap();
@@ -190,6 +191,15 @@ fn normalized_models_answer_chat_completions_and_responses() {
                 body["output"][0]["content"][0]["text"], "tok tok ",
                 "{body}"
             );
+            assert_eq!(body["status"], "incomplete");
+            assert_eq!(body["incomplete_details"]["reason"], "max_output_tokens");
+            assert_eq!(body["output"][0]["status"], "incomplete");
+            request["stream"] = true.into();
+            let (status, _, body) = within(post_json(addr, "/v1/responses", &request)).await;
+            assert_eq!(status, 200);
+            let text = String::from_utf8_lossy(&body);
+            let last = text.trim_end().lines().rev().nth(1).unwrap_or_default();
+            assert_eq!(last, "event: response.incomplete", "{text}");
 
             // Responses, non-stream and stream.
             let request = json!({"model": "ollama", "input": "hi", "instructions": "be brief"});

@@ -222,13 +222,24 @@ impl Ids {
     /// the time (under `created`, or the Responses API's `created_at`),
     /// `id`, `model`, and `object` with its value.
     fn write_members(&self, json: &mut JsonOut<'_>, created: &str, object: &str) {
+        self.write_time_and_id(json, created);
+        self.write_model_and_object(json, object);
+    }
+
+    /// [`Self::write_members`]' first two, after which a member whose key
+    /// sorts between `id` and `model` may follow.
+    fn write_time_and_id(&self, json: &mut JsonOut<'_>, created: &str) {
         json.raw("\"")
             .raw(created)
             .raw("\":")
             .num(self.created)
             .raw(",\"id\":")
-            .str(&self.id)
-            .raw(",\"model\":")
+            .str(&self.id);
+    }
+
+    /// [`Self::write_members`]' last two, after a comma.
+    fn write_model_and_object(&self, json: &mut JsonOut<'_>, object: &str) {
+        json.raw(",\"model\":")
             .str(&self.model)
             .raw(",\"object\":\"")
             .raw(object)

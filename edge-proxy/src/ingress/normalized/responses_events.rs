@@ -4,6 +4,10 @@
 //!
 //! A stream's closing events carry the answer's whole text four times (the
 //! text's `done`, the part's, the item's, and the completed response).
+//! An answer its run cut short (`length`: the output limit; or a content
+//! filter) is `incomplete`, as OpenAI's is: its response and message item
+//! say so, the response gives the reason in `incomplete_details`, and a
+//! stream ends with `response.incomplete` instead of `response.completed`.
 //! Built as `serde_json::Value` trees, each took a copy of the text and
 //! ~30 allocations, then a second pass to print it; serde-derived structs
 //! after that still escaped every key (~110 strings a stream). Here the
@@ -25,8 +29,27 @@ fn output_text(json: &mut JsonOut<'_>, text: &str) {
         .raw(",\"type\":\"output_text\"}");
 }
 
-/// The answer's message item: `status` (`in_progress` or `completed`, as
-/// written), with its one text part when `text` is given.
+/// Why an answer is incomplete, in the Responses API's words, when its run
+/// ended before the model was done: its output limit (`max_output_tokens`,
+/// the run's `length`) or a content filter.
+fn incomplete_reason(out: &Output) -> Option<&'static str> {
+    match out.finish_reason.as_str() {
+        "length" => Some("max_output_tokens"),
+        "content_filter" => Some("content_filter"),
+        _ => None,
+    }
+}
+
+/// The status of a finished answer's response and message item.
+fn finished_status(out: &Output) -> &'static str {
+    match incomplete_reason(out) {
+        Some(_) => "incomplete",
+        None => "completed",
+    }
+}
+
+/// The answer's message item: `status` (`in_progress`, `completed` or
+/// `incomplete`, as written), with its one text part when `text` is given.
 fn message_item(json: &mut JsonOut<'_>, ids: &Ids, status: &str, text: Option<&str>) {
     json.raw("{\"content\":[");
     if let Some(text) = text {
@@ -41,19 +64,22 @@ fn message_item(json: &mut JsonOut<'_>, ids: &Ids, status: &str, text: Option<&s
 
 /// A Responses object: the non-streaming answer, or the `response` of a
 /// stream's `response.created` (in progress, no output, no usage) and
-/// `response.completed` events (`out` given: its text as the one message).
+/// closing events (`out` given: its text as the one message, `completed`,
+/// or `incomplete` with its `incomplete_details`).
 fn response(json: &mut JsonOut<'_>, ids: &Ids, out: Option<&Output>) {
     json.raw("{");
-    ids.write_members(json, "created_at", "response");
-    json.raw(",\"output\":[");
-    if let Some(out) = out {
-        message_item(json, ids, "completed", Some(&out.text));
+    ids.write_time_and_id(json, "created_at");
+    if let Some(reason) = out.and_then(incomplete_reason) {
+        json.raw(",\"incomplete_details\":{\"reason\":\"")
+            .raw(reason)
+            .raw("\"}");
     }
-    let status = if out.is_some() {
-        "completed"
-    } else {
-        "in_progress"
-    };
+    ids.write_model_and_object(json, "response");
+    json.raw(",\"output\":[");
+    let status = out.map_or("in_progress", finished_status);
+    if let Some(out) = out {
+        message_item(json, ids, status, Some(&out.text));
+    }
     json.raw("],\"status\":\"").raw(status).raw("\",\"usage\":");
     match out.and_then(|out| out.usage.as_ref()) {
         Some(usage) => ResponsesUsage::of(usage).write(json),
@@ -105,7 +131,8 @@ pub(super) fn opening(ids: &Ids, bytes: &mut Vec<u8>) {
 }
 
 /// A stream's closing events: the text done, its part done, the item done,
-/// and the response completed, each with the whole text.
+/// and the response completed (`response.incomplete` when the run stopped
+/// at its output limit or a filter), each with the whole text.
 pub(super) fn closing(ids: &Ids, out: &Output, bytes: &mut Vec<u8>) {
     bytes.reserve(1024 + 4 * out.text.len());
     text_event(bytes, ids, "response.output_text.done", |json| {
@@ -117,12 +144,16 @@ pub(super) fn closing(ids: &Ids, out: &Output, bytes: &mut Vec<u8>) {
     });
     sse_event(bytes, Some("response.output_item.done"), |json| {
         json.raw("{\"item\":");
-        message_item(json, ids, "completed", Some(&out.text));
+        message_item(json, ids, finished_status(out), Some(&out.text));
         json.raw(",\"output_index\":0,\"type\":\"response.output_item.done\"}");
     });
-    sse_event(bytes, Some("response.completed"), |json| {
+    let last = match incomplete_reason(out) {
+        Some(_) => "response.incomplete",
+        None => "response.completed",
+    };
+    sse_event(bytes, Some(last), |json| {
         json.raw("{\"response\":");
         response(json, ids, Some(out));
-        json.raw(",\"type\":\"response.completed\"}");
+        json.raw(",\"type\":\"").raw(last).raw("\"}");
     });
 }

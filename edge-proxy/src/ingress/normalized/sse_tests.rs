@@ -160,12 +160,14 @@ fn chat_body_is_the_json_bytes() {
 }
 
 /// The `json!` form of a Responses object, which the typed shapes of
-/// `responses_events` replaced.
+/// `responses_events` replaced: `status` is `in_progress` (no output yet)
+/// or the finished answer's, `incomplete` with its reason when the run
+/// stopped at its output limit or a filter.
 fn responses_json(ids: &Ids, status: &str, out: &Output) -> Value {
-    let output = if status == "completed" {
-        json!([message_item_json(&ids.item_id, out)])
-    } else {
+    let output = if status == "in_progress" {
         json!([])
+    } else {
+        json!([message_item_json(&ids.item_id, status, out)])
     };
     let usage = out.usage.as_ref().map(|usage| {
         json!({
@@ -176,14 +178,30 @@ fn responses_json(ids: &Ids, status: &str, out: &Output) -> Value {
             "output_tokens_details": { "reasoning_tokens": usage.reasoning_tokens.unwrap_or(0) },
         })
     });
-    json!({
+    let mut response = json!({
         "id": ids.id, "object": "response", "created_at": ids.created, "status": status,
         "model": ids.model, "output": output, "usage": usage,
-    })
+    });
+    if status == "incomplete" {
+        let reason = match out.finish_reason.as_str() {
+            "length" => "max_output_tokens",
+            _ => "content_filter",
+        };
+        response["incomplete_details"] = json!({"reason": reason});
+    }
+    response
 }
 
-fn message_item_json(item_id: &str, out: &Output) -> Value {
-    json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+/// The status a finished answer's `json!` form says.
+fn finished(out: &Output) -> &'static str {
+    match out.finish_reason.as_str() {
+        "length" | "content_filter" => "incomplete",
+        _ => "completed",
+    }
+}
+
+fn message_item_json(item_id: &str, status: &str, out: &Output) -> Value {
+    json!({"type": "message", "id": item_id, "status": status, "role": "assistant",
         "content": [{"type": "output_text", "text": out.text, "annotations": []}]})
 }
 
@@ -224,15 +242,16 @@ fn closing_json(ids: &Ids, out: &Output) -> Vec<u8> {
         &json!({"type": "response.content_part.done", "item_id": item,
             "output_index": 0, "content_index": 0, "part": part}),
     ));
+    let status = finished(out);
     bytes.extend(sse(
         Some("response.output_item.done"),
         &json!({"type": "response.output_item.done", "output_index": 0,
-            "item": message_item_json(item, out)}),
+            "item": message_item_json(item, status, out)}),
     ));
+    let last = format!("response.{status}");
     bytes.extend(sse(
-        Some("response.completed"),
-        &json!({"type": "response.completed",
-            "response": responses_json(ids, "completed", out)}),
+        Some(&last),
+        &json!({"type": last, "response": responses_json(ids, status, out)}),
     ));
     bytes
 }
@@ -247,19 +266,25 @@ fn responses_shapes_are_the_json_bytes() {
         [&b"before "[..], &opening_json(&ids)].concat(),
         "opening"
     );
-    for (text, usage) in [
-        ("", None),
-        ("quote \" back \\ nl \n \u{1} \u{e9}\u{1f600}", Some(usage)),
+    for (text, usage, finish_reason) in [
+        ("", None, ""),
+        (
+            "quote \" back \\ nl \n \u{1} \u{e9}\u{1f600}",
+            Some(usage),
+            "stop",
+        ),
+        ("cut sh", Some(usage), "length"),
+        ("", None, "content_filter"),
     ] {
         let out = Output {
             text: text.into(),
             reasoning: String::new(),
-            finish_reason: String::new(),
+            finish_reason: finish_reason.into(),
             usage,
             keep_text: true,
         };
         let body = responses_events::body(&ids, &out);
-        let json = responses_json(&ids, "completed", &out).to_string();
+        let json = responses_json(&ids, finished(&out), &out).to_string();
         assert_eq!(String::from_utf8(body).unwrap(), json, "body");
         let mut closing = b"before".to_vec();
         responses_events::closing(&ids, &out, &mut closing);
