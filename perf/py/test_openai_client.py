@@ -195,6 +195,23 @@ def test_responses_stream(client, model):
     assert completed.usage is not None and completed.usage.output_tokens == TOKENS
 
 
+def test_responses_cut_at_the_output_limit_are_incomplete(client):
+    # A normalized run that stops at max_output_tokens says so, as OpenAI's do.
+    response = client.responses.create(
+        model="mock-ollama", input="hello, edge", max_output_tokens=2
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details.reason == "max_output_tokens"
+    events = list(
+        client.responses.create(
+            model="mock-ollama", input="hello, edge", max_output_tokens=2, stream=True
+        )
+    )
+    assert events[-1].type == "response.incomplete", [e.type for e in events]
+    assert events[-1].response.status == "incomplete"
+    assert events[-1].response.output_text == response.output_text
+
+
 # --- models and errors ----------------------------------------------------------
 
 
