@@ -1,6 +1,7 @@
-//! A run's request as one frame whose long message texts are their own
-//! slices: the Edge sends a prompt it holds as `Bytes` without copying it
-//! into the frame, as a tunnel request's body already goes.
+//! A run's request as one frame whose long message texts and long
+//! parameters are their own slices: the Edge sends a prompt, or an agent's
+//! tools, it holds as `Bytes` without copying it into the frame, as a
+//! tunnel request's body already goes.
 //!
 //! The frame is what prost would encode but for the order of fields, which
 //! a protobuf decoder does not care about: each message's `content` comes
@@ -21,13 +22,14 @@ use proto::{
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
 use crate::write_batch::COPY_MAX;
 
-/// Whether `request` has a message text long enough to go as its own slice
-/// ([`FrameEncoder::encode_run_request`]); otherwise encode it whole.
+/// Whether `request` has a message text, or parameters, long enough to go
+/// as its own slice ([`FrameEncoder::encode_run_request`]); otherwise
+/// encode it whole.
 pub fn has_long_texts(request: &RunRequest) -> bool {
-    request
-        .input
-        .as_ref()
-        .is_some_and(|input| input.messages.iter().any(|m| m.content.len() > COPY_MAX))
+    request.input.as_ref().is_some_and(|input| {
+        input.parameters_json.len() > COPY_MAX
+            || input.messages.iter().any(|m| m.content.len() > COPY_MAX)
+    })
 }
 
 /// Makes a run's input plain for a node that takes only plain texts: each
@@ -55,9 +57,10 @@ pub fn unescape_content(input: &mut RunInput) -> Result<(), FrameError> {
 
 impl FrameEncoder {
     /// Encodes `{stream_id, run_request: request}` as one frame in which
-    /// each message text longer than `COPY_MAX` is its own slice, not
-    /// copied (up to [`MAX_BODY_PARTS`] slices in all; texts past that are
-    /// copied). Decodes to the same envelope as [`encode`](Self::encode)'s.
+    /// the parameters and each message text longer than `COPY_MAX` are
+    /// their own slices, not copied (up to [`MAX_BODY_PARTS`] slices in
+    /// all; texts past that are copied). Decodes to the same envelope as
+    /// [`encode`](Self::encode)'s.
     pub fn encode_run_request(
         &mut self,
         stream_id: u64,
@@ -92,11 +95,12 @@ impl FrameEncoder {
             + request_len;
         self.check_len(envelope_len)?;
 
-        // Which texts go as slices: the long ones, while a text and the
-        // bytes after it fit the frame's parts.
+        // Which texts go as slices: long parameters, then the long message
+        // texts, while a text and the bytes after it fit the frame's parts.
+        let slice_parameters = parameters.len() > COPY_MAX;
         let sliced: Vec<bool> = messages
             .iter()
-            .scan(0, |slices, m| {
+            .scan(usize::from(slice_parameters), |slices, m| {
                 let slice = m.content.len() > COPY_MAX && (*slices + 1) * 2 <= MAX_BODY_PARTS;
                 *slices += usize::from(slice);
                 Some(slice)
@@ -107,7 +111,12 @@ impl FrameEncoder {
             .zip(&sliced)
             .filter(|(_, s)| **s)
             .map(|(m, _)| m.content.len())
-            .sum();
+            .sum::<usize>()
+            + if slice_parameters {
+                parameters.len()
+            } else {
+                0
+            };
         self.reserve(LENGTH_PREFIX_LEN + envelope_len - sliced_len);
         self.put_prefix(envelope_len);
         let out = &mut self.scratch;
@@ -123,7 +132,14 @@ impl FrameEncoder {
         if input.is_some() {
             encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
             encode_varint(input_len as u64, out);
-            put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
+            if slice_parameters {
+                encode_key(RUN_INPUT_PARAMETERS_FIELD, WireType::LengthDelimited, out);
+                encode_varint(parameters.len() as u64, out);
+                parts.push(out.split().freeze());
+                parts.push(parameters.clone());
+            } else {
+                put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
+            }
             if escaped {
                 prost::encoding::bool::encode(RUN_INPUT_ESCAPED_CONTENT_FIELD, &escaped, out);
             }
@@ -263,6 +279,34 @@ mod tests {
         assert!(!has_long_texts(&RunRequest::default()));
     }
 
+    #[test]
+    fn long_parameters_are_their_own_slice() {
+        // An agent's tools: short messages, tens of KB of parameters.
+        let tools = text(21_000, b't');
+        let request = RunRequest {
+            run_id: "r2".into(),
+            input: Some(RunInput {
+                messages: vec![ChatMessage {
+                    role: "user".into(),
+                    content: "hi".into(),
+                    ..ChatMessage::default()
+                }],
+                parameters_json: tools.clone(),
+                parameters_index: vec![2, 7, 9, 20_999],
+                ..RunInput::default()
+            }),
+            ..RunRequest::default()
+        };
+        assert!(has_long_texts(&request));
+        let mut encoder = FrameEncoder::default();
+        let frame = encoder.encode_run_request(9, request.clone()).unwrap();
+        assert_eq!(frame.body.as_ptr(), tools.as_ptr(), "the tools were copied");
+        assert_eq!(frame.more.len(), 1, "the index and the message follow");
+        assert_eq!(decode_all(bytes_of(&frame)), [run(9, &request)]);
+        let whole = encoder.encode(&run(9, &request)).unwrap();
+        assert_eq!(frame.len(), whole.len(), "the same length as prost's frame");
+    }
+
     fn message() -> impl Strategy<Value = ChatMessage> {
         let content = prop_oneof![
             Just(0usize),
@@ -284,14 +328,18 @@ mod tests {
 
     proptest! {
         /// Any request (no input, no messages, up to 40 of them, long texts
-        /// past the parts' bound, a parameters index or none) decodes as itself, whole or in pieces of
+        /// past the parts' bound, long parameters, a parameters index or
+        /// none) decodes as itself, whole or in pieces of
         /// any length; its frame has at most `MAX_BODY_PARTS` slices, and
         /// the long texts it slices are the request's own bytes.
         #[test]
         fn any_run_request_decodes_as_itself_whole_or_in_pieces(
             stream_id in 0u64..u64::MAX,
             messages in prop::option::of(prop::collection::vec(message(), 0..40)),
-            parameters in prop::collection::vec(any::<u8>(), 0..30),
+            parameters in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..30),
+                prop::collection::vec(any::<u8>(), COPY_MAX + 1..COPY_MAX + 3_000),
+            ],
             parameters_index in prop::collection::vec(any::<u32>(), 0..12),
             run_id in "[a-z0-9]{0,12}",
             piece_len in 1usize..20_000,
@@ -311,9 +359,11 @@ mod tests {
             let frame = encoder.encode_run_request(stream_id, request.clone()).unwrap();
             prop_assert!(frame.parts().count() <= MAX_BODY_PARTS);
             let long: Vec<usize> = request.input.iter()
-                .flat_map(|i| &i.messages)
-                .filter(|m| m.content.len() > COPY_MAX)
-                .map(|m| m.content.as_ptr() as usize)
+                .flat_map(|i| {
+                    std::iter::once(&i.parameters_json).chain(i.messages.iter().map(|m| &m.content))
+                })
+                .filter(|text| text.len() > COPY_MAX)
+                .map(|text| text.as_ptr() as usize)
                 .collect();
             let sliced = frame.parts().filter(|p| long.contains(&(p.as_ptr() as usize))).count();
             prop_assert_eq!(sliced, long.len().min(MAX_BODY_PARTS / 2), "long texts not sliced");

@@ -61,8 +61,8 @@ impl<D: NodeDirectory + 'static> Conn<D> {
 
     /// The one frame that opens stream `stream_id` with `msg`. A long prompt
     /// is not copied into it: a tunnel request's body goes last, as its own
-    /// slice of the write (as the Node's response bodies do), and so does a
-    /// run's long message text.
+    /// slice of the write (as the Node's response bodies do), and so do a
+    /// run's long message texts and long parameters (an agent's tools).
     fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
         let mut encoder = self.core.encoder.borrow_mut();
         match msg {
