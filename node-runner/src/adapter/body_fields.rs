@@ -165,11 +165,26 @@ impl<'a> Fields<'a> {
 
     /// Writes each member but those `skip` names as `"key":value,`.
     pub(super) fn write_members(&self, out: &mut Vec<u8>, skip: &[&str]) {
+        self.write_members_pasting(out, skip, |_, _| false);
+    }
+
+    /// [`Self::write_members`], but a value still as its text that `paste`
+    /// takes (given the text and where in `out` it goes) is left out of
+    /// `out`, for the caller to put there as a slice of its own.
+    pub(super) fn write_members_pasting(
+        &self,
+        out: &mut Vec<u8>,
+        skip: &[&str],
+        mut paste: impl FnMut(&str, usize) -> bool,
+    ) {
         for (key, value) in &self.members {
             if !skip.contains(&key.as_ref()) {
                 escape_into(key, out);
                 out.push(b':');
-                value.write(out);
+                match value {
+                    Member::Raw(text) if paste(text, out.len()) => {}
+                    value => value.write(out),
+                }
                 out.push(b',');
             }
         }

@@ -6,7 +6,9 @@
 //! quotes as they are, neither unescaped nor escaped again; a text of
 //! [`PASTED_SLICE_MIN`] bytes or more is not even copied: the body is then
 //! its JSON around the text, and the text itself as a slice of the run's
-//! frame ([`RequestBody`]'s slices go out in one vectored write).
+//! frame ([`RequestBody`]'s slices go out in one vectored write). So is a
+//! parameter's value that long, still as the Edge sent it (an agent's
+//! `tools`).
 //!
 //! Each message is its `extra_json` object's fields, then `role` and
 //! `content` (which win over extra fields of the same name). The body's
@@ -49,7 +51,7 @@ pub(super) fn with_messages(
     let mut from = 0;
     for (at, text) in pasted {
         parts.push(json.slice(from..at));
-        parts.push(text.clone());
+        parts.push(text);
         from = at;
     }
     parts.push(json.slice(from..));
@@ -58,19 +60,27 @@ pub(super) fn with_messages(
 
 /// Texts that go into a body as slices of the frame, each with where in
 /// the body's JSON it goes.
-type Pasted<'a> = Vec<(usize, &'a Bytes)>;
+type Pasted = Vec<(usize, Bytes)>;
 
 /// The body's JSON but for the texts pasted as slices, and those.
-fn json_around_texts<'a>(
+fn json_around_texts(
     fields: Fields<'_>,
-    input: &'a RunInput,
-) -> Result<(Vec<u8>, Pasted<'a>), ExecutionFailure> {
+    input: &RunInput,
+) -> Result<(Vec<u8>, Pasted), ExecutionFailure> {
     let mut pasted = Pasted::new();
     // Sized up front (see `body_capacity`): a body that grows is copied
     // whole by the allocator, a long prompt included.
     let mut out = Vec::with_capacity(body_capacity(input));
     out.push(b'{');
-    fields.write_members(&mut out, &["messages"]);
+    fields.write_members_pasting(&mut out, &["messages"], |value, at| {
+        match long_slice_of(&input.parameters_json, value) {
+            Some(slice) => {
+                pasted.push((at, slice));
+                true
+            }
+            None => false,
+        }
+    });
     out.extend_from_slice(b"\"messages\":[");
     for (i, message) in input.messages.iter().enumerate() {
         if i > 0 {
@@ -87,7 +97,7 @@ fn json_around_texts<'a>(
             // A JSON string's body already, checked by the Edge.
             out.push(b'"');
             if pasted_as_slice(input, &message.content) {
-                pasted.push((out.len(), &message.content));
+                pasted.push((out.len(), message.content.clone()));
             } else {
                 out.extend_from_slice(content.as_bytes());
             }
@@ -99,6 +109,17 @@ fn json_around_texts<'a>(
     }
     out.extend_from_slice(b"]}");
     Ok((out, pasted))
+}
+
+/// `text` as a slice of `whole` when it is one and long enough to go into
+/// the body as a slice of the frame.
+fn long_slice_of(whole: &Bytes, text: &str) -> Option<Bytes> {
+    let inside = whole.as_ptr_range();
+    let text = text.as_bytes();
+    (text.len() >= PASTED_SLICE_MIN
+        && inside.start <= text.as_ptr()
+        && text.as_ptr_range().end <= inside.end)
+        .then(|| whole.slice_ref(text))
 }
 
 /// Whether `content` goes into the body as a slice of the frame.
@@ -307,6 +328,46 @@ mod tests {
         assert_eq!(parsed["messages"][0]["content"], "short \n");
         let plain = "a \"long\" text\n".repeat(PASTED_SLICE_MIN / 8);
         assert_eq!(parsed["messages"][1]["content"], plain);
+    }
+
+    #[test]
+    fn a_long_parameter_goes_as_a_slice_of_the_frame() {
+        // An agent's tools as the Edge sent them, beside a short one.
+        let tools = format!(
+            "[{}]",
+            vec![r#"{"type":"function","function":{"name":"f","parameters":{}}}"#; 80].join(",")
+        );
+        let (object, index) = framing::json_members::write_indexed(&[
+            ("tools", tools.as_str()),
+            ("temperature", "0.5"),
+        ]);
+        let input = RunInput {
+            messages: vec![message("user", "hi", "")],
+            parameters_json: object.into(),
+            parameters_index: index,
+            ..RunInput::default()
+        };
+        let fields = Fields::parameters(&input).unwrap();
+        let body = with_messages(fields, &input).unwrap();
+        let slices: Vec<_> = body.parts().collect();
+        assert_eq!(slices.len(), 3);
+        assert!(
+            input
+                .parameters_json
+                .as_ptr_range()
+                .contains(&slices[1].as_ptr()),
+            "the tools were copied"
+        );
+        assert_eq!(&slices[1][..], tools.as_bytes());
+        let parsed: Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+        let expected: Value = serde_json::from_str(&tools).unwrap();
+        assert_eq!(parsed["tools"], expected);
+        assert_eq!(parsed["temperature"], 0.5);
+        assert_eq!(parsed["messages"][0]["content"], "hi");
+        // A short parameter, or one an adapter made, is copied.
+        let mut fields = Fields::parameters(&input).unwrap();
+        fields.insert("tools", json!([]));
+        assert_eq!(with_messages(fields, &input).unwrap().parts().count(), 1);
     }
 
     #[test]
