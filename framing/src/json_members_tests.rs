@@ -119,3 +119,23 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// Any index over any text: no panic, and what is taken holds to the
+    /// index's promise (keys without quotes or escapes, in order).
+    #[test]
+    fn any_index_over_any_text_is_taken_or_refused(
+        text in "[\"a:{}é\\\\]{0,24}",
+        index in prop::collection::vec(0u32..28, 0..12),
+    ) {
+        if let Some(members) = members(&text, &index) {
+            prop_assert_eq!(members.len() * 4, index.len());
+            for (key, value) in members {
+                prop_assert!(!key.contains(['"', '\\']));
+                prop_assert!(!value.is_empty());
+            }
+        }
+    }
+}
