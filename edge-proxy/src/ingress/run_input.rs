@@ -106,12 +106,12 @@ fn responses_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiErro
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(text @ (Text::Borrowed(_) | Text::Owned(_))) = body.instructions {
         let text = text_of(&request.body, text, &[])?;
-        messages.push(message("system".to_owned(), text, Bytes::new()));
+        messages.push(message(Bytes::from_static(b"system"), text, Bytes::new()));
     }
     match body.messages {
         Some(Messages::Text(text)) => {
             let text = text_of(&request.body, text, &[])?;
-            messages.push(message("user".to_owned(), text, Bytes::new()));
+            messages.push(message(Bytes::from_static(b"user"), text, Bytes::new()));
         }
         Some(Messages::List(items)) => {
             for item in items {
@@ -198,9 +198,9 @@ fn invalid_content() -> ApiError {
 
 /// A run's message; `extra_json` its extras (members other than `role`
 /// and `content`) as a JSON object, empty when there are none.
-fn message(role: String, content: Bytes, extra_json: Bytes) -> ChatMessage {
+fn message(role: impl Into<Bytes>, content: Bytes, extra_json: Bytes) -> ChatMessage {
     ChatMessage {
-        role,
+        role: role.into(),
         content,
         extra_json,
     }

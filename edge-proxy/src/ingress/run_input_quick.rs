@@ -225,12 +225,12 @@ pub(super) fn responses_input(body: &Bytes, spans: &InputSpans) -> Option<RunInp
     if let Some(value) = instructions
         && let Some(text) = string_body(body, value)?
     {
-        messages.push(message("system".to_owned(), text, Bytes::new()));
+        messages.push(message(Bytes::from_static(b"system"), text, Bytes::new()));
     }
     match items {
         Some(items) => push_messages(body, items, &mut messages)?,
         None => messages.push(message(
-            "user".to_owned(),
+            Bytes::from_static(b"user"),
             string_body(body, input)??,
             Bytes::new(),
         )),
@@ -298,11 +298,13 @@ fn push_messages(
         } else {
             json_object(body, &noted.extras)?.0
         };
-        messages.push(message(
-            Scalar::Text { raw, escaped }.text()?.into_owned(),
-            noted.content.text(body),
-            extras,
-        ));
+        // A role without escapes (every one a client sends) is a slice of
+        // the body, as the texts are.
+        let role = match escaped {
+            false => body.slice(noted.role.clone()),
+            true => Scalar::Text { raw, escaped }.text()?.into_owned().into(),
+        };
+        messages.push(message(role, noted.content.text(body), extras));
     }
     Some(())
 }

@@ -4,6 +4,11 @@ use serde_json::{Value, json};
 use super::*;
 use crate::ingress::openai::parse;
 
+/// A message's role, which the wire carries as bytes.
+fn role_of(message: &ChatMessage) -> &str {
+    std::str::from_utf8(&message.role).expect("a UTF-8 role")
+}
+
 /// A chat body's run input, its texts plain (as a Node that does not take
 /// escaped texts gets them).
 fn input(body: &str) -> Result<RunInput, ApiError> {
@@ -80,7 +85,7 @@ fn later_duplicates_win_and_routing_members_are_not_parameters() {
     assert_eq!(input.messages.len(), 1);
     let message = &input.messages[0];
     assert_eq!(
-        (message.role.as_str(), &message.content[..]),
+        (role_of(message), &message.content[..]),
         ("user", &b"z"[..])
     );
     assert_eq!(&message.extra_json[..], br#"{"name":"o"}"#);
@@ -103,7 +108,7 @@ fn a_responses_request_becomes_instructions_then_its_input() {
     let texts: Vec<_> = input
         .messages
         .iter()
-        .map(|m| (m.role.as_str(), &m.content[..]))
+        .map(|m| (role_of(m), &m.content[..]))
         .collect();
     assert_eq!(
         texts,
@@ -126,7 +131,7 @@ fn a_responses_request_becomes_instructions_then_its_input() {
     let texts: Vec<_> = input
         .messages
         .iter()
-        .map(|m| (m.role.as_str(), &m.content[..]))
+        .map(|m| (role_of(m), &m.content[..]))
         .collect();
     assert_eq!(texts, [("user", &b"ab"[..]), ("assistant", &b""[..])]);
     assert!(input.messages.iter().all(|m| m.extra_json.is_empty()));
@@ -220,7 +225,7 @@ proptest! {
         if let Some(t) = temperature { body["temperature"] = json!(t); }
         let got = input(&body.to_string()).unwrap();
         let got_messages: Vec<_> = got.messages.iter().map(|m| (
-            m.role.clone(),
+            role_of(m).to_owned(),
             String::from_utf8(m.content.to_vec()).unwrap(),
             String::from_utf8(m.extra_json.to_vec()).unwrap(),
         )).collect();
@@ -349,6 +354,8 @@ fn the_quick_reader_takes_the_common_shape() {
     assert_eq!(escaped.messages[0].content, "be brief \\u00e9");
     let range = bytes.as_ptr_range();
     assert!(range.contains(&escaped.messages[2].content.as_ptr()));
+    // So are the roles.
+    assert!(range.contains(&escaped.messages[0].role.as_ptr()));
     let (quick, serde) = quick_and_serde(&body).expect("taken");
     assert_eq!(quick, serde.unwrap());
     assert_eq!(quick.messages[0].content, "be brief é");
@@ -526,7 +533,7 @@ fn routing_notes_the_spans_of_the_common_shape_only() {
     let (quick, serde) = quick_and_serde(body).expect("taken");
     assert_eq!(quick, serde.unwrap());
     assert_eq!(
-        (quick.messages.len(), quick.messages[0].role.as_str()),
+        (quick.messages.len(), role_of(&quick.messages[0])),
         (1, "b\tc")
     );
     // Committed: the body and its spans are let go of together.
@@ -566,7 +573,7 @@ fn the_quick_reader_takes_a_responses_string_input_or_message_items() {
     let (quick, serde) = quick_and_serde_responses(body).expect("taken");
     assert_eq!(quick, serde.unwrap());
     assert_eq!(
-        (quick.messages.len(), quick.messages[0].role.as_str()),
+        (quick.messages.len(), role_of(&quick.messages[0])),
         (1, "user")
     );
     // Message items: their other members dropped, as serde drops them.
@@ -575,7 +582,7 @@ fn the_quick_reader_takes_a_responses_string_input_or_message_items() {
     let (quick, serde) = quick_and_serde_responses(body).expect("taken");
     assert_eq!(quick, serde.unwrap());
     let texts: Vec<_> = (quick.messages.iter())
-        .map(|m| (m.role.as_str(), &m.content[..]))
+        .map(|m| (role_of(m), &m.content[..]))
         .collect();
     assert_eq!(
         texts,

@@ -147,9 +147,7 @@ impl FrameEncoder {
             for (m, slice) in messages.iter().zip(&sliced) {
                 encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
                 encode_varint(m.encoded_len() as u64, out);
-                if !m.role.is_empty() {
-                    prost::encoding::string::encode(CHAT_MESSAGE_ROLE_FIELD, &m.role, out);
-                }
+                put_bytes_field(out, CHAT_MESSAGE_ROLE_FIELD, &m.role);
                 put_bytes_field(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
                 if *slice {
                     encode_key(CHAT_MESSAGE_CONTENT_FIELD, WireType::LengthDelimited, out);
@@ -320,7 +318,7 @@ mod tests {
             prop::collection::vec(any::<u8>(), 0..20),
         )
             .prop_map(|(role, len, byte, extra)| ChatMessage {
-                role,
+                role: role.into(),
                 content: text(len, byte),
                 extra_json: extra.into(),
             })

@@ -90,9 +90,9 @@ fn json_around_texts(
         Fields::parse(&message.extra_json, "message extra_json")?
             .write_members(&mut out, &["role", "content"]);
         out.extend_from_slice(b"\"role\":");
-        escape_into(&message.role, &mut out);
+        escape_into(text(&message.role, "role")?, &mut out);
         out.extend_from_slice(b",\"content\":");
-        let content = text(&message.content)?;
+        let content = text(&message.content, "content")?;
         if input.escaped_content {
             // A JSON string's body already, checked by the Edge.
             out.push(b'"');
@@ -127,14 +127,14 @@ fn pasted_as_slice(input: &RunInput, content: &Bytes) -> bool {
     input.escaped_content && content.len() >= PASTED_SLICE_MIN
 }
 
-/// A message's text, which the wire carries as bytes (to decode it
-/// without a copy) but which must be UTF-8.
-fn text(content: &[u8]) -> Result<&str, ExecutionFailure> {
-    simdutf8::compat::from_utf8(content).map_err(|e| {
+/// A message's text or role (`what`), which the wire carries as bytes (to
+/// decode it without a copy) but which must be UTF-8.
+fn text<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, ExecutionFailure> {
+    simdutf8::compat::from_utf8(bytes).map_err(|e| {
         failure(
             FailureCode::InvalidRequest,
             FailureSide::Client,
-            format!("a message's content is not UTF-8: {e}"),
+            format!("a message's {what} is not UTF-8: {e}"),
         )
     })
 }
@@ -192,7 +192,7 @@ mod tests {
 
     fn message(role: &str, content: &str, extra: &str) -> ChatMessage {
         ChatMessage {
-            role: role.into(),
+            role: role.as_bytes().to_vec().into(),
             content: content.as_bytes().to_vec().into(),
             extra_json: extra.as_bytes().to_vec().into(),
         }
@@ -241,17 +241,24 @@ mod tests {
     }
 
     #[test]
-    fn a_text_that_is_not_utf8_is_the_clients_error() {
-        let mut not_utf8 = message("user", "", "");
-        not_utf8.content = vec![b'h', 0xff, b'i'].into();
-        let input = RunInput {
-            messages: vec![not_utf8],
-            ..RunInput::default()
-        };
-        let error = with_messages(Fields::default(), &input).unwrap_err();
-        assert_eq!(error.code, FailureCode::InvalidRequest as i32);
-        assert_eq!(error.side, FailureSide::Client as i32);
-        assert!(error.message.contains("not UTF-8"), "{error:?}");
+    fn a_text_or_role_that_is_not_utf8_is_the_clients_error() {
+        for what in ["content", "role"] {
+            let mut not_utf8 = message("user", "", "");
+            let bytes = vec![b'h', 0xff, b'i'].into();
+            match what {
+                "content" => not_utf8.content = bytes,
+                _ => not_utf8.role = bytes,
+            }
+            let input = RunInput {
+                messages: vec![not_utf8],
+                ..RunInput::default()
+            };
+            let error = with_messages(Fields::default(), &input).unwrap_err();
+            assert_eq!(error.code, FailureCode::InvalidRequest as i32);
+            assert_eq!(error.side, FailureSide::Client as i32);
+            let expected = format!("a message's {what} is not UTF-8");
+            assert!(error.message.contains(&expected), "{error:?}");
+        }
     }
 
     #[test]
