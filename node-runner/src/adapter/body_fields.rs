@@ -7,16 +7,20 @@
 //! client wrote them. Parsed into a `serde_json::Value` tree and printed
 //! again into the provider's body, 24 such tools (~21 KB) had cost the
 //! Node ~1M instructions a request (issue 8: `TOOLS=24
-//! hack/instructions.sh`). Here the object's members are found by
-//! `framing::json_quick`'s cursor, which checks every value is JSON, and
-//! written as they are; only the few members an adapter reads or changes
+//! hack/instructions.sh`). Here a run's parameters are taken where the
+//! Edge's index says their members lie (`RunInput.parameters_index`,
+//! `framing::json_members`: the Edge's cursor checked each value), and
+//! any other object's members are found by `framing::json_quick`'s
+//! cursor, which checks every value is JSON; either way they are written
+//! as they are, and only the few members an adapter reads or changes
 //! (`stream_options`, Ollama's sampling knobs) are parsed, when it takes
 //! them. An object the cursor declines (an escaped key, a number with an
 //! exponent, deeper nesting) is read by serde, as every object was before.
 //!
 //! **Invariants:** a later duplicate key wins (as in a JSON object parsed
 //! whole), and the members are written in the order first seen; every
-//! value written is JSON (checked by the cursor, or serde's).
+//! value written is JSON (checked by the Edge's cursor or this one, or
+//! serde's).
 
 use std::borrow::Cow;
 
