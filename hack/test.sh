@@ -36,6 +36,11 @@ if [ -z "${IOP_TEST_SKIP_LINT:-}" ]; then
   step "cargo clippy (all targets, -D warnings)"
   cargo clippy --workspace --all-targets --locked -- -D warnings
 
+  # Public docs must build without a warning (a link to a private item,
+  # a broken link) so that they cannot rot.
+  step "cargo doc (the workspace's crates, -D warnings)"
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
   # The benchmark scripts (peers, load tests) are not all run here: at
   # least they must parse.
   step "bash -n: every script under hack/"

@@ -20,7 +20,7 @@
 //!   before the body is read (or the final error instead, if the body is
 //!   refused).
 //! - **Client gone.** While a response streams, a read watches the socket
-//!   ([`ClientRead::watching`]): end of stream or an error means the client
+//!   (`ClientRead::watching`): end of stream or an error means the client
 //!   left, and the handler drops its upstream at once (which cancels the
 //!   run or tunnel on the node). The same read, if the client sends
 //!   nothing, waits for the next request: a read is never cancelled.

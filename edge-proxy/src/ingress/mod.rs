@@ -9,13 +9,13 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when some model has a provider on a ready node, else 503 |
 //! | `GET /metrics` | Prometheus text |
-//! | `POST /admin/…` | operator lease revocation ([`admin`]) |
+//! | `POST /admin/…` | operator lease revocation (`admin`) |
 //!
 //! A request's `model` picks a model group; the pool leases a provider
 //! ([`crate::pool`]), and the provider's kind alone picks the wire (F17):
 //! OpenAI-compatible providers get a raw tunnel whose bytes reach the client
-//! untouched ([`tunnel`]); Ollama providers get a normalized run translated
-//! into the OpenAI shapes ([`normalized`]). Errors are OpenAI-shaped JSON
+//! untouched (`tunnel`); Ollama providers get a normalized run translated
+//! into the OpenAI shapes (`normalized`). Errors are OpenAI-shaped JSON
 //! with the right status ([`error`]).
 //!
 //! Every completion request is owned by one StreamGate ([`gate`], F27): it

@@ -257,7 +257,7 @@ impl Responder {
     /// Sends body bytes as they are (one chunk), at once; while corked,
     /// they join the chunk the pieces before them went into.
     ///
-    /// Under a `Content-Length` ([`Responder::sized_head`]), bytes that
+    /// Under a `Content-Length` (`Responder::sized_head`), bytes that
     /// would go past it are not written: the answer is marked to close
     /// (nothing more of this body is written), and the client, short of
     /// the length, sees the break.

@@ -34,7 +34,7 @@ use crate::ingress::error::ApiError;
 /// The normalized input of a Chat Completions request: its messages, and
 /// every member but the messages and routing's as the run's parameters.
 /// Made from routing's spans without serde when the body has the common
-/// shape ([`quick`]), read by serde otherwise.
+/// shape (`quick`), read by serde otherwise.
 pub fn chat_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let spans = request.input_spans.as_deref();
     match spans.and_then(|spans| quick::chat_input(&request.body, spans)) {
@@ -90,7 +90,7 @@ fn chat_input_by_serde(request: &ParsedRequest) -> Result<RunInput, ApiError> {
 /// other members are dropped); `temperature`, `top_p` and
 /// `max_output_tokens` (as `max_tokens`) as the parameters.
 /// Made from routing's spans without serde when `input` is a string or
-/// message items with string (or `null`) texts ([`quick`]), read by serde
+/// message items with string (or `null`) texts (`quick`), read by serde
 /// otherwise.
 pub fn responses_input(request: &ParsedRequest) -> Result<RunInput, ApiError> {
     let spans = request.input_spans.as_deref();

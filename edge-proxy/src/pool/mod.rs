@@ -13,7 +13,7 @@
 //! current generation is skipped until a CAPABILITIES probe restores it.
 //! An admission may carry a [`Preference`] (F26): avoid one provider when a
 //! runtime-eligible alternate exists, and re-select it when none does only
-//! if the fallback flag says so ([`select`]).
+//! if the fallback flag says so (`select`).
 //!
 //! # Invariants
 //! - **Capacity is never exceeded.** A lease is taken by a compare-and-swap

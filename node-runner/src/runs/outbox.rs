@@ -82,7 +82,7 @@ impl Outbox {
     /// event (no `Envelope` built, so no box for its variant); false if it
     /// could not be encoded or the writer is gone.
     ///
-    /// A text of [`TEXT_AS_OWN_SLICE`] bytes or more goes to the writer as
+    /// A text of `TEXT_AS_OWN_SLICE` bytes or more goes to the writer as
     /// its own slice after the frame's head, like a tunnel body, instead of
     /// being copied into the frame (~6 % of the Node's CPU relaying 64 KiB
     /// normalized events). The Edge decodes the same event either way.

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 /// The most credit a run waits to have back before it resumes (see
-/// [`Credit::resume_point`]).
+/// `Credit::resume_point`).
 pub const RESUME_AT_MOST: u64 = 64 * 1024;
 
 /// The byte credit of one tunnel stream: how many more body bytes the Node
@@ -27,7 +27,7 @@ pub const RESUME_AT_MOST: u64 = 64 * 1024;
 ///
 /// # Runs (overdraft)
 /// A normalized run's events are indivisible: the run sends its next event
-/// while any credit is left, and [`overdraw`](Self::overdraw)s by that
+/// while any credit is left, and `overdraw`s by that
 /// event's cost (`proto::run_event_credit`). The balance may so go below
 /// zero by at most one event; the Edge's grants repay it first. The
 /// accounting stays exact (nothing is forgiven), so what the Node has sent

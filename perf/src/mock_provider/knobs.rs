@@ -101,7 +101,7 @@ pub struct Knobs {
     /// Each streamed chat completion token event carries the
     /// `CLOCK_MONOTONIC` nanoseconds at which the mock produced it, as the
     /// choice's `mock_sent_ns` (`stamp`: `1` or `0`; see
-    /// [`stamp`](super::stamp)).
+    /// `stamp`).
     pub stamp: bool,
 }
 
