@@ -2,7 +2,7 @@
 # Runs every check IOP has, the same way locally and in CI (.ci/run calls this).
 #
 #   hack/test.sh            everything
-#   IOP_TEST_SKIP_LINT=1    skip fmt + clippy (quick local iterations)
+#   IOP_TEST_SKIP_LINT=1    skip fmt, clippy and doc (quick local iterations)
 #
 # Installs what it needs (curl) when missing; hack/openai-client-test.sh
 # pip-installs its pinned Python packages into target/py-venv. Asserts no wall-clock speed:
