@@ -34,7 +34,7 @@ use wide::u8x64;
 use super::escapes::{PAIR_LEN, escape_len};
 
 /// Bytes a step.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
 
 /// Bits at the even positions of a block.
 const EVEN: u64 = 0x5555_5555_5555_5555;
@@ -76,16 +76,9 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
         // by their masks, and so are `\u` escapes of a character that is
         // not a surrogate when the block holds their digits and
         // [`MANY_ESCAPES`] or more are left; the rest one at a time.
-        let mut escapes = escaped & before & !(masks.quotes | masks.backslashes | masks.ns);
-        if escapes != 0 && escapes.count_ones() >= MANY_ESCAPES {
-            escapes &= !unicode_escapes(block, escapes);
-        }
-        while escapes != 0 {
-            let letter = at + escapes.trailing_zeros() as usize;
-            if letter != paired_low && escape_len(&bytes[letter..])? == PAIR_LEN {
-                paired_low = letter + PAIR_LEN / 2;
-            }
-            escapes &= escapes - 1;
+        let escapes = escaped & before & !(masks.quotes | masks.backslashes | masks.ns);
+        if escapes != 0 {
+            check_letters(bytes, at, block, escapes, &mut paired_low)?;
         }
         if end != 0 {
             return Some(Scan::End(at + end.trailing_zeros() as usize));
@@ -102,13 +95,41 @@ pub(super) fn skip(bytes: &[u8]) -> Option<Scan> {
     Some(Scan::Rest(at - carry as usize))
 }
 
+/// Checks the escapes whose letters `letters` are (bits of `block`, which
+/// begins at `base` in `bytes`; `\"`, `\\` and `\n` are not among them,
+/// their masks took them): `\u` escapes by their masks when there are
+/// [`MANY_ESCAPES`] or more, the rest one at a time by [`escape_len`];
+/// `paired_low` is the letter of a low surrogate's `\u` that a pair checked
+/// before it covers. For a string's blocks here and a container's
+/// (`json_quick_walk.rs`).
+#[cold]
+pub(super) fn check_letters(
+    bytes: &[u8],
+    base: usize,
+    block: &[u8; BLOCK],
+    mut letters: u64,
+    paired_low: &mut usize,
+) -> Option<()> {
+    if letters.count_ones() >= MANY_ESCAPES {
+        letters &= !unicode_escapes(block, letters);
+    }
+    while letters != 0 {
+        let letter = base + letters.trailing_zeros() as usize;
+        if letter != *paired_low && escape_len(bytes.get(letter..)?)? == PAIR_LEN {
+            *paired_low = letter + PAIR_LEN / 2;
+        }
+        letters &= letters - 1;
+    }
+    Some(())
+}
+
 /// Escapes left in a block from which their `\u` escapes are found by
 /// masks ([`unicode_escapes`]) rather than one at a time. Text written all
 /// in escapes (a Japanese prompt from Python's `json.dumps`) has ten in a
 /// block; an emoji's pair now and then (two, each half a surrogate, which
 /// the masks leave to the one-at-a-time check) had cost 16 % more with the
 /// masks taken from three (`hack/instructions.sh`).
-pub(super) const MANY_ESCAPES: u32 = 5;
+const MANY_ESCAPES: u32 = 5;
 
 /// Of the escaped letters `letters` of `block`, those that begin a `\u`
 /// escape whose four hex digits lie in the block and are not a
@@ -118,7 +139,7 @@ pub(super) const MANY_ESCAPES: u32 = 5;
 /// Japanese prompt) has ten in a block, at ~60 instructions each one at a
 /// time.
 #[inline]
-pub(super) fn unicode_escapes(block: &[u8; BLOCK], letters: u64) -> u64 {
+fn unicode_escapes(block: &[u8; BLOCK], letters: u64) -> u64 {
     let v = u8x64::new(*block);
     let us = v.simd_eq(u8x64::splat(b'u')).to_bitmask() & letters;
     if us == 0 {

@@ -23,7 +23,7 @@
 //!   tokens before its end are dropped: whatever of its run it did not
 //!   take is the next token, which declines (`truex`, `1e5`).
 //! - Once a block is walked (or up to a value's end), its strings' bodies
-//!   are checked: no control byte, each escape as [`escape_len`] takes it
+//!   are checked: no control byte, each escape as [`check_letters`] takes it
 //!   (the commonest by their masks, as `blocks` does), no backslash in a
 //!   key (whose quotes the walk marks only in a block with a backslash).
 //! - A block wholly inside a string (a long prompt, an image's base64)
@@ -39,12 +39,8 @@
 
 use wide::u8x64;
 
-use super::blocks::{MANY_ESCAPES, escaped, unicode_escapes};
-use super::escapes::{PAIR_LEN, escape_len};
+use super::blocks::{BLOCK, check_letters, escaped};
 use super::{Cursor, MAX_SKIP_DEPTH};
-
-/// Bytes a step.
-const BLOCK: usize = 64;
 
 // The walk's states: what it takes next.
 /// A value, after a colon.
@@ -423,33 +419,6 @@ fn not_newlines(block: &[u8; BLOCK], letters: u64) -> u64 {
         rest ^= lowest;
     }
     other
-}
-
-/// Checks the escapes whose letters `letters` are (bits of the block at
-/// `base`; `\"`, `\\` and `\n` are not among them, their masks took them)
-/// as [`blocks`](super::blocks) checks them: `\u` escapes by their masks
-/// when many, the rest by [`escape_len`] one at a time; `paired_low` is
-/// the letter of a low surrogate's `\u` a pair checked before it covers.
-/// Out of line: most blocks have none.
-#[inline(never)]
-fn check_letters(
-    bytes: &[u8],
-    base: usize,
-    block: &[u8; BLOCK],
-    mut letters: u64,
-    paired_low: &mut usize,
-) -> Option<()> {
-    if letters.count_ones() >= MANY_ESCAPES {
-        letters &= !unicode_escapes(block, letters);
-    }
-    while letters != 0 {
-        let letter = base + letters.trailing_zeros() as usize;
-        if letter != *paired_low && escape_len(bytes.get(letter..)?)? == PAIR_LEN {
-            *paired_low = letter + PAIR_LEN / 2;
-        }
-        letters &= letters - 1;
-    }
-    Some(())
 }
 
 #[cfg(test)]

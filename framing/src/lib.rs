@@ -16,6 +16,7 @@
 //! | [`link`]   | link heartbeat state machine and the closed set of close reasons |
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
+//! | [`shared_bytes`] | a received buffer's bytes handed on as slices of it |
 //! | [`outbound`] | what a link writer sends next: heartbeats, arrival order, then turns |
 //! | `tls`      | the link's TLS record steps around a sans-IO `rustls::Connection` (F28; feature `tls`) |
 //!
@@ -52,6 +53,7 @@ pub mod json_quick;
 pub mod link;
 pub mod ndjson;
 pub mod outbound;
+pub mod shared_bytes;
 pub mod sse;
 pub mod timer;
 #[cfg(feature = "tls")]

@@ -218,13 +218,8 @@ fn extra_json(extra: Map<String, Value>) -> Bytes {
 /// `text` as a slice of `body` when it is one (what serde_json borrows from
 /// the body it reads), a copy otherwise.
 fn share_or_copy(body: &Bytes, text: &str) -> Bytes {
-    let range = body.as_ptr_range();
-    let text_range = text.as_bytes().as_ptr_range();
-    if range.start <= text_range.start && text_range.end <= range.end {
-        body.slice_ref(text.as_bytes())
-    } else {
-        Bytes::copy_from_slice(text.as_bytes())
-    }
+    framing::shared_bytes::slice_within(body, text.as_bytes())
+        .unwrap_or_else(|| Bytes::copy_from_slice(text.as_bytes()))
 }
 
 /// Which request a body is.

@@ -8,7 +8,7 @@
 //! last in its message, and the request's `input` last in the request, so
 //! that a text ends the bytes written before it and the rest follows after.
 
-use bytes::{BufMut, Bytes};
+use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use proto::v1::{RunInput, RunRequest};
@@ -133,10 +133,7 @@ impl FrameEncoder {
             encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
             encode_varint(input_len as u64, out);
             if slice_parameters {
-                encode_key(RUN_INPUT_PARAMETERS_FIELD, WireType::LengthDelimited, out);
-                encode_varint(parameters.len() as u64, out);
-                parts.push(out.split().freeze());
-                parts.push(parameters.clone());
+                put_sliced_field(out, &mut parts, RUN_INPUT_PARAMETERS_FIELD, parameters);
             } else {
                 put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
             }
@@ -150,10 +147,7 @@ impl FrameEncoder {
                 put_bytes_field(out, CHAT_MESSAGE_ROLE_FIELD, &m.role);
                 put_bytes_field(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
                 if *slice {
-                    encode_key(CHAT_MESSAGE_CONTENT_FIELD, WireType::LengthDelimited, out);
-                    encode_varint(m.content.len() as u64, out);
-                    parts.push(out.split().freeze());
-                    parts.push(m.content.clone());
+                    put_sliced_field(out, &mut parts, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
                 } else {
                     put_bytes_field(out, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
                 }
@@ -171,6 +165,15 @@ impl FrameEncoder {
             more: parts.collect(),
         })
     }
+}
+
+/// Writes a `bytes` field's key and length into `out`, then hands `out`'s
+/// bytes and the field's own bytes to `parts`, uncopied.
+fn put_sliced_field(out: &mut BytesMut, parts: &mut Vec<Bytes>, field: u32, bytes: &Bytes) {
+    encode_key(field, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    parts.push(out.split().freeze());
+    parts.push(bytes.clone());
 }
 
 /// Writes a `bytes` field unless it is empty (as prost skips it).

@@ -114,12 +114,10 @@ fn json_around_texts(
 /// `text` as a slice of `whole` when it is one and long enough to go into
 /// the body as a slice of the frame.
 fn long_slice_of(whole: &Bytes, text: &str) -> Option<Bytes> {
-    let inside = whole.as_ptr_range();
-    let text = text.as_bytes();
-    (text.len() >= PASTED_SLICE_MIN
-        && inside.start <= text.as_ptr()
-        && text.as_ptr_range().end <= inside.end)
-        .then(|| whole.slice_ref(text))
+    if text.len() < PASTED_SLICE_MIN {
+        return None;
+    }
+    framing::shared_bytes::slice_within(whole, text.as_bytes())
 }
 
 /// Whether `content` goes into the body as a slice of the frame.

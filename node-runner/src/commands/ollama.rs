@@ -280,13 +280,7 @@ async fn pull(ctx: &CommandContext<'_>, request: ProviderRequest, emit: &mut Emi
 
 /// `line` as a slice of `chunk` when it lies in it (no copy), else a copy.
 fn line_bytes(chunk: &Bytes, line: &[u8]) -> Bytes {
-    let range = chunk.as_ptr_range();
-    let inside = range.start <= line.as_ptr() && line.as_ptr_range().end <= range.end;
-    if inside {
-        chunk.slice_ref(line)
-    } else {
-        Bytes::copy_from_slice(line)
-    }
+    framing::shared_bytes::slice_within(chunk, line).unwrap_or_else(|| Bytes::copy_from_slice(line))
 }
 
 /// The whole body of `response`, at most `max` bytes (else
