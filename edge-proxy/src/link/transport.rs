@@ -43,9 +43,14 @@ use monoio::io::{
 use monoio::net::TcpStream;
 use rustls::Connection;
 
-/// Ciphertext read from the socket at once (a little over one TLS record).
-const CIPHER_READ: usize = 18 * 1024;
-/// Ciphertext gathered from rustls before one socket write.
+/// Ciphertext read from the socket at once: about four TLS records. One
+/// record a read (18 KiB) took the Edge ~60 system calls a MiB of a bulk
+/// stream against ~12 on a plain link; 64 KiB, ~20 (bench-results/profiles.md,
+/// round 31).
+const CIPHER_READ: usize = 64 * 1024;
+/// Ciphertext gathered from rustls before one socket write. A gather is
+/// written whole before the next, so this bounds how long an urgent frame
+/// (a heartbeat, F5) waits behind one on a slow network.
 const CIPHER_WRITE: usize = 64 * 1024;
 
 /// One connection's stream, before it is split into its reader and writer.
