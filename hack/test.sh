@@ -80,4 +80,6 @@ step "chaos scenarios on a netns multi-host bed (hack/netns/chaos.sh)"
 hack/netns/chaos.sh
 
 step "k6 smoke: 10 s of streaming chat through Edge + Node, error rate 0 (hack/loadtest.sh smoke)"; hack/loadtest.sh smoke
+step "k6 smoke, the link under mTLS: 5 s, error rate 0 (LINK_TLS=1 hack/loadtest.sh smoke 5s)"
+LINK_TLS=1 hack/loadtest.sh smoke 5s
 printf '\nall checks passed in %ss\n' "$((SECONDS - started))"
