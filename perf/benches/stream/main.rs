@@ -14,7 +14,8 @@
 //!
 //! - **`s1/`** — large-chunk streaming: one response of 4,096 SSE events of
 //!   64 KiB (256 MiB) per iteration; throughput in bytes/s. Paths: `direct`,
-//!   `tunnel` (the raw provider tunnel, F16).
+//!   `tunnel` (the raw provider tunnel, F16) and `tunnel-mtls` (the same
+//!   through a second Edge and Node whose link is under mTLS, F28).
 //! - **`s2/`** — token-sized streaming: one response of 100,000 events of
 //!   ~128 B per iteration (the mock coalesces them into ≤ 32 KiB writes);
 //!   throughput in events/s. Paths: `direct`, `tunnel`, `normalized-ollama`
@@ -68,10 +69,15 @@ mod client;
 mod cpu;
 mod idle;
 mod load;
+/// The test PKI of the managed-mode tests (certificates made by `rcgen`
+/// for the run), for the mTLS link's paths.
+#[allow(dead_code)] // the tests' other helpers
+#[path = "../../tests/managed/pki.rs"]
+mod pki;
 mod stack;
 
 use client::Client;
-use stack::{Scenario, Stack, run_deltas};
+use stack::{Link, Scenario, Stack, run_deltas};
 
 /// The product binaries' allocator (`bench-results/profiles.md`, round 9):
 /// with glibc's malloc here the in-process Edge and Node would spend on
@@ -248,14 +254,18 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5))
         .configure_from_args();
+    // The same stack with its link under mTLS (F28), for the paths that
+    // show what encrypting the link costs: `s1/tunnel-mtls` and `cpu`.
+    let mtls = (report_wanted("s1") || report_wanted("cpu"))
+        .then(|| Stack::start_with(driver, &scenarios, Link::Mtls));
     if report_wanted("s1") {
-        s1(&mut criterion, &stack, &scenarios[0]);
+        s1(&mut criterion, &stack, mtls.as_ref(), &scenarios[0]);
     }
     if report_wanted("s2") {
         s2(&mut criterion, &stack, &scenarios[1], &scenarios[2]);
     }
     if report_wanted("cpu") {
-        cpu_report(&stack, &scenarios, quick);
+        cpu_report(&stack, mtls.as_ref(), &scenarios, quick);
     }
     if report_wanted("s2-gap") {
         s2_gap(&stack, &scenarios[3], &sizes);
@@ -273,19 +283,27 @@ fn main() {
     criterion.final_summary();
 }
 
-fn s1(c: &mut Criterion, stack: &Stack, scenario: &Scenario) {
+fn s1(c: &mut Criterion, stack: &Stack, mtls: Option<&Stack>, scenario: &Scenario) {
     let driver = stack.driver.as_str();
+    let mut paths = vec![
+        ("direct", Client::connect(stack.mock_addr()), Path::Direct),
+        ("tunnel", Client::connect(stack.ingress()), Path::Iop),
+    ];
+    if let Some(mtls) = mtls {
+        paths.push(("tunnel-mtls", Client::connect(mtls.ingress()), Path::Iop));
+    }
     // Measure the bytes once per path, so the throughput is exact.
-    let mut direct = Client::connect(stack.mock_addr());
-    let mut iop = Client::connect(stack.ingress());
-    let (direct_bytes, _) = stream_once(&mut direct, Path::Direct, scenario);
-    let (iop_bytes, _) = stream_once(&mut iop, Path::Iop, scenario);
+    let mut paths: Vec<_> = paths
+        .into_iter()
+        .map(|(name, mut client, path)| {
+            let (bytes, _) = stream_once(&mut client, path, scenario);
+            (name, client, path, bytes)
+        })
+        .collect();
     let mut group = c.benchmark_group("s1");
     group.sampling_mode(SamplingMode::Flat);
-    for (name, client, path, bytes) in [
-        ("direct", &mut direct, Path::Direct, direct_bytes),
-        ("tunnel", &mut iop, Path::Iop, iop_bytes),
-    ] {
+    for (name, client, path, bytes) in &mut paths {
+        let (name, path, bytes) = (*name, *path, *bytes);
         group.throughput(Throughput::Bytes(bytes));
         group.bench_function(BenchmarkId::new(name, driver), |b| {
             b.iter(|| stream_once(client, path, scenario));
@@ -329,25 +347,32 @@ fn s2(c: &mut Criterion, stack: &Stack, openai: &Scenario, ollama: &Scenario) {
     group.finish();
 }
 
-/// CPU time of each part of the stack per MiB (S1) or per event (S2).
-fn cpu_report(stack: &Stack, scenarios: &[Scenario], quick: bool) {
+/// CPU time of each part of the stack per MiB (S1) or per event (S2); the
+/// `-mtls` lines through `mtls`, the stack whose link is under mTLS.
+fn cpu_report(stack: &Stack, mtls: Option<&Stack>, scenarios: &[Scenario], quick: bool) {
     let rounds = |n: u64| if quick { 1 } else { n };
     println!(
         "cpu/{}: on-CPU time of each part per unit moved (schedstat)",
         stack.driver.as_str()
     );
     let mut clients = [
-        Client::connect(stack.mock_addr()),
-        Client::connect(stack.ingress()),
+        Some(Client::connect(stack.mock_addr())),
+        Some(Client::connect(stack.ingress())),
+        mtls.map(|mtls| Client::connect(mtls.ingress())),
     ];
-    for (label, path, scenario, n, mib) in [
-        ("s1 direct", Path::Direct, &scenarios[0], 2, true),
-        ("s1 tunnel", Path::Iop, &scenarios[0], 2, true),
-        ("s2 direct", Path::Direct, &scenarios[1], 5, false),
-        ("s2 tunnel", Path::Iop, &scenarios[1], 5, false),
-        ("s2 normalized-ollama", Path::Iop, &scenarios[2], 1, false),
+    for (label, at, scenario, n, mib) in [
+        ("s1 direct", 0, &scenarios[0], 2, true),
+        ("s1 tunnel", 1, &scenarios[0], 2, true),
+        ("s1 tunnel-mtls", 2, &scenarios[0], 2, true),
+        ("s2 direct", 0, &scenarios[1], 5, false),
+        ("s2 tunnel", 1, &scenarios[1], 5, false),
+        ("s2 tunnel-mtls", 2, &scenarios[1], 5, false),
+        ("s2 normalized-ollama", 1, &scenarios[2], 1, false),
     ] {
-        let client = &mut clients[matches!(path, Path::Iop) as usize];
+        let Some(client) = clients[at].as_mut() else {
+            continue;
+        };
+        let path = if at == 0 { Path::Direct } else { Path::Iop };
         let unit = if mib { "MiB" } else { "event" };
         cpu::per_unit(label, unit, || {
             let mut moved = 0;

@@ -17,13 +17,15 @@ use framing::frame::DEFAULT_MAX_FRAME_LEN;
 use framing::io_driver::IoDriver;
 use framing::link::HeartbeatConfig;
 use framing::timer::ClockSource;
-use node_runner::link::LinkClientConfig;
 use node_runner::link::session::NodeSessionConfig;
 use node_runner::link::supervisor::supervise_cores;
+use node_runner::link::{LinkClientConfig, LinkTls, link_tls};
 use node_runner::provider_http::ProviderClientConfig;
 use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
 use proto::v1::{ChatMessage, RunEventKind, RunInput};
+
+use crate::pki::{self, Ca, EDGE_NAME, TRUST_DOMAIN};
 
 pub(crate) const NODE_ID: &str = "node-a";
 const NODE_TOKEN: &str = "bench-token";
@@ -74,19 +76,48 @@ pub(crate) struct Stack {
     pub(crate) edge: EdgeServer,
     /// The I/O driver of the Edge and the Node.
     pub(crate) driver: IoDriver,
+    /// The link's certificates (mTLS stacks only), kept while the stack runs.
+    _pki: Option<tempfile::TempDir>,
+}
+
+/// How the Node's link to the Edge is carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// Plain TCP (the default config).
+    Plain,
+    /// mTLS (F28): TLS 1.3, certificates from a CA made for the run.
+    Mtls,
 }
 
 impl Stack {
     /// Starts everything and waits until the Node is ready on the Edge.
     pub(crate) fn start(driver: IoDriver, scenarios: &[Scenario]) -> Self {
+        Self::start_with(driver, scenarios, Link::Plain)
+    }
+
+    /// [`start`](Self::start) with the link carried as `link` says.
+    pub(crate) fn start_with(driver: IoDriver, scenarios: &[Scenario], link: Link) -> Self {
         let mock = serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
             .expect("mock provider starts");
-        let yaml = edge_yaml(mock.local_addr(), scenarios);
+        let mut yaml = edge_yaml(mock.local_addr(), scenarios);
+        let (pki, node_tls) = match link {
+            Link::Plain => (None, None),
+            Link::Mtls => {
+                let dir = tempfile::tempdir().expect("a directory for the link's certificates");
+                let ca = Ca::new("iop bench CA");
+                let ca_pem = ca.write(dir.path(), "ca.pem");
+                yaml.push_str(&pki::edge_tls_yaml(&ca.edge(dir.path()), &ca_pem));
+                let node = ca.node(dir.path(), TRUST_DOMAIN, NODE_ID);
+                let tls = link_tls(&ca_pem, &node.cert, &node.key, EDGE_NAME)
+                    .expect("the node's link certificates load");
+                (Some(dir), Some(tls))
+            }
+        };
         let config = EdgeConfig::from_yaml_str(&yaml, "bench.yaml").expect("valid bench config");
         let mut options = StartOptions::new(driver);
         options.workers = 1;
         let edge = EdgeServer::start(config, options).expect("edge starts");
-        start_node(edge.node_addr, driver);
+        start_node(edge.node_addr, driver, node_tls);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !edge
             .registry
@@ -97,7 +128,12 @@ impl Stack {
             assert!(Instant::now() < deadline, "the node never got ready");
             std::thread::sleep(Duration::from_millis(5));
         }
-        Self { mock, edge, driver }
+        Self {
+            mock,
+            edge,
+            driver,
+            _pki: pki,
+        }
     }
 
     /// The Edge's client address.
@@ -130,11 +166,12 @@ fn edge_yaml(mock: SocketAddr, scenarios: &[Scenario]) -> String {
 }
 
 /// The Node, in this process: one core that runs the link and serves the
-/// work (what `iop-node --workers 1` runs), on its own thread. It records
-/// no runs (no run store) and lives until the process exits.
-fn start_node(edge: SocketAddr, driver: IoDriver) {
+/// work (what `iop-node --workers 1` runs), on its own thread, its link
+/// under `tls` when given. It records no runs (no run store) and lives
+/// until the process exits.
+fn start_node(edge: SocketAddr, driver: IoDriver, tls: Option<LinkTls>) {
     let config = LinkClientConfig {
-        tls: None,
+        tls,
         edge,
         session: NodeSessionConfig {
             token: NODE_TOKEN.into(),
