@@ -15,11 +15,13 @@
 //! - [`feed`] drains plaintext as it goes, so rustls' bounded plaintext
 //!   buffer never refuses ciphertext, and a `close_notify` ends the feed.
 //! - [`drain_plaintext`] appends after the buffer's current bytes (a
-//!   partial frame is never overwritten), copying each plaintext byte once.
+//!   partial frame is never overwritten), copying each plaintext byte once,
+//!   and never more than it is asked for: [`CipherIn`] fills a read's room
+//!   and no more, the rest waiting in rustls or as ciphertext.
 //! - A failed handshake step ([`absorb_handshake`]) leaves the alert rustls
 //!   queued for [`gather`], so the peer can be told why.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, IoSlice, Write};
 
 use bytes::BytesMut;
 use rustls::Connection;
@@ -33,48 +35,169 @@ pub enum Drained {
     CloseNotify,
 }
 
-/// Moves every decrypted byte rustls holds to the end of `buf`.
+/// Moves the plaintext rustls holds, up to `max` bytes, to the end of
+/// `buf`; what is left stays in rustls for the next call.
 ///
 /// Each of rustls' plaintext chunks is copied once, straight after `buf`'s
 /// bytes: reading through `io::Read` would need the room zeroed first, and
 /// zeroing the frame buffer's spare capacity a drain cost the Edge more
 /// than decrypting (bench-results/profiles.md, round 31).
-pub fn drain_plaintext(session: &mut Connection, buf: &mut BytesMut) -> io::Result<Drained> {
+pub fn drain_plaintext(
+    session: &mut Connection,
+    buf: &mut BytesMut,
+    max: usize,
+) -> io::Result<Drained> {
     let mut reader = session.reader();
-    loop {
+    let mut moved = 0;
+    while moved < max {
         match reader.fill_buf() {
             Ok([]) => return Ok(Drained::CloseNotify),
             Ok(chunk) => {
-                let n = chunk.len();
-                buf.extend_from_slice(chunk);
+                let n = chunk.len().min(max - moved);
+                buf.extend_from_slice(&chunk[..n]);
                 reader.consume(n);
+                moved += n;
             }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(Drained::More),
             Err(error) => return Err(error),
         }
     }
+    Ok(Drained::More)
 }
 
-/// Hands `cipher` (bytes read from the socket) to rustls, moving the
+/// Plaintext rustls holds before it refuses more ciphertext (its received
+/// plaintext limit, 16 KiB).
+const PLAIN_HELD: usize = 16 * 1024;
+
+/// Hands rustls ciphertext from `cipher` until it holds more than
+/// [`PLAIN_HELD`] bytes of plaintext (past that it would refuse more) or
+/// `cipher` is used up; returns how much it took. After the peer's
+/// `close_notify` the rest is taken and ignored. A protocol error is
+/// `InvalidData`.
+pub fn feed_some(session: &mut Connection, cipher: &[u8]) -> io::Result<usize> {
+    let mut rest = cipher;
+    while !rest.is_empty() {
+        let read = session.read_tls(&mut rest)?;
+        let state = session
+            .process_new_packets()
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        if read == 0 || state.peer_has_closed() {
+            return Ok(cipher.len());
+        }
+        if state.plaintext_bytes_to_read() > PLAIN_HELD {
+            break;
+        }
+    }
+    Ok(cipher.len() - rest.len())
+}
+
+/// Ciphertext a link reads from its socket, and how much of it rustls has
+/// taken: between two socket reads, a TLS link's reader.
+///
+/// [`step`](Self::step) fills a read's room with plaintext as a socket
+/// read fills a plain link's: never past it (a frame buffer reserved for
+/// the rest of a frame is not outgrown, and so not copied into a larger
+/// one), the rest kept in rustls or in the ciphertext not yet handed over.
+#[derive(Debug)]
+pub struct CipherIn {
+    cipher: Vec<u8>,
+    fed: usize,
+}
+
+/// What [`CipherIn::step`] needs next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The read is done: its plaintext is in the buffer (none: the peer
+    /// sent `close_notify`).
+    Done,
+    /// Nothing to hand over: read ciphertext from the socket
+    /// ([`CipherIn::socket_buffer`]), then step again.
+    Read,
+}
+
+impl CipherIn {
+    /// A reader whose socket reads take at most `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            cipher: Vec::with_capacity(capacity),
+            fed: 0,
+        }
+    }
+
+    /// Appends plaintext to `buf` until `room` bytes past `start` (where
+    /// the read's bytes begin) are filled, or nothing more is at hand with
+    /// some already appended, or the peer has closed.
+    pub fn step(
+        &mut self,
+        session: &mut Connection,
+        buf: &mut BytesMut,
+        start: usize,
+        room: usize,
+    ) -> io::Result<Step> {
+        loop {
+            let got = buf.len() - start;
+            let drained = drain_plaintext(session, buf, room.saturating_sub(got))?;
+            let got = buf.len() - start;
+            if got >= room || drained == Drained::CloseNotify {
+                return Ok(Step::Done);
+            }
+            if self.fed < self.cipher.len() {
+                self.fed += feed_some(session, &self.cipher[self.fed..])?;
+            } else if got > 0 {
+                return Ok(Step::Done);
+            } else {
+                return Ok(Step::Read);
+            }
+        }
+    }
+
+    /// The ciphertext buffer, emptied, for the next socket read (after
+    /// [`Step::Read`]: everything in it was handed over).
+    pub fn socket_buffer(&mut self) -> Vec<u8> {
+        let mut cipher = std::mem::take(&mut self.cipher);
+        cipher.clear();
+        self.fed = 0;
+        cipher
+    }
+
+    /// Takes back the buffer of a socket read, with what it read.
+    pub fn read_into(&mut self, cipher: Vec<u8>) {
+        self.cipher = cipher;
+        self.fed = 0;
+    }
+}
+
+/// Hands all of `cipher` (bytes read from the socket) to rustls, moving the
 /// plaintext into `buf` as it goes. A protocol error is `InvalidData`.
 pub fn feed(session: &mut Connection, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<()> {
     while !cipher.is_empty() {
-        session.read_tls(&mut cipher)?;
-        session
-            .process_new_packets()
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        if drain_plaintext(session, buf)? == Drained::CloseNotify {
+        let fed = feed_some(session, cipher)?;
+        cipher = &cipher[fed..];
+        if drain_plaintext(session, buf, usize::MAX)? == Drained::CloseNotify {
             return Ok(());
         }
     }
     Ok(())
 }
 
-/// Queues plaintext for encryption; returns how much rustls took. `0` for
-/// a non-empty `plain` means its send buffer is full: [`gather`] and write
-/// the ciphertext out, then queue the rest.
-pub fn queue(session: &mut Connection, plain: &[u8]) -> io::Result<usize> {
-    session.writer().write(plain)
+/// Most slices handed to rustls at once by [`queue`].
+const QUEUE_SLICES: usize = 64;
+
+/// Queues the bytes of `slices`, in order, for encryption; returns how many
+/// rustls took, from the first slice on (it may stop inside one). rustls
+/// cuts records across the slices, so a frame's header and its body, or
+/// several frames, share a record: one slice at a time, every slice (a
+/// 10-byte header too) was a record of its own, with its own AEAD call
+/// and 22 bytes of overhead. At most [`QUEUE_SLICES`] slices a call. `0`
+/// for non-empty slices means rustls' send buffer is full: [`gather`] and
+/// write the ciphertext out, then queue the rest.
+pub fn queue<B: AsRef<[u8]>>(session: &mut Connection, slices: &[B]) -> io::Result<usize> {
+    let mut io = [IoSlice::new(&[]); QUEUE_SLICES];
+    let count = slices.len().min(QUEUE_SLICES);
+    for (to, from) in io.iter_mut().zip(slices) {
+        *to = IoSlice::new(from.as_ref());
+    }
+    session.writer().write_vectored(&io[..count])
 }
 
 /// Moves queued TLS records into `out` until none are left or `out` holds
@@ -165,7 +288,7 @@ mod tests {
         let mut rest = &message[..];
         let mut received = BytesMut::from(&b"partial frame|"[..]);
         while !rest.is_empty() {
-            let n = queue(&mut client, rest).unwrap();
+            let n = queue(&mut client, &[rest]).unwrap();
             rest = &rest[n..];
             let cipher = wire(&mut client);
             feed(&mut server, &cipher, &mut received).unwrap();
@@ -181,17 +304,107 @@ mod tests {
     }
 
     #[test]
+    fn slices_share_records_and_cross_whole_and_in_order() {
+        let (mut client, mut server) = pair();
+        handshake(&mut client, &mut server);
+        // A frame's header and body, and a second small frame: one record.
+        let small: [&[u8]; 3] = [b"header", b"body of the first frame", b"second"];
+        let total: usize = small.iter().map(|s| s.len()).sum();
+        assert_eq!(queue(&mut client, &small).unwrap(), total);
+        let cipher = wire(&mut client);
+        // TLS 1.3: a 5-byte header, the content type and a 16-byte tag.
+        assert_eq!(cipher.len(), total + 22, "one record for the three");
+        let mut received = BytesMut::new();
+        feed(&mut server, &cipher, &mut received).unwrap();
+        assert_eq!(&received[..], &small.concat()[..]);
+
+        // More slices than a call takes and more bytes than rustls buffers:
+        // each call takes a prefix, cut anywhere, and the rest follows.
+        let slices: Vec<Vec<u8>> = (0..100u32)
+            .map(|i| (0..(i * 97 % 9_000 + 1)).map(|j| (i + j) as u8).collect())
+            .collect();
+        let mut rest: Vec<&[u8]> = slices.iter().map(Vec::as_slice).collect();
+        let mut received = BytesMut::new();
+        while !rest.is_empty() {
+            let mut n = queue(&mut client, &rest).unwrap();
+            assert!(n > 0, "rustls took nothing with its buffer drained");
+            while n > 0 {
+                let taken = n.min(rest[0].len());
+                rest[0] = &rest[0][taken..];
+                n -= taken;
+                if rest[0].is_empty() {
+                    rest.remove(0);
+                }
+            }
+            let cipher = wire(&mut client);
+            feed(&mut server, &cipher, &mut received).unwrap();
+        }
+        assert_eq!(&received[..], &slices.concat()[..]);
+    }
+
+    #[test]
+    fn a_reader_fills_each_room_and_no_more_then_sees_close_notify() {
+        let (mut client, mut server) = pair();
+        handshake(&mut client, &mut server);
+        let message: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let mut wire_bytes = Vec::new();
+        let mut rest = &message[..];
+        while !rest.is_empty() {
+            let n = queue(&mut client, &[rest]).unwrap();
+            rest = &rest[n..];
+            wire_bytes.extend(wire(&mut client));
+        }
+        client.send_close_notify();
+        wire_bytes.extend(wire(&mut client));
+
+        // Socket reads of uneven sizes, rooms from one byte to more than a
+        // socket read brings.
+        let mut socket = &wire_bytes[..];
+        let mut reader = CipherIn::with_capacity(64 * 1024);
+        let mut received = BytesMut::from(&b"partial frame|"[..]);
+        let rooms = [1, 100, 4096, 20_000, 70_000, 16_384, 7];
+        let reads = [5, 70_000, 17_000, 300, 64 * 1024];
+        let (mut turn, mut read_turn) = (0, 0);
+        loop {
+            let start = received.len();
+            let room = rooms[turn % rooms.len()];
+            turn += 1;
+            let step = reader
+                .step(&mut server, &mut received, start, room)
+                .unwrap();
+            let got = received.len() - start;
+            assert!(got <= room, "{got} bytes for a room of {room}");
+            match step {
+                Step::Done if got == 0 => break,
+                Step::Done => assert!(got > 0),
+                Step::Read => {
+                    assert_eq!(got, 0);
+                    let mut cipher = reader.socket_buffer();
+                    let n = reads[read_turn % reads.len()].min(socket.len());
+                    read_turn += 1;
+                    assert!(n > 0, "the reader asked for more after close_notify");
+                    cipher.extend_from_slice(&socket[..n]);
+                    socket = &socket[n..];
+                    reader.read_into(cipher);
+                }
+            }
+        }
+        assert_eq!(&received[..14], b"partial frame|");
+        assert_eq!(&received[14..], &message[..]);
+    }
+
+    #[test]
     fn close_notify_ends_the_stream() {
         let (mut client, mut server) = pair();
         handshake(&mut client, &mut server);
-        queue(&mut server, b"last words").unwrap();
+        queue(&mut server, &[&b"last words"[..]]).unwrap();
         server.send_close_notify();
         let cipher = wire(&mut server);
         let mut received = BytesMut::new();
         feed(&mut client, &cipher, &mut received).unwrap();
         assert_eq!(&received[..], b"last words");
         assert_eq!(
-            drain_plaintext(&mut client, &mut received).unwrap(),
+            drain_plaintext(&mut client, &mut received, usize::MAX).unwrap(),
             Drained::CloseNotify
         );
     }

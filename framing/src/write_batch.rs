@@ -272,6 +272,20 @@ pub struct WriteSlices {
     next_end: usize,
 }
 
+impl From<Vec<Bytes>> for WriteSlices {
+    /// `slices` as one write, in order (empty ones dropped), with no frame
+    /// ends recorded: nothing is put between them.
+    fn from(mut slices: Vec<Bytes>) -> Self {
+        slices.retain(|slice| !slice.is_empty());
+        let remaining = slices.iter().map(Bytes::len).sum();
+        Self {
+            slices,
+            remaining,
+            ..Self::default()
+        }
+    }
+}
+
 impl WriteSlices {
     /// The slices still to write, in order; none is empty.
     pub fn slices(&self) -> &[Bytes] {
@@ -581,6 +595,22 @@ mod tests {
         slices.advance(40);
         assert!(slices.is_empty() && slices.slices().is_empty());
         assert!(slices.into_vec().is_empty());
+    }
+
+    #[test]
+    fn slices_from_a_vec_drop_the_empty_ones_and_have_no_frame_ends() {
+        let parts = vec![
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            Bytes::from_static(b"cde"),
+        ];
+        let mut slices = WriteSlices::from(parts);
+        assert_eq!(slices.slices().len(), 2);
+        assert_eq!(slices.len(), 5);
+        slices.advance(3);
+        assert_eq!(slices.frame_rest(), 0, "no frame to finish first");
+        assert_eq!(concat(slices.slices()), b"de");
+        assert!(WriteSlices::from(vec![Bytes::new()]).is_empty());
     }
 
     #[test]

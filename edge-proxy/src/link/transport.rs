@@ -33,7 +33,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use framing::tls::{self, Drained};
+use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{
@@ -48,6 +48,8 @@ use rustls::Connection;
 /// stream against ~12 on a plain link; 64 KiB, ~20 (bench-results/profiles.md,
 /// round 31).
 const CIPHER_READ: usize = 64 * 1024;
+/// The least plaintext a TLS read takes, whatever room the caller left.
+const PLAIN_ROOM_MIN: usize = 4 * 1024;
 /// Ciphertext gathered from rustls before one socket write. A gather is
 /// written whole before the next, so this bounds how long an urgent frame
 /// (a heartbeat, F5) waits behind one on a slow network.
@@ -101,7 +103,7 @@ impl LinkStream {
                         read_at_once: false,
                         tls: Some(TlsRead {
                             session: Rc::clone(&session),
-                            cipher: Vec::with_capacity(CIPHER_READ),
+                            input: tls::CipherIn::with_capacity(CIPHER_READ),
                         }),
                     },
                     LinkWriter {
@@ -119,7 +121,7 @@ impl LinkStream {
 
 struct TlsRead {
     session: Rc<RefCell<Connection>>,
-    cipher: Vec<u8>,
+    input: tls::CipherIn,
 }
 
 struct TlsWrite {
@@ -242,6 +244,9 @@ fn recv_now(fd: RawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
 }
 
 impl TlsRead {
+    /// As a plain read: appends what arrives, at most the buffer's spare
+    /// room (so a buffer reserved for the rest of a frame is not outgrown);
+    /// `Ok(0)` is the end of the stream.
     async fn read(
         &mut self,
         half: &mut OwnedReadHalf<TcpStream>,
@@ -249,24 +254,25 @@ impl TlsRead {
         handle: CancelHandle,
     ) -> (io::Result<usize>, BytesMut) {
         let start = buf.len();
+        let room = (buf.capacity() - start).max(PLAIN_ROOM_MIN);
         loop {
-            match tls::drain_plaintext(&mut self.session.borrow_mut(), &mut buf) {
-                Ok(Drained::CloseNotify) => return (Ok(buf.len() - start), buf),
-                Ok(Drained::More) if buf.len() > start => return (Ok(buf.len() - start), buf),
-                Ok(Drained::More) => {}
+            // The session's borrow ends here, before the read's await: the
+            // writer shares it.
+            let step = self
+                .input
+                .step(&mut self.session.borrow_mut(), &mut buf, start, room);
+            match step {
+                Ok(Step::Done) => return (Ok(buf.len() - start), buf),
+                Ok(Step::Read) => {}
                 Err(error) => return (Err(error), buf),
             }
-            let mut cipher = std::mem::take(&mut self.cipher);
-            cipher.clear();
+            let cipher = self.input.socket_buffer();
             let (result, returned) = half.cancelable_read(cipher, handle.clone()).await;
-            self.cipher = returned;
+            self.input.read_into(returned);
             match result {
-                Ok(0) => return (Ok(buf.len() - start), buf),
+                Ok(0) => return (Ok(0), buf),
                 Ok(_) => {}
                 Err(error) => return (Err(error), buf),
-            }
-            if let Err(error) = tls::feed(&mut self.session.borrow_mut(), &self.cipher, &mut buf) {
-                return (Err(error), buf);
             }
         }
     }
@@ -283,19 +289,12 @@ impl LinkWriter {
     pub(crate) async fn write_all(&mut self, slices: Vec<Bytes>) -> io::Result<()> {
         match &mut self.tls {
             None => crate::iovec::write_all(&mut self.half, slices).await,
-            Some(tls) => {
-                for slice in slices {
-                    let mut rest = &slice[..];
-                    while !rest.is_empty() {
-                        let n = tls::queue(&mut tls.session.borrow_mut(), rest)?;
-                        rest = &rest[n..];
-                        if n == 0 {
-                            // rustls' send buffer is full: make room.
-                            tls.flush(&mut self.half).await?;
-                        }
-                    }
+            Some(_) => {
+                let mut slices = WriteSlices::from(slices);
+                while !slices.is_empty() {
+                    self.write_some(&mut slices).await?;
                 }
-                tls.flush(&mut self.half).await.map(drop)
+                Ok(())
             }
         }
     }
@@ -312,14 +311,10 @@ impl LinkWriter {
                 (n, n == offered)
             }
             Some(tls) => {
-                let mut queued = 0;
-                for slice in slices.slices() {
-                    let n = tls::queue(&mut tls.session.borrow_mut(), slice)?;
-                    queued += n;
-                    if n < slice.len() || queued >= CIPHER_WRITE {
-                        break;
-                    }
-                }
+                // As much as rustls' send buffer takes (64 KiB: about one
+                // gather), records cut across the slices; 0 when it was
+                // full, and the flush makes room for the next call.
+                let queued = tls::queue(&mut tls.session.borrow_mut(), slices.slices())?;
                 (queued, tls.flush(&mut self.half).await?)
             }
         };
