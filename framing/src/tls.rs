@@ -2,8 +2,8 @@
 //! around a `rustls::Connection` (F28).
 //!
 //! ```text
-//!   socket ──ciphertext──▶ feed ──▶ rustls ──▶ drain_plaintext ──▶ frame buffer
-//!   frames ──plaintext───▶ queue ─▶ rustls ──▶ gather ───────────▶ socket
+//!   socket ──ciphertext──▶ CipherIn ──▶ rustls ──▶ drain_plaintext ──▶ frame buffer
+//!   frames ──plaintext───▶ queue ─────▶ rustls ──▶ gather ───────────▶ socket
 //! ```
 //!
 //! rustls is itself sans-IO; these functions hold the loops both ends of
@@ -12,8 +12,11 @@
 //! sockets. Nothing here blocks or touches a socket.
 //!
 //! # Invariants
-//! - [`feed`] drains plaintext as it goes, so rustls' bounded plaintext
-//!   buffer never refuses ciphertext, and a `close_notify` ends the feed.
+//! - [`feed_some`] (under [`CipherIn`] and [`feed`]) stops handing rustls
+//!   ciphertext once it holds more plaintext than it would take more
+//!   beside, so rustls never refuses it; a `close_notify` ends the feed.
+//! - [`queue`] hands rustls a write's slices at once: records are cut
+//!   across them, not one (or more) a slice.
 //! - [`drain_plaintext`] appends after the buffer's current bytes (a
 //!   partial frame is never overwritten), copying each plaintext byte once,
 //!   and never more than it is asked for: [`CipherIn`] fills a read's room
