@@ -19,7 +19,8 @@
 # functions, inclusive) and keeps the callgrind files in
 # target/instructions/ for `callgrind_annotate`.
 #
-# Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD (as hack/loadtest.sh),
+# Env: MODELS, IOP_BIN_DIR / IOP_NO_BUILD and LINK_TLS=1 (the link under
+# mTLS; as hack/loadtest.sh),
 # INSTRUCTIONS_OUT (default bench-results/instructions.md), PROMPT_BYTES (a
 # prompt of that many bytes of text lines with quotes and a newline, as k6's
 # PROMPT_TEXT=prose, instead of "hi", for the long-prompt path;
