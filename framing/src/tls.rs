@@ -73,7 +73,7 @@ pub fn drain_plaintext(
 const PLAIN_HELD: usize = 16 * 1024;
 
 /// Hands rustls ciphertext from `cipher` until it holds more than
-/// [`PLAIN_HELD`] bytes of plaintext (past that it would refuse more) or
+/// `PLAIN_HELD` bytes of plaintext (past that it would refuse more) or
 /// `cipher` is used up; returns how much it took. After the peer's
 /// `close_notify` the rest is taken and ignored. A protocol error is
 /// `InvalidData`.
@@ -191,7 +191,7 @@ const QUEUE_SLICES: usize = 64;
 /// cuts records across the slices, so a frame's header and its body, or
 /// several frames, share a record: one slice at a time, every slice (a
 /// 10-byte header too) was a record of its own, with its own AEAD call
-/// and 22 bytes of overhead. At most [`QUEUE_SLICES`] slices a call. `0`
+/// and 22 bytes of overhead. At most `QUEUE_SLICES` slices a call. `0`
 /// for non-empty slices means rustls' send buffer is full: [`gather`] and
 /// write the ciphertext out, then queue the rest.
 pub fn queue<B: AsRef<[u8]>>(session: &mut Connection, slices: &[B]) -> io::Result<usize> {
