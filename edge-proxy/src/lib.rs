@@ -55,6 +55,7 @@ pub mod lease;
 pub mod link;
 pub mod ops;
 pub mod pool;
+mod recv_now;
 pub mod registry;
 pub mod runtime;
 pub mod server;

@@ -18,10 +18,16 @@
 //!   wait (pipelining) reads into a side buffer that is appended when it
 //!   completes. A read awaited at once ([`ClientRead::fill`]) reads into
 //!   the buffer's own spare capacity.
+//! - **Bytes likely waiting are taken at once.** On io_uring, a read that
+//!   follows one that filled its buffer (the watching read's 64 bytes of a
+//!   longer request, as a rule) is a `recv(2)` of what the socket holds
+//!   ([`crate::recv_now`]), not one more trip through the ring; nothing
+//!   waiting, it reads through the ring as any other.
 
 use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::io;
+use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -29,6 +35,8 @@ use bytes::BytesMut;
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, OwnedReadHalf};
 use monoio::net::TcpStream;
+
+use crate::recv_now::recv_now;
 
 /// The watching read while the client sends nothing (the usual case: it
 /// waits for the answer). End of stream or an error fits in any size;
@@ -59,15 +67,22 @@ pub(super) struct ClientRead {
     /// The read in flight; it owns the read half until it lands. Boxed: a
     /// read op future is ~0.2 KB and lives only while a read does.
     in_flight: Option<Pin<Box<dyn Future<Output = Landed>>>>,
+    /// The connection's socket, for reads taken at once.
+    fd: RawFd,
+    /// The last read filled its buffer: more bytes are likely waiting.
+    filled: bool,
 }
 
 impl ClientRead {
-    /// The read side of a new connection; nothing read yet.
-    pub(super) fn new(half: ReadHalf) -> Self {
+    /// The read side of a new connection (`fd` its socket); nothing read
+    /// yet.
+    pub(super) fn new(half: ReadHalf, fd: RawFd) -> Self {
         Self {
             buf: BytesMut::new(),
             half: Some(half),
             in_flight: None,
+            fd,
+            filled: false,
         }
     }
 
@@ -87,8 +102,15 @@ impl ClientRead {
     /// bytes land later.
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         if self.in_flight.is_none() {
-            let mut buf = std::mem::take(&mut self.buf);
-            buf.reserve(FULL_READ);
+            self.buf.reserve(FULL_READ);
+            if self.filled && crate::runtime::on_uring() {
+                let room = self.buf.capacity() - self.buf.len();
+                if let Some(result) = recv_now(self.fd, &mut self.buf) {
+                    self.filled = matches!(result, Ok(n) if n == room);
+                    return result;
+                }
+            }
+            let buf = std::mem::take(&mut self.buf);
             self.launch(buf);
         }
         poll_fn(|cx| self.poll_landed(cx)).await
@@ -174,6 +196,7 @@ impl ClientRead {
         let (half, buf, result) = ready!(read.as_mut().poll(cx));
         self.in_flight = None;
         self.half = Some(half);
+        self.filled = result.is_ok() && buf.len() == buf.capacity();
         if self.buf.is_empty() {
             self.buf = buf;
         } else {

@@ -19,8 +19,9 @@ fn read_pair() -> (ClientRead, std::net::TcpStream) {
     // As the listener's sockets are: a read waits, it does not block.
     edge.set_nonblocking(true).unwrap();
     let edge = TcpStream::from_std(edge).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&edge);
     let (read, _write) = edge.into_split();
-    (ClientRead::new(read), client)
+    (ClientRead::new(read, fd), client)
 }
 
 /// Runs `test` on a runtime of each I/O driver this kernel has.
@@ -74,6 +75,56 @@ fn the_watching_read_is_small_and_brings_the_next_request() {
         let reads = fill_to(&mut reader, next.len()).await;
         assert_eq!(reads[0], WATCH_READ, "{driver:?}: {reads:?}");
         assert_eq!(&reader.buf()[..], &next[..], "{driver:?}");
+    });
+}
+
+#[test]
+fn a_full_watching_read_takes_the_rest_at_once() {
+    on_each_driver(|driver| async move {
+        // The rest of a request already waiting: the read after the
+        // watching one brings it all at its first poll (on io_uring a
+        // `recv` taken at once: a ring read is never done before the ring
+        // is entered).
+        let (mut reader, mut client) = read_pair();
+        let gone = Cell::new(false);
+        reader.watching(&gone, pin!(async {})).await;
+        let request: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+        client.write_all(&request).unwrap();
+        assert_eq!(reader.fill().await.unwrap(), WATCH_READ, "{driver:?}");
+        {
+            let mut fill = pin!(reader.fill());
+            let first = poll_fn(|cx| Poll::Ready(fill.as_mut().poll(cx))).await;
+            let rest = request.len() - WATCH_READ;
+            assert!(
+                matches!(first, Poll::Ready(Ok(n)) if n == rest),
+                "{driver:?}: {first:?}"
+            );
+        }
+        assert_eq!(&reader.buf()[..], &request[..], "{driver:?}");
+
+        // Exactly a watching read's worth, then nothing: the next read
+        // waits (through the runtime) and brings what comes later.
+        reader.buf().clear();
+        reader.watching(&gone, pin!(async {})).await;
+        client.write_all(&request[..WATCH_READ]).unwrap();
+        fill_to(&mut reader, WATCH_READ).await;
+        {
+            let mut fill = pin!(reader.fill());
+            let first = poll_fn(|cx| Poll::Ready(fill.as_mut().poll(cx))).await;
+            assert!(first.is_pending(), "{driver:?}: nothing was waiting");
+            client.write_all(b"later").unwrap();
+            assert_eq!(fill.await.unwrap(), 5, "{driver:?}");
+        }
+        assert_eq!(&reader.buf()[WATCH_READ..], b"later", "{driver:?}");
+
+        // A full watching read, then the client leaves: the end of stream.
+        reader.buf().clear();
+        reader.watching(&gone, pin!(async {})).await;
+        client.write_all(&request[..WATCH_READ]).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        fill_to(&mut reader, WATCH_READ).await;
+        assert_eq!(reader.fill().await.unwrap(), 0, "{driver:?}");
+        assert!(!gone.get(), "{driver:?}");
     });
 }
 

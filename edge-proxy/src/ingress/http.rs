@@ -30,6 +30,7 @@
 //!   that would pin the connection's read buffer; and the watching read
 //!   waits on an idle client with 64 bytes, not 4 KiB.
 
+use std::os::fd::AsRawFd;
 use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
@@ -133,8 +134,9 @@ pub fn serve<H: Handler>(
     // Out here, not in the block: a value the block captures keeps its
     // slot for the block's whole life, also once moved out.
     let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
     let (read, write) = stream.into_split();
-    let mut reader = ClientRead::new(read);
+    let mut reader = ClientRead::new(read, fd);
     let mut responder = Responder::new(write);
     let gone = Rc::clone(&responder.gone);
     async move {

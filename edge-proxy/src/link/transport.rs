@@ -32,6 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
+use crate::recv_now::recv_now;
 use bytes::{Bytes, BytesMut};
 use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
@@ -187,61 +188,19 @@ impl LinkReader {
     }
 }
 
-/// Reads what the socket `fd` already holds into the spare capacity of
-/// `buf`, after its bytes, without waiting: `recv(2)` with `MSG_DONTWAIT`.
-/// `None` when nothing is waiting (or `buf` has no spare room): the caller
-/// then reads through the runtime. `Some(Ok(0))` is the end of the stream.
-///
-/// For io_uring, where every read is a ring operation: its completion is
-/// taken only when the run queue next empties, so a link whose bytes are
-/// already there would be read once a turn of the loop, and the streams'
-/// responders would write one read's frames at a time.
-///
-/// Only every other read is taken at once: read on while bytes kept coming,
-/// the reader would decode a busy link's whole backlog before any responder
-/// wrote (issue 8: unbounded, the `s2-load` bench's saturated probe's added
-/// p99 went from +2.4–3.5 ms to +3.4–4.9 ms with the Edge's end alone,
-/// +7–13 ms with both). Every other read, the Edge's reads in the `s1`
-/// bench went from ~57 KB to ~86 KB and its client writes from ~47 KB to
-/// ~82 KB, and the saturated tail stayed.
-///
-/// The Node has the same few lines for its provider reads
-/// (`node-runner/src/provider_http/conn.rs`): the two share no runtime code
-/// by design, and `framing` does no I/O.
-#[allow(unsafe_code)] // a read into spare capacity; see the SAFETY notes
-fn recv_now(fd: RawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
-    let spare = buf.spare_capacity_mut();
-    if spare.is_empty() {
-        return None;
-    }
-    // SAFETY: `spare` is `buf`'s spare capacity: `spare.len()` bytes valid
-    // for writes while it is borrowed here, and recv(2) writes at most that
-    // many. `fd` is the caller's open socket. Tested by
-    // `a_busy_link_takes_waiting_bytes_at_once_every_other_read`.
-    let read = unsafe {
-        libc::recv(
-            fd,
-            spare.as_mut_ptr().cast(),
-            spare.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    match usize::try_from(read) {
-        Ok(n) => {
-            // SAFETY: recv(2) initialized the first `n` bytes of the spare
-            // capacity, right after the buffer's `len()` bytes.
-            unsafe { buf.set_len(buf.len() + n) };
-            Some(Ok(n))
-        }
-        Err(_) => {
-            let error = io::Error::last_os_error();
-            match error.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
-                _ => Some(Err(error)),
-            }
-        }
-    }
-}
+// On io_uring every read is a ring operation whose completion is taken
+// only when the run queue next empties, so a link whose bytes are already
+// there would be read once a turn of the loop, and the streams' responders
+// would write one read's frames at a time: bytes likely waiting are taken
+// at once (`recv_now`).
+//
+// Only every other read is taken at once: read on while bytes kept coming,
+// the reader would decode a busy link's whole backlog before any responder
+// wrote (issue 8: unbounded, the `s2-load` bench's saturated probe's added
+// p99 went from +2.4–3.5 ms to +3.4–4.9 ms with the Edge's end alone,
+// +7–13 ms with both). Every other read, the Edge's reads in the `s1`
+// bench went from ~57 KB to ~86 KB and its client writes from ~47 KB to
+// ~82 KB, and the saturated tail stayed.
 
 impl TlsRead {
     /// As a plain read: appends what arrives, at most the buffer's spare
