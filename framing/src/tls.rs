@@ -12,7 +12,7 @@
 //! sockets. Nothing here blocks or touches a socket.
 //!
 //! # Invariants
-//! - [`feed_some`] (under [`CipherIn`] and [`feed`]) stops handing rustls
+//! - [`feed_some`] (under [`CipherIn`]) stops handing rustls
 //!   ciphertext once it holds more plaintext than it would take more
 //!   beside, so rustls never refuses it; a `close_notify` ends the feed.
 //! - [`queue`] hands rustls a write's slices at once: records are cut
@@ -170,19 +170,6 @@ impl CipherIn {
     }
 }
 
-/// Hands all of `cipher` (bytes read from the socket) to rustls, moving the
-/// plaintext into `buf` as it goes. A protocol error is `InvalidData`.
-pub fn feed(session: &mut Connection, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<()> {
-    while !cipher.is_empty() {
-        let fed = feed_some(session, cipher)?;
-        cipher = &cipher[fed..];
-        if drain_plaintext(session, buf, usize::MAX)? == Drained::CloseNotify {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
 /// Most slices handed to rustls at once by [`queue`].
 const QUEUE_SLICES: usize = 64;
 
@@ -233,6 +220,20 @@ mod tests {
     use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
 
     use super::*;
+
+    /// Hands all of `cipher` to rustls, moving the plaintext into `buf` as
+    /// it goes (the transports read through [`CipherIn`]; the tests feed
+    /// whole wires).
+    fn feed(session: &mut Connection, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<()> {
+        while !cipher.is_empty() {
+            let fed = feed_some(session, cipher)?;
+            cipher = &cipher[fed..];
+            if drain_plaintext(session, buf, usize::MAX)? == Drained::CloseNotify {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
 
     /// A client and a server session for "link.test", trusting one
     /// self-signed certificate made now.
