@@ -11,13 +11,20 @@
 //! and hands the kernel only a copy of the iovecs; a dropped future could
 //! then free memory the kernel still reads. [`write_all`] therefore drives
 //! `writev` itself.)
+//!
+//! On io_uring a write is first offered to the socket at once
+//! ([`write_now`], see `crate::at_once`); the ring writes what it leaves.
 
-// The one `unsafe` in the Edge: implementing monoio's `IoVecBuf`.
+// Implementing monoio's `IoVecBuf`.
 #![allow(unsafe_code)]
+
+use std::os::fd::RawFd;
 
 use bytes::{Buf, Bytes};
 use monoio::buf::IoVecBuf;
 use monoio::io::AsyncWriteRent;
+
+use crate::at_once::send_now;
 
 /// `Bytes` slices and the iovecs pointing into them, owned together.
 #[derive(Debug)]
@@ -77,22 +84,49 @@ pub(crate) async fn write_all<W: AsyncWriteRent>(
     let mut left = vec.len();
     while left > 0 {
         let (written, returned) = write_once(writer, vec).await;
-        let mut skip = written?;
+        let skip = written?;
         left = left.saturating_sub(skip);
         if left == 0 {
             // The usual case: the kernel took it all in one write.
             break;
         }
         let mut rest = returned.into_bufs();
-        rest.retain_mut(|b| {
-            let n = skip.min(b.len());
-            b.advance(n);
-            skip -= n;
-            !b.is_empty()
-        });
+        advance(&mut rest, skip);
         vec = BytesVec::new(rest);
     }
     Ok(())
+}
+
+/// On io_uring, offers `bufs` to the socket `fd` at once ([`send_now`]):
+/// what it did not take, for the caller to write through the runtime —
+/// nothing, usually. Elsewhere all of `bufs`: the epoll driver's own
+/// write already tries the socket first. The caller starts this only when
+/// no write of its socket is in flight.
+pub(crate) fn write_now(fd: RawFd, mut bufs: Vec<Bytes>) -> std::io::Result<Vec<Bytes>> {
+    if let Some(sent) = sent_now(fd, &bufs) {
+        advance(&mut bufs, sent?);
+    }
+    Ok(bufs)
+}
+
+/// On io_uring, how many bytes of `bufs` the socket `fd` took at once
+/// ([`send_now`]); `None` elsewhere, or when it took none.
+pub(crate) fn sent_now(fd: RawFd, bufs: &[Bytes]) -> Option<std::io::Result<usize>> {
+    if crate::runtime::on_uring() {
+        send_now(fd, bufs)
+    } else {
+        None
+    }
+}
+
+/// Drops the first `skip` bytes of `bufs`, and the slices left empty.
+fn advance(bufs: &mut Vec<Bytes>, mut skip: usize) {
+    bufs.retain_mut(|b| {
+        let n = skip.min(b.len());
+        b.advance(n);
+        skip -= n;
+        !b.is_empty()
+    });
 }
 
 /// One `writev` of `bufs` (the slices are cloned, not copied): how many

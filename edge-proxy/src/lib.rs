@@ -40,11 +40,13 @@
 //!   SIGHUP (see `docs/operations.md`).
 
 // `deny`, not `forbid`: the exceptions are `iovec`, which implements
-// monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note), and
-// `ops::signals` (sigmask/sigwait FFI).
+// monoio's `IoVecBuf` for owned `Bytes` (see its SAFETY note), `at_once`
+// (`recv(2)` and `sendmsg(2)` that never wait), and `ops::signals`
+// (sigmask/sigwait FFI).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod at_once;
 pub mod config;
 pub mod dispatch;
 pub mod events;
@@ -55,7 +57,6 @@ pub mod lease;
 pub mod link;
 pub mod ops;
 pub mod pool;
-mod recv_now;
 pub mod registry;
 pub mod runtime;
 pub mod server;

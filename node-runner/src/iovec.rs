@@ -12,12 +12,25 @@
 //! hands the kernel only a copy of the iovecs; [`write_all`] therefore
 //! drives `writev` itself.)
 //!
-//! The Edge has the same forty lines (`edge-proxy/src/iovec.rs`): the
-//! Edge and the Node share no runtime code by design (DESIGN.md), and
-//! `framing`, which they do share, is runtime-free and has no `unsafe`.
+//! On io_uring a write is first offered to the socket at once, with one
+//! `sendmsg(2)` that never waits ([`send_now`]); the ring writes what it
+//! leaves. A loopback write always completes when the ring is entered, so
+//! through the ring the writer would wait a turn of the loop and the ring
+//! cost an entry just to say so. A write taken at once must not overtake a
+//! ring write still in flight on its socket: the callers start one only
+//! after the previous write completed (a provider connection whose write
+//! was abandoned is not reused; the link writer awaits each write).
+//!
+//! The Edge has the same lines (`edge-proxy/src/iovec.rs`,
+//! `edge-proxy/src/at_once.rs`): the Edge and the Node share no runtime
+//! code by design (DESIGN.md), and `framing`, which they do share, is
+//! runtime-free and has no `unsafe`.
 
-// The one `unsafe` besides the LMDB open: implementing monoio's `IoVecBuf`.
+// Implementing monoio's `IoVecBuf`, and sendmsg(2) from borrowed slices.
 #![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::RawFd;
 
 use bytes::{Buf, Bytes};
 use monoio::buf::IoVecBuf;
@@ -76,21 +89,96 @@ unsafe impl IoVecBuf for BytesVec {
 pub(crate) async fn write_all<W: AsyncWriteRent>(
     writer: &mut W,
     bufs: Vec<Bytes>,
-) -> std::io::Result<()> {
+) -> io::Result<()> {
     let mut vec = BytesVec::new(bufs);
     while vec.len() > 0 {
         let (written, returned) = write_once(writer, vec).await;
         let mut rest = returned.into_bufs();
-        let mut skip = written?;
-        rest.retain_mut(|b| {
-            let n = skip.min(b.len());
-            b.advance(n);
-            skip -= n;
-            !b.is_empty()
-        });
+        advance(&mut rest, written?);
         vec = BytesVec::new(rest);
     }
     Ok(())
+}
+
+/// On io_uring, offers `bufs` to the socket `fd` at once ([`send_now`]):
+/// what it did not take, for the caller to write through the runtime —
+/// nothing, usually. Elsewhere all of `bufs`: the epoll driver's own
+/// write already tries the socket first. The caller starts this only when
+/// no write of its socket is in flight.
+pub(crate) fn write_now(fd: RawFd, mut bufs: Vec<Bytes>) -> io::Result<Vec<Bytes>> {
+    if let Some(sent) = sent_now(fd, &bufs) {
+        advance(&mut bufs, sent?);
+    }
+    Ok(bufs)
+}
+
+/// On io_uring, how many bytes of `bufs` the socket `fd` took at once
+/// ([`send_now`]); `None` elsewhere, or when it took none.
+pub(crate) fn sent_now(fd: RawFd, bufs: &[Bytes]) -> Option<io::Result<usize>> {
+    if crate::runtime::on_uring() {
+        send_now(fd, bufs)
+    } else {
+        None
+    }
+}
+
+/// Drops the first `skip` bytes of `bufs`, and the slices left empty.
+fn advance(bufs: &mut Vec<Bytes>, mut skip: usize) {
+    bufs.retain_mut(|b| {
+        let n = skip.min(b.len());
+        b.advance(n);
+        skip -= n;
+        !b.is_empty()
+    });
+}
+
+/// The most slices one [`send_now`] offers; the caller writes the rest
+/// after (a link batch or a provider request is a handful).
+const SEND_SLICES: usize = 64;
+
+/// Offers the first [`SEND_SLICES`] of `slices`, in order, to the socket
+/// `fd` without waiting: one `sendmsg(2)` with `MSG_DONTWAIT` (on io_uring
+/// monoio's sockets are blocking). How many bytes the kernel took (fewer
+/// than offered when its buffer filled); `None` when it took none for want
+/// of room (or nothing was offered): the caller then writes through the
+/// runtime, which waits for room.
+fn send_now(fd: RawFd, slices: &[Bytes]) -> Option<io::Result<usize>> {
+    let mut iovecs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; SEND_SLICES];
+    let mut count = 0;
+    for slice in slices.iter().filter(|s| !s.is_empty()).take(SEND_SLICES) {
+        iovecs[count] = libc::iovec {
+            iov_base: slice.as_ptr() as *mut libc::c_void,
+            iov_len: slice.len(),
+        };
+        count += 1;
+    }
+    if count == 0 {
+        return None;
+    }
+    // SAFETY: `msghdr` is plain data; all-zero is an empty header.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = iovecs.as_mut_ptr();
+    header.msg_iovlen = count as _;
+    // SAFETY: the first `count` iovecs point into `slices`, each with its
+    // slice's exact length; the slices are borrowed, so readable and
+    // unmoved, for the whole call, and sendmsg(2) only reads them (and the
+    // header, on this stack) before it returns: the kernel keeps no
+    // pointer. `fd` is the caller's open socket. Tested below
+    // (`send_now_takes_what_fits_in_order_and_never_waits`).
+    let sent = unsafe { libc::sendmsg(fd, &header, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    match usize::try_from(sent) {
+        Ok(n) => Some(Ok(n)),
+        Err(_) => {
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
+                _ => Some(Err(error)),
+            }
+        }
+    }
 }
 
 /// One `writev` of `bufs` (the slices are cloned, not copied): how many
@@ -159,5 +247,53 @@ mod tests {
                 write_all(&mut stream, parts).await.unwrap();
             });
         assert_eq!(reader.join().unwrap(), expected);
+    }
+
+    #[test]
+    fn send_now_takes_what_fits_in_order_and_never_waits() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ours);
+        // In order, empty slices skipped, at most SEND_SLICES a call.
+        let slices: Vec<Bytes> = (0..SEND_SLICES as u8 + 8)
+            .map(|i| match i % 3 {
+                0 => Bytes::new(),
+                _ => Bytes::from(vec![i]),
+            })
+            .collect();
+        let offered: Vec<u8> = slices
+            .iter()
+            .filter(|b| !b.is_empty())
+            .take(SEND_SLICES)
+            .flat_map(|b| b.iter().copied())
+            .collect();
+        assert_eq!(send_now(fd, &slices).unwrap().unwrap(), offered.len());
+        let mut got = vec![0; offered.len()];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(got, offered);
+        assert!(send_now(fd, &[Bytes::new()]).is_none(), "nothing offered");
+
+        // A peer that reads nothing: the socket fills, and a write that
+        // finds no room takes nothing and returns (the socket is blocking).
+        let block = Bytes::from(vec![7u8; 1 << 20]);
+        let full = (0..1024).any(|_| match send_now(fd, std::slice::from_ref(&block)) {
+            Some(sent) => sent.unwrap() == 0,
+            None => true,
+        });
+        assert!(full, "the socket never filled");
+
+        // A peer gone: a typed error, not a signal or a wait.
+        drop(peer);
+        let error = (0..1024)
+            .find_map(|_| send_now(fd, std::slice::from_ref(&block))?.err())
+            .expect("the write to a closed peer failed");
+        assert!(
+            matches!(
+                error.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{error:?}"
+        );
     }
 }

@@ -67,3 +67,18 @@ pub fn worker_count(requested: usize) -> usize {
     }
     std::thread::available_parallelism().map_or(1, usize::from)
 }
+
+/// Runs `future` to its end; also whether its first poll had to wait (on
+/// io_uring a ring operation always does: its completion is taken only
+/// once the ring is entered), for tests of what is done at once.
+#[cfg(test)]
+pub(crate) async fn waited<F: std::future::Future>(future: F) -> (F::Output, bool) {
+    let mut future = std::pin::pin!(future);
+    let mut polls = 0;
+    let output = std::future::poll_fn(|cx| {
+        polls += 1;
+        future.as_mut().poll(cx)
+    })
+    .await;
+    (output, polls > 1)
+}

@@ -36,7 +36,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, OwnedReadHalf};
 use monoio::net::TcpStream;
 
-use crate::recv_now::recv_now;
+use crate::at_once::recv_now;
 
 /// The watching read while the client sends nothing (the usual case: it
 /// waits for the answer). End of stream or an error fits in any size;

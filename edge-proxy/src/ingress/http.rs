@@ -137,7 +137,7 @@ pub fn serve<H: Handler>(
     let fd = stream.as_raw_fd();
     let (read, write) = stream.into_split();
     let mut reader = ClientRead::new(read, fd);
-    let mut responder = Responder::new(write);
+    let mut responder = Responder::new(write, fd);
     let gone = Rc::clone(&responder.gone);
     async move {
         // An error answered: the client may still be sending (see `linger`).

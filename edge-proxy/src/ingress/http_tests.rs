@@ -1,6 +1,7 @@
 //! [`Responder`] on a real loopback socket.
 
 use std::io::{ErrorKind, Read};
+use std::task::Poll;
 use std::time::Duration;
 
 use super::*;
@@ -11,9 +12,13 @@ async fn pair() -> (Responder, std::net::TcpStream) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (edge, _) = listener.accept().unwrap();
+    // As monoio's own accept leaves it: a write the socket cannot take
+    // waits in the runtime, not in the system call (epoll).
+    edge.set_nonblocking(true).unwrap();
     let edge = TcpStream::from_std(edge).unwrap();
+    let fd = edge.as_raw_fd();
     let (_read, write) = edge.into_split();
-    (Responder::new(write), client)
+    (Responder::new(write, fd), client)
 }
 
 /// Reads exactly `len` bytes (blocking, with a deadline).
@@ -85,6 +90,54 @@ fn read_head(client: &mut std::net::TcpStream) -> Vec<u8> {
         head.extend(read_exactly(client, 1));
     }
     head
+}
+
+#[test]
+fn answers_go_out_at_once_while_the_client_has_room() {
+    use crate::runtime::waited;
+    // On io_uring a write through the ring is answered on a later turn of
+    // the loop; while the client's socket has room an answer goes at once
+    // (`iovec::write_now`). The epoll driver does so by itself once it
+    // knows the socket is writable (not before its first wait).
+    for driver in crate::runtime::drivers() {
+        crate::runtime::block_on(driver, async move {
+            let uring = driver == framing::io_driver::IoDriver::Uring;
+            let (mut responder, mut client) = pair().await;
+            let ((), waited_) = waited(responder.full(200, "text/plain", b"hi".to_vec())).await;
+            assert!(!(uring && waited_), "a small answer waited for its turn");
+            assert!(read_head(&mut client).starts_with(b"HTTP/1.1 200"));
+            assert_eq!(read_exactly(&mut client, 2), b"hi");
+
+            // A body larger than the socket and the client's buffers take:
+            // what fits goes at once, the rest waits for room (through the
+            // ring, on io_uring) as the client reads; every byte arrives,
+            // in order.
+            responder.start_stream(200, []).await;
+            read_head(&mut client);
+            let big: Vec<u8> = (0..32 << 20).map(|i| (i % 251) as u8).collect();
+            let expected = [format!("{:x}\r\n", big.len()).as_bytes(), &big[..], b"\r\n"].concat();
+            let reading = {
+                let mut chunk = std::pin::pin!(responder.chunk(Bytes::from(big)));
+                let first = std::future::poll_fn(|cx| Poll::Ready(chunk.as_mut().poll(cx))).await;
+                assert!(first.is_pending(), "{driver:?}: 32 MiB went out at once");
+                let reading = std::thread::spawn(move || {
+                    let got = read_exactly(&mut client, expected.len());
+                    assert!(got == expected, "bytes lost or out of order");
+                    client
+                });
+                chunk.await;
+                reading
+            };
+            let mut client = reading.join().unwrap();
+
+            // Drained: at once again, on either driver.
+            let ((), waited_) = waited(responder.chunk(Bytes::from_static(b"data: a\n\n"))).await;
+            assert!(!waited_, "{driver:?}: a small chunk waited for its turn");
+            let chunk = b"9\r\ndata: a\n\n\r\n";
+            assert_eq!(read_exactly(&mut client, chunk.len()), chunk);
+        })
+        .unwrap();
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! line before the slices, one CRLF after them; nothing is copied).
 
 use std::cell::Cell;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -20,6 +21,9 @@ use crate::iovec;
 /// Writes one response on the connection.
 pub struct Responder {
     pub(super) write: OwnedWriteHalf<TcpStream>,
+    /// The socket `write` writes (open while `write` is: the stream closes
+    /// when both halves are gone), for [`iovec::write_now`].
+    fd: RawFd,
     /// Close the connection after this response.
     pub(super) close: bool,
     /// HTTP/1.0 client: no chunking; the body ends at the close.
@@ -95,10 +99,11 @@ impl std::fmt::Debug for Responder {
 const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
 
 impl Responder {
-    /// A responder for a new connection's write half.
-    pub(super) fn new(write: OwnedWriteHalf<TcpStream>) -> Responder {
+    /// A responder for a new connection's write half and its socket.
+    pub(super) fn new(write: OwnedWriteHalf<TcpStream>, fd: RawFd) -> Responder {
         Responder {
             write,
+            fd,
             close: false,
             http10: false,
             framing: Framing::Unstarted,
@@ -370,11 +375,22 @@ impl Responder {
             corked.extend(parts);
             return;
         }
+        // Usually the socket takes it all at once, and the ring is not
+        // entered for it (no write of this connection is in flight: the
+        // last one was awaited, and a dropped one ends the connection).
+        let rest = match iovec::write_now(self.fd, parts) {
+            Ok(rest) if rest.is_empty() => return,
+            Ok(rest) => rest,
+            Err(_) => {
+                self.failed = true;
+                return;
+            }
+        };
         // Boxed: the write op is ~260 B, and inline it would be in every
         // answer's future (each `full`, `chunk`, `error` …) for the whole
         // of the answer, written to or not; one small allocation per write
         // is noise next to the write itself.
-        let writing = Box::pin(iovec::write_all(&mut self.write, parts));
+        let writing = Box::pin(iovec::write_all(&mut self.write, rest));
         if writing.await.is_err() {
             self.failed = true;
         }

@@ -32,7 +32,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
-use crate::recv_now::recv_now;
+use crate::at_once::recv_now;
+use crate::iovec;
 use bytes::{Bytes, BytesMut};
 use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
@@ -89,6 +90,8 @@ impl LinkStream {
                     LinkWriter {
                         half: write,
                         tls: None,
+                        fd,
+                        at_once: true,
                     },
                 )
             }
@@ -113,6 +116,8 @@ impl LinkStream {
                             session,
                             cipher: Vec::with_capacity(CIPHER_WRITE),
                         }),
+                        fd,
+                        at_once: false,
                     },
                 )
             }
@@ -241,13 +246,29 @@ impl TlsRead {
 pub(crate) struct LinkWriter {
     half: OwnedWriteHalf<TcpStream>,
     tls: Option<TlsWrite>,
+    /// The socket `half` writes, for writes taken at once.
+    fd: RawFd,
+    /// True when the last write went out whole (plain links only): the
+    /// socket likely has room, so the next is offered to it at once
+    /// ([`iovec::sent_now`]) before the ring is asked to wait for room.
+    at_once: bool,
 }
 
 impl LinkWriter {
     /// Writes every slice, in order.
     pub(crate) async fn write_all(&mut self, slices: Vec<Bytes>) -> io::Result<()> {
         match &mut self.tls {
-            None => crate::iovec::write_all(&mut self.half, slices).await,
+            None => {
+                let rest = if self.at_once {
+                    iovec::write_now(self.fd, slices)?
+                } else {
+                    slices
+                };
+                // Whole once it returns: the socket had room at the end.
+                iovec::write_all(&mut self.half, rest).await?;
+                self.at_once = true;
+                Ok(())
+            }
             Some(_) => {
                 let mut slices = WriteSlices::from(slices);
                 while !slices.is_empty() {
@@ -266,7 +287,15 @@ impl LinkWriter {
         let (written, whole) = match &mut self.tls {
             None => {
                 let offered = slices.len();
-                let n = crate::iovec::write_some(&mut self.half, slices.slices()).await?;
+                let taken = match self.at_once {
+                    true => iovec::sent_now(self.fd, slices.slices()).transpose()?,
+                    false => None,
+                };
+                let n = match taken {
+                    Some(n) => n,
+                    None => iovec::write_some(&mut self.half, slices.slices()).await?,
+                };
+                self.at_once = n == offered;
                 (n, n == offered)
             }
             Some(tls) => {

@@ -2,11 +2,12 @@
 //! over TLS, bytes arrive whole and in order across many records and past
 //! rustls' send buffer, `close_notify` is a clean end, and a pending read
 //! stays cancelable; a heartbeat overtakes a batch the socket cannot take;
-//! a busy plain link takes waiting bytes at once every other read.
+//! a busy plain link takes waiting bytes at once every other read, and
+//! writes at once while its socket has room.
 
 use std::sync::Arc;
 
-use crate::runtime::drivers;
+use crate::runtime::{drivers, waited};
 use bytes::{Bytes, BytesMut};
 use framing::io_driver::IoDriver;
 use monoio::io::Canceller;
@@ -209,18 +210,6 @@ fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
     }
 }
 
-/// Runs `future` to its end; also whether its first poll had to wait.
-async fn waited<F: std::future::Future>(future: F) -> (F::Output, bool) {
-    let mut future = std::pin::pin!(future);
-    let mut polls = 0;
-    let output = std::future::poll_fn(|cx| {
-        polls += 1;
-        future.as_mut().poll(cx)
-    })
-    .await;
-    (output, polls > 1)
-}
-
 #[test]
 fn a_busy_link_takes_waiting_bytes_at_once_every_other_read() {
     // On io_uring a read is a ring operation, answered on a later turn of
@@ -263,6 +252,72 @@ fn a_busy_link_takes_waiting_bytes_at_once_every_other_read() {
             } else {
                 assert!(waits.iter().all(|waited| !waited), "{waits:?}");
             }
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn link_writes_go_out_at_once_while_the_socket_has_room() {
+    // On io_uring a write is a ring operation, answered on a later turn of
+    // the loop; while the socket has room the writer offers it at once
+    // (`iovec::sent_now`). The epoll driver writes at once by itself once
+    // it knows the socket is writable (not before its first wait).
+    for driver in drivers() {
+        crate::runtime::block_on(driver, async move {
+            let (server, client) = plain_pair().await;
+            limit_unsent(server.tcp()).unwrap();
+            let (_server_reader, mut writer) = server.into_split();
+            let (mut reader, _client_writer) = client.into_split();
+            let small = || WriteSlices::from(vec![Bytes::from_static(b"frame")]);
+            let (whole, waited_) = waited(writer.write_some(&mut small())).await;
+            assert!(whole.unwrap(), "{driver:?}");
+            let uring = driver == IoDriver::Uring;
+            assert!(!(uring && waited_), "a small write waited for its turn");
+
+            // More than the socket takes: the first write takes what fits,
+            // at once; the rest waits for room through the runtime while a
+            // reader drains the other end.
+            let big: Vec<u8> = (0..16 << 20).map(|i| (i % 251) as u8).collect();
+            let expected = [&b"frame"[..], &big[..]].concat();
+            let draining = monoio::spawn(async move {
+                let canceller = Canceller::new();
+                let mut buf = BytesMut::with_capacity(expected.len() + 4096);
+                while buf.len() < expected.len() {
+                    buf.reserve(64 * 1024);
+                    let (result, returned) = reader.read(buf, canceller.handle()).await;
+                    buf = returned;
+                    assert!(result.unwrap() > 0, "the link ended early");
+                }
+                assert!(buf[..] == expected[..], "bytes lost or out of order");
+                reader
+            });
+            let mut slices = WriteSlices::from(vec![Bytes::from(big)]);
+            let mut waits = Vec::new();
+            while !slices.is_empty() {
+                let (whole, waited_) = waited(writer.write_some(&mut slices)).await;
+                whole.unwrap();
+                waits.push(waited_);
+            }
+            let mut reader = draining.await;
+            assert!(waits.len() >= 2, "{driver:?}: {waits:?}");
+            if uring {
+                // At once first; after a partial write, through the ring
+                // until a write goes out whole.
+                let expected: Vec<bool> = (0..waits.len()).map(|i| i > 0).collect();
+                assert_eq!(waits, expected, "true = the write waited for its turn");
+            }
+
+            // Drained, and the last write went out whole: at once again.
+            let (whole, waited_) = waited(writer.write_some(&mut small())).await;
+            assert!(whole.unwrap(), "{driver:?}");
+            assert!(!waited_, "{driver:?}: a small write waited for its turn");
+            let canceller = Canceller::new();
+            let (result, buf) = reader
+                .read(BytesMut::with_capacity(64), canceller.handle())
+                .await;
+            assert_eq!(result.unwrap(), 5, "{driver:?}");
+            assert_eq!(&buf[..], b"frame", "{driver:?}");
         })
         .unwrap();
     }

@@ -29,6 +29,7 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -41,6 +42,8 @@ use monoio::io::{
 };
 use monoio::net::TcpStream;
 use rustls::Connection;
+
+use crate::iovec;
 
 /// Ciphertext read from the socket at once: about four TLS records. One
 /// record a read (18 KiB) took the Edge ~60 system calls a MiB of a bulk
@@ -67,6 +70,7 @@ impl LinkStream {
     pub(crate) fn into_split(self) -> (LinkReader, LinkWriter) {
         match self {
             Self::Plain(stream) => {
+                let fd = stream.as_raw_fd();
                 let (read, write) = stream.into_split();
                 (
                     LinkReader {
@@ -76,11 +80,14 @@ impl LinkStream {
                     LinkWriter {
                         half: write,
                         tls: None,
+                        fd,
+                        at_once: true,
                     },
                 )
             }
             Self::Tls(stream, session) => {
                 let session = Rc::new(RefCell::new(*session));
+                let fd = stream.as_raw_fd();
                 let (read, write) = stream.into_split();
                 (
                     LinkReader {
@@ -96,6 +103,8 @@ impl LinkStream {
                             session,
                             cipher: Vec::with_capacity(CIPHER_WRITE),
                         }),
+                        fd,
+                        at_once: false,
                     },
                 )
             }
@@ -182,13 +191,29 @@ impl TlsRead {
 pub(crate) struct LinkWriter {
     half: OwnedWriteHalf<TcpStream>,
     tls: Option<TlsWrite>,
+    /// The socket `half` writes, for writes taken at once.
+    fd: RawFd,
+    /// True when the last write went out whole (plain links only): the
+    /// socket likely has room, so the next is offered to it at once
+    /// ([`iovec::sent_now`]) before the ring is asked to wait for room.
+    at_once: bool,
 }
 
 impl LinkWriter {
     /// Writes every slice, in order.
     pub(crate) async fn write_all(&mut self, slices: Vec<Bytes>) -> io::Result<()> {
         match &mut self.tls {
-            None => crate::iovec::write_all(&mut self.half, slices).await,
+            None => {
+                let rest = if self.at_once {
+                    iovec::write_now(self.fd, slices)?
+                } else {
+                    slices
+                };
+                // Whole once it returns: the socket had room at the end.
+                iovec::write_all(&mut self.half, rest).await?;
+                self.at_once = true;
+                Ok(())
+            }
             Some(_) => {
                 let mut slices = WriteSlices::from(slices);
                 while !slices.is_empty() {
@@ -207,7 +232,15 @@ impl LinkWriter {
         let (written, whole) = match &mut self.tls {
             None => {
                 let offered = slices.len();
-                let n = crate::iovec::write_some(&mut self.half, slices.slices()).await?;
+                let taken = match self.at_once {
+                    true => iovec::sent_now(self.fd, slices.slices()).transpose()?,
+                    false => None,
+                };
+                let n = match taken {
+                    Some(n) => n,
+                    None => iovec::write_some(&mut self.half, slices.slices()).await?,
+                };
+                self.at_once = n == offered;
                 (n, n == offered)
             }
             Some(tls) => {
@@ -292,7 +325,7 @@ impl TlsWrite {
 /// backlog instead of waiting behind a socket buffer of it.
 #[allow(unsafe_code)] // borrowing the raw fd; see the SAFETY note
 pub(crate) fn limit_unsent(stream: &TcpStream) -> io::Result<()> {
-    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::os::fd::BorrowedFd;
     // SAFETY: the descriptor is `stream`'s, open for as long as `stream` is
     // borrowed, and the borrowed fd does not outlive this call.
     let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
@@ -335,3 +368,7 @@ pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) 
         }
     }
 }
+
+#[cfg(test)]
+#[path = "transport_tests.rs"]
+mod tests;

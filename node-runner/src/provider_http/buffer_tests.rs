@@ -11,6 +11,7 @@ use super::tests::{
     PATIENCE, accept, client, drain, each_driver, expect_client_close, join, post, read_request,
     serve,
 };
+use crate::runtime::waited;
 
 #[test]
 fn an_idle_body_waits_without_a_receive_buffer() {
@@ -134,18 +135,6 @@ fn reads_start_small_and_grow_while_they_fill() {
         drop(client);
         join(server).await;
     });
-}
-
-/// Runs `future` to its end; also whether its first poll had to wait.
-async fn waited<F: std::future::Future>(future: F) -> (F::Output, bool) {
-    let mut future = std::pin::pin!(future);
-    let mut polls = 0;
-    let output = std::future::poll_fn(|cx| {
-        polls += 1;
-        future.as_mut().poll(cx)
-    })
-    .await;
-    (output, polls > 1)
 }
 
 /// With bytes waiting for every read: on io_uring, reads alternate between

@@ -161,7 +161,13 @@ impl Connection {
     pub(crate) async fn write(&mut self, head: Bytes, body: RequestBody) -> io::Result<()> {
         self.busy = true;
         match &mut self.io {
-            Transport::Plain(stream) => write_all(stream, head, body).await?,
+            Transport::Plain(stream) => {
+                // Usually the socket takes it all at once (on io_uring; see
+                // `iovec::write_now`). No write is in flight: a connection
+                // whose write was abandoned is not reused (`is_clean`).
+                let rest = crate::iovec::write_now(stream.as_raw_fd(), body.after(head))?;
+                crate::iovec::write_all(stream, rest).await?;
+            }
             Transport::Tls(stream) => write_all(stream.as_mut(), head, body).await?,
         }
         self.busy = false;

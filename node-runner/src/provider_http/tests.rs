@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use framing::http::HeadLimits;
 use framing::io_driver::IoDriver;
 use framing::timer::{ClockSource, SharedManualClock};
@@ -100,6 +101,28 @@ pub(super) async fn drain(response: &mut ProviderResponse) -> Result<Vec<u8>, Pr
 }
 
 const OK_HELLO: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+#[test]
+fn a_request_goes_to_the_provider_at_once() {
+    // On io_uring a write through the ring is answered on a later turn of
+    // the loop; with room in the socket a request goes at once
+    // (`iovec::write_now`). Under epoll the driver writes first itself.
+    each_driver(|| async {
+        let (base, server) = serve(|l| read_request(&mut accept(&l)));
+        let tls = default_tls_client_config();
+        let mut conn = Connection::connect(&base, PATIENCE, &tls).await.unwrap();
+        let head = "POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 7\r\n\r\n";
+        let body = RequestBody::from(Bytes::from_static(b"{\"a\":1}"));
+        let write = conn.write(Bytes::from_static(head.as_bytes()), body);
+        let (written, waited) = crate::runtime::waited(write).await;
+        written.unwrap();
+        let uring = crate::runtime::on_uring();
+        assert!(!(uring && waited), "the request waited for its turn");
+        assert!(conn.is_clean());
+        let got = join(server).await;
+        assert_eq!(got, [head.as_bytes(), b"{\"a\":1}"].concat());
+    });
+}
 
 #[test]
 fn content_length_body_is_a_slice_of_the_receive_buffer() {
