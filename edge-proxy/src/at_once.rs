@@ -32,7 +32,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 /// Reads what the socket `fd` already holds into the spare capacity of
 /// `buf`, after its bytes, without waiting: `recv(2)` with `MSG_DONTWAIT`.
@@ -82,13 +82,18 @@ pub(crate) const SEND_SLICES: usize = 64;
 /// bytes the kernel took (fewer than offered when its buffer filled);
 /// `None` when it took none for want of room (or nothing was offered): the
 /// caller then writes through the runtime, which waits for room.
-pub(crate) fn send_now(fd: RawFd, slices: &[Bytes]) -> Option<io::Result<usize>> {
+pub(crate) fn send_now<B: AsRef<[u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Result<usize>> {
     let mut iovecs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     }; SEND_SLICES];
     let mut count = 0;
-    for slice in slices.iter().filter(|s| !s.is_empty()).take(SEND_SLICES) {
+    for slice in slices
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|s| !s.is_empty())
+        .take(SEND_SLICES)
+    {
         iovecs[count] = libc::iovec {
             iov_base: slice.as_ptr() as *mut libc::c_void,
             iov_len: slice.len(),
@@ -127,6 +132,8 @@ mod tests {
     use std::io::Write as _;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
+
+    use bytes::Bytes;
 
     use super::*;
 
@@ -180,7 +187,7 @@ mod tests {
         theirs.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"abcde");
         assert!(send_now(fd, &[Bytes::new()]).is_none());
-        assert!(send_now(fd, &[]).is_none());
+        assert!(send_now::<Bytes>(fd, &[]).is_none());
 
         // At most SEND_SLICES slices a call; the caller writes the rest.
         let many: Vec<Bytes> = (0..SEND_SLICES as u8 + 10)

@@ -114,7 +114,7 @@ pub(crate) fn write_now(fd: RawFd, mut bufs: Vec<Bytes>) -> io::Result<Vec<Bytes
 
 /// On io_uring, how many bytes of `bufs` the socket `fd` took at once
 /// ([`send_now`]); `None` elsewhere, or when it took none.
-pub(crate) fn sent_now(fd: RawFd, bufs: &[Bytes]) -> Option<io::Result<usize>> {
+pub(crate) fn sent_now<B: AsRef<[u8]>>(fd: RawFd, bufs: &[B]) -> Option<io::Result<usize>> {
     if crate::runtime::on_uring() {
         send_now(fd, bufs)
     } else {
@@ -142,13 +142,18 @@ const SEND_SLICES: usize = 64;
 /// than offered when its buffer filled); `None` when it took none for want
 /// of room (or nothing was offered): the caller then writes through the
 /// runtime, which waits for room.
-fn send_now(fd: RawFd, slices: &[Bytes]) -> Option<io::Result<usize>> {
+fn send_now<B: AsRef<[u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Result<usize>> {
     let mut iovecs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     }; SEND_SLICES];
     let mut count = 0;
-    for slice in slices.iter().filter(|s| !s.is_empty()).take(SEND_SLICES) {
+    for slice in slices
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|s| !s.is_empty())
+        .take(SEND_SLICES)
+    {
         iovecs[count] = libc::iovec {
             iov_base: slice.as_ptr() as *mut libc::c_void,
             iov_len: slice.len(),

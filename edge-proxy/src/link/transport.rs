@@ -248,9 +248,10 @@ pub(crate) struct LinkWriter {
     tls: Option<TlsWrite>,
     /// The socket `half` writes, for writes taken at once.
     fd: RawFd,
-    /// True when the last write went out whole (plain links only): the
-    /// socket likely has room, so the next is offered to it at once
-    /// ([`iovec::sent_now`]) before the ring is asked to wait for room.
+    /// True when the last write went out whole (plain links; a TLS flush
+    /// keeps its own): the socket likely has room, so the next is offered
+    /// to it at once ([`iovec::sent_now`]) before the ring is asked to wait
+    /// for room.
     at_once: bool,
 }
 
@@ -303,7 +304,7 @@ impl LinkWriter {
                 // gather), records cut across the slices; 0 when it was
                 // full, and the flush makes room for the next call.
                 let queued = tls::queue(&mut tls.session.borrow_mut(), slices.slices())?;
-                (queued, tls.flush(&mut self.half).await?)
+                (queued, tls.flush(&mut self.half, self.fd).await?)
             }
         };
         slices.advance(written);
@@ -334,16 +335,18 @@ impl LinkWriter {
     pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
         if let Some(tls) = &mut self.tls {
             tls.session.borrow_mut().send_close_notify();
-            let _ = tls.flush(&mut self.half).await;
+            let _ = tls.flush(&mut self.half, self.fd).await;
         }
         self.half.shutdown().await
     }
 }
 
 impl TlsWrite {
-    /// Writes out every TLS record rustls has queued. Returns whether the
-    /// kernel took each gather of ciphertext in one write.
-    async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>) -> io::Result<bool> {
+    /// Writes out every TLS record rustls has queued: each gather of
+    /// ciphertext offered to the socket `fd` at once ([`iovec::sent_now`])
+    /// until one does not fit, then through the runtime, which waits for
+    /// room. Returns whether the kernel took each gather in one write.
+    async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>, fd: RawFd) -> io::Result<bool> {
         let mut whole = true;
         loop {
             let mut cipher = std::mem::take(&mut self.cipher);
@@ -354,7 +357,14 @@ impl TlsWrite {
                 return Ok(whole);
             }
             let len = cipher.len();
-            let (result, returned) = half.write(cipher).await;
+            let at_once = match whole {
+                true => iovec::sent_now(fd, std::slice::from_ref(&cipher)),
+                false => None,
+            };
+            let (result, returned) = match at_once {
+                Some(result) => (result, cipher),
+                None => half.write(cipher).await,
+            };
             let n = match result {
                 Ok(n) => n,
                 Err(e) => {
