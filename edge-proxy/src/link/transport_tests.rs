@@ -130,6 +130,21 @@ async fn plain_pair() -> (LinkStream, LinkStream) {
     (LinkStream::Plain(server.await), LinkStream::Plain(client))
 }
 
+/// A connected pair, TLS or plain: the server's writer, its unsent bytes
+/// bounded as a link's are, and the client's reader; then the two halves
+/// the test does not use, kept open.
+async fn writer_and_reader(tls: bool) -> (LinkWriter, LinkReader, (LinkReader, LinkWriter)) {
+    let (server, client) = if tls {
+        pair().await
+    } else {
+        plain_pair().await
+    };
+    limit_unsent(server.tcp()).unwrap();
+    let (server_reader, writer) = server.into_split();
+    let (reader, client_writer) = client.into_split();
+    (writer, reader, (server_reader, client_writer))
+}
+
 #[test]
 fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
     use framing::frame::{FrameDecoder, FrameEncoder};
@@ -141,14 +156,7 @@ fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
     for driver in drivers() {
         for tls in [false, true] {
             crate::runtime::block_on(driver, async move {
-                let (server, client) = if tls {
-                    pair().await
-                } else {
-                    plain_pair().await
-                };
-                limit_unsent(server.tcp()).unwrap();
-                let (_server_reader, mut writer) = server.into_split();
-                let (mut reader, _client_writer) = client.into_split();
+                let (mut writer, mut reader, _rest) = writer_and_reader(tls).await;
                 // 256 body frames of 64 KiB: 16 MiB, far more than the
                 // kernel takes before the peer reads.
                 let mut encoder = FrameEncoder::new(1 << 20);
@@ -266,14 +274,7 @@ fn link_writes_go_out_at_once_while_the_socket_has_room() {
     // wait).
     for (driver, tls) in drivers().into_iter().flat_map(|d| [(d, false), (d, true)]) {
         crate::runtime::block_on(driver, async move {
-            let (server, client) = if tls {
-                pair().await
-            } else {
-                plain_pair().await
-            };
-            limit_unsent(server.tcp()).unwrap();
-            let (_server_reader, mut writer) = server.into_split();
-            let (mut reader, _client_writer) = client.into_split();
+            let (mut writer, mut reader, _rest) = writer_and_reader(tls).await;
             let small = || WriteSlices::from(vec![Bytes::from_static(b"frame")]);
             let (whole, waited_) = waited(writer.write_some(&mut small())).await;
             assert!(whole.unwrap(), "{driver:?}, tls {tls}");
