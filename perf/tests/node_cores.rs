@@ -21,7 +21,8 @@ mod support;
 use support::stack::*;
 
 /// `steady` streams for minutes (until cancelled) and admits 8; `capped`
-/// streams the same way but admits one; `oa` answers at once.
+/// streams the same way but admits one; `bulk` streams 64 KiB events as
+/// fast as they are taken (6 GiB: until cancelled); `oa` answers at once.
 fn cores_config(mock: SocketAddr, _garbage: SocketAddr) -> String {
     format!(
         r#"
@@ -43,6 +44,11 @@ nodes:
         targets: [m]
         max_concurrency: 8
         headers: {{x-mock-tokens: "100000", x-mock-delay-ms: "20"}}
+      - id: bulk
+        kind: openai_compat
+        base_url: http://{mock}
+        targets: [m]
+        headers: {{x-mock-tokens: "100000", x-mock-event-bytes: "65536"}}
       - id: capped
         kind: openai_compat
         base_url: http://{mock}
@@ -57,14 +63,20 @@ model_groups:
 }
 
 /// The Edge and a two-core node (optionally dialing through `proxy`),
-/// logging which core serves what.
+/// logging which core serves what; round-robin placement (no preference
+/// for the link core), so two runs in a row land on both cores.
 fn two_cores(driver: IoDriver, name: &str, proxy: Option<&CutProxy>) -> Stack {
+    two_cores_with(driver, name, proxy, &["--link-core-slack", "0"])
+}
+
+/// [`two_cores`] with `args` for the node besides `--workers 2`.
+fn two_cores_with(driver: IoDriver, name: &str, proxy: Option<&CutProxy>, args: &[&str]) -> Stack {
     let mut stack = Stack::start_edge(driver, name, cores_config);
-    // Round-robin placement (no preference for the link core), so two runs
-    // in a row land on both cores.
-    stack.node_args = ["--workers", "2", "--link-core-slack", "0"]
-        .map(String::from)
-        .to_vec();
+    stack.node_args = ["--workers", "2"]
+        .iter()
+        .chain(args)
+        .map(|arg| arg.to_string())
+        .collect();
     stack.node_log_filter = Some("info,node_runner::runs=debug".into());
     if let Some(proxy) = proxy {
         stack.node_edge = Some(proxy.start(stack.edge.node_addr));
@@ -228,6 +240,52 @@ fn a_cancel_reaches_the_core_that_owns_the_run() {
     wait_until("both runs stored as cancelled", || {
         let runs = stack.stored_runs();
         runs.iter().filter(|r| r["status"] == "cancelled").count() == 2
+    });
+}
+
+/// The core a small run on `oa` ran on (it completes first).
+async fn small_run_core(stack: &Stack) -> u64 {
+    let stream = stack.submit("oa").await;
+    let run_id = stream.run_id().to_owned();
+    let all = events(stream).await;
+    assert_eq!(all.last().unwrap().kind(), RunEventKind::Complete);
+    core_of(stack, "run_started", &run_id)
+}
+
+/// With the default slack small runs stay on the link core, but once a
+/// stream there turns bulk (the Edge grants it 1 MiB of window within
+/// 100 ms, `node_runner::runs::cores::BULK_CREDIT`) new work goes to the
+/// other core, until it ends. The placement itself is tested with a
+/// manual clock (`runs::cores` tests); this shows the window updates of a
+/// real stream reach it.
+#[test]
+fn a_bulk_stream_sends_new_work_off_the_link_core_until_it_ends() {
+    let driver = *drivers().last().unwrap();
+    let stack = two_cores_with(driver, "cores-bulk", None, &[]);
+    block_on(async {
+        assert_eq!(small_run_core(&stack).await, 0);
+        let mut bulk = streaming(&stack, "bulk").await;
+        let bulk_id = bulk.run_id().to_owned();
+        assert_eq!(core_of(&stack, "run_started", &bulk_id), 0);
+        // Take the stream a MiB at a time (each event taken grants its
+        // window back); once it counts as bulk, a small run lands on core
+        // 1. At the 10 MiB/s the threshold asks, 64 MiB leaves a wide
+        // margin for a slow debug build on a loaded machine.
+        let mut moved = false;
+        for _ in 0..64 {
+            for _ in 0..16 {
+                let event = within(bulk.next()).await.expect("the bulk stream goes on");
+                assert_eq!(event.kind(), RunEventKind::Delta);
+            }
+            if small_run_core(&stack).await == 1 {
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "{driver:?}: no small run left the link core");
+        assert_eq!(cancel(bulk).await, RunEventKind::Cancelled);
+        assert_eq!(ended(&stack, &bulk_id)["core"], 0);
+        assert_eq!(small_run_core(&stack).await, 0, "back on the link core");
     });
 }
 

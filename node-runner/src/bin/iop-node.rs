@@ -93,7 +93,9 @@ struct Args {
     workers: usize,
     /// How many more runs in flight core 0 (the link's) may hold than the
     /// least loaded core and still take new work: work there crosses no
-    /// core. 0 = the least loaded core always (ties round-robin).
+    /// core. A bulk stream (≥ 1 MiB granted in 100 ms) weighs one past
+    /// this, so bulk streams spread over the cores. 0 = the least loaded
+    /// core always (ties round-robin).
     #[arg(long, default_value_t = node_runner::runs::cores::DEFAULT_LINK_CORE_SLACK)]
     link_core_slack: u32,
     /// Log format.

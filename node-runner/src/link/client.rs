@@ -401,7 +401,10 @@ impl Link {
                 "work frame before registration dropped"
             );
         };
-        let route = self.router.borrow_mut().route(&envelope);
+        let route = self
+            .router
+            .borrow_mut()
+            .route(&envelope, || self.timers.coarse_now());
         match route {
             Route::Core(core) => {
                 let stream_id = envelope.stream_id;

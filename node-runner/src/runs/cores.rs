@@ -26,10 +26,15 @@
 //!   `link_slack` more runs in flight than the least loaded core (work there
 //!   crosses no core: its frames go to the writer beside it), and otherwise
 //!   to the core with the fewest runs in flight (ties round-robin,
-//!   [`pick_core`]); `CANCEL_RUN` to the core that owns
-//!   the stream. The link core keeps `stream_id → core` until that core
-//!   reports the run's stream done (its terminal sent); a cancel for a
-//!   stream it does not know is answered `NOT_FOUND` by the link core.
+//!   [`pick_core`]); `CANCEL_RUN` to the core that owns the stream. A run
+//!   whose stream turns out *bulk* (the Edge grants it [`BULK_CREDIT`]
+//!   bytes of window within [`BULK_WITHIN_MS`]) weighs `link_slack + 1`
+//!   runs more on its core until it ends: small work still goes to the
+//!   link core, but a few large streams spread evenly over the cores
+//!   instead of sharing one thread. The link core keeps `stream_id → core`
+//!   until that core reports the run's stream done (its terminal sent); a
+//!   cancel for a stream it does not know is answered `NOT_FOUND` by the
+//!   link core.
 //! - **Admission (F9)** is global per adapter: the cores share the
 //!   generation's [`Capacity`](super::Capacity) counters.
 //! - **Frames** from any core go to the connection's single writer over a
@@ -279,6 +284,16 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
 /// Under many runs the cores still share the work to within this many.
 pub const DEFAULT_LINK_CORE_SLACK: u32 = 16;
 
+/// Window credit, in bytes, that makes a stream *bulk* when the Edge grants
+/// it within [`BULK_WITHIN_MS`]: 1 MiB in 100 ms is 10 MiB/s, beyond any
+/// token stream (a thousand 150-byte events a second is 150 KB/s) and well
+/// below a large-event stream that keeps a core busy (~250 MiB/s each in
+/// `hack/peers.sh bulk`).
+pub const BULK_CREDIT: u64 = 1024 * 1024;
+
+/// See [`BULK_CREDIT`].
+pub const BULK_WITHIN_MS: u64 = 100;
+
 /// The core for new work: the link core (0) while its load is at most
 /// `slack` above the least loaded core's; otherwise the one with the fewest
 /// runs in flight, among equals the first at or after `cursor`
@@ -321,13 +336,39 @@ struct Owner {
     /// `RunRequest`s on the stream not yet reported done (a duplicate is
     /// refused by the owner, and reported like any run).
     pending: u32,
+    /// Whether the stream's data rate made it bulk (see [`BULK_CREDIT`]).
+    bulk: bool,
+    /// Window credit granted since `credit_since` (ms), while not bulk.
+    credit: u64,
+    credit_since: u64,
+}
+
+impl Owner {
+    /// Counts `increment` bytes of credit granted at `now_ms`; true the
+    /// first time the stream turns bulk: [`BULK_CREDIT`] granted within
+    /// [`BULK_WITHIN_MS`] (a slower stream starts a new measure).
+    fn credited(&mut self, increment: u32, now_ms: u64) -> bool {
+        if self.bulk {
+            return false;
+        }
+        if self.credit == 0 || now_ms.saturating_sub(self.credit_since) > BULK_WITHIN_MS {
+            self.credit = 0;
+            self.credit_since = now_ms;
+        }
+        self.credit += u64::from(increment);
+        self.bulk = self.credit >= BULK_CREDIT;
+        self.bulk
+    }
 }
 
 /// The link core's placement of one connection's work (see the module
 /// docs). Single-core: owned by the link.
 #[derive(Debug)]
 pub struct Router {
+    /// Runs in flight per core.
     load: Vec<u32>,
+    /// `load` plus each bulk run's extra weight: what placement compares.
+    weight: Vec<u32>,
     cursor: usize,
     slack: u32,
     owners: HashMap<u64, Owner>,
@@ -339,6 +380,7 @@ impl Router {
     pub fn new(cores: usize, slack: u32) -> Self {
         Self {
             load: vec![0; cores.max(1)],
+            weight: vec![0; cores.max(1)],
             cursor: 0,
             slack,
             owners: HashMap::default(),
@@ -350,8 +392,21 @@ impl Router {
         &self.load
     }
 
-    /// Where `envelope` goes.
-    pub fn route(&mut self, envelope: &Envelope) -> Route {
+    /// What placement compares per core: runs in flight, each bulk one
+    /// weighing [`bulk_weight`](Self::bulk_weight) more.
+    pub fn weight(&self) -> &[u32] {
+        &self.weight
+    }
+
+    /// How much more than a run a bulk run weighs: one past the slack, so
+    /// one bulk run on the link core sends new work to an idle core.
+    pub fn bulk_weight(&self) -> u32 {
+        self.slack.saturating_add(1)
+    }
+
+    /// Where `envelope` goes; `now_ms` (the core's clock, read only for a
+    /// window update) times the stream's credit (see [`BULK_CREDIT`]).
+    pub fn route(&mut self, envelope: &Envelope, now_ms: impl FnOnce() -> u64) -> Route {
         let stream_id = envelope.stream_id;
         let opened = match &envelope.msg {
             Some(Msg::RunRequest(request)) => Some(&request.run_id),
@@ -365,19 +420,23 @@ impl Router {
                     owner.core
                 }
                 None => {
-                    let core = pick_core(&self.load, &mut self.cursor, self.slack);
+                    let core = pick_core(&self.weight, &mut self.cursor, self.slack);
                     self.owners.insert(
                         stream_id,
                         Owner {
                             core,
                             run_id: run_id.clone(),
                             pending: 1,
+                            bulk: false,
+                            credit: 0,
+                            credit_since: 0,
                         },
                     );
                     core
                 }
             };
             self.load[core] += 1;
+            self.weight[core] = self.weight[core].saturating_add(1);
             return Route::Core(core);
         }
         match &envelope.msg {
@@ -391,26 +450,41 @@ impl Router {
                 });
                 owner.map_or(Route::CancelNotFound, |owner| Route::Core(owner.core))
             }
-            Some(Msg::WindowUpdate(_)) => self
-                .owners
-                .get(&stream_id)
-                .map_or(Route::Drop, |owner| Route::Core(owner.core)),
-            _ => Route::Core(pick_core(&self.load, &mut self.cursor, self.slack)),
+            Some(Msg::WindowUpdate(update)) => {
+                let extra = self.bulk_weight();
+                let Some(owner) = self.owners.get_mut(&stream_id) else {
+                    return Route::Drop;
+                };
+                if owner.credited(update.increment, now_ms()) {
+                    let weight = &mut self.weight[owner.core];
+                    *weight = weight.saturating_add(extra);
+                }
+                Route::Core(owner.core)
+            }
+            _ => Route::Core(pick_core(&self.weight, &mut self.cursor, self.slack)),
         }
     }
 
     /// The core owning `stream_id` finished one run on it.
     pub fn stream_done(&mut self, stream_id: u64) {
+        let bulk_weight = self.bulk_weight();
         let Some(owner) = self.owners.get_mut(&stream_id) else {
             return;
         };
         let core = owner.core;
         owner.pending = owner.pending.saturating_sub(1);
+        let mut freed = 1;
         if owner.pending == 0 {
+            if owner.bulk {
+                freed += bulk_weight;
+            }
             self.owners.remove(&stream_id);
         }
         if let Some(load) = self.load.get_mut(core) {
             *load = load.saturating_sub(1);
+        }
+        if let Some(weight) = self.weight.get_mut(core) {
+            *weight = weight.saturating_sub(freed);
         }
     }
 }
