@@ -283,6 +283,13 @@ fn a_bulk_stream_sends_new_work_off_the_link_core_until_it_ends() {
             }
         }
         assert!(moved, "{driver:?}: no small run left the link core");
+        // The Node logged the one bulk run as such (a debug line).
+        let bulk_runs: Vec<_> = stack
+            .node_events("run_bulk")
+            .iter()
+            .map(|r| (r["run_id"].as_str().unwrap().to_owned(), r["core"].as_u64()))
+            .collect();
+        assert_eq!(bulk_runs, [(bulk_id.clone(), Some(0))]);
         assert_eq!(cancel(bulk).await, RunEventKind::Cancelled);
         assert_eq!(ended(&stack, &bulk_id)["core"], 0);
         assert_eq!(small_run_core(&stack).await, 0, "back on the link core");

@@ -458,6 +458,13 @@ impl Router {
                 if owner.credited(update.increment, now_ms()) {
                     let weight = &mut self.weight[owner.core];
                     *weight = weight.saturating_add(extra);
+                    tracing::debug!(
+                        event = "run_bulk",
+                        core = owner.core,
+                        run_id = %owner.run_id,
+                        stream_id,
+                        "run_bulk"
+                    );
                 }
                 Route::Core(owner.core)
             }
