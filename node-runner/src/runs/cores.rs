@@ -336,24 +336,30 @@ struct Owner {
     /// `RunRequest`s on the stream not yet reported done (a duplicate is
     /// refused by the owner, and reported like any run).
     pending: u32,
-    /// Whether the stream's data rate made it bulk (see [`BULK_CREDIT`]).
-    bulk: bool,
-    /// Window credit granted since `credit_since` (ms), while not bulk.
-    credit: u64,
-    credit_since: u64,
+    /// The stream's window grants, measured until it turns bulk.
+    rate: BulkMeter,
 }
 
-impl Owner {
-    /// Counts `increment` bytes of credit granted at `now_ms`; true the
-    /// first time the stream turns bulk: [`BULK_CREDIT`] granted within
-    /// [`BULK_WITHIN_MS`] (a slower stream starts a new measure).
+/// Whether a stream is bulk: [`BULK_CREDIT`] bytes of window granted
+/// within [`BULK_WITHIN_MS`]. Once bulk it stays so.
+#[derive(Debug, Default)]
+struct BulkMeter {
+    bulk: bool,
+    /// Credit granted since `since_ms`, while not bulk.
+    credit: u64,
+    since_ms: u64,
+}
+
+impl BulkMeter {
+    /// Counts `increment` bytes granted at `now_ms`; true the first time
+    /// the stream turns bulk (a slower stream starts a new measure).
     fn credited(&mut self, increment: u32, now_ms: u64) -> bool {
         if self.bulk {
             return false;
         }
-        if self.credit == 0 || now_ms.saturating_sub(self.credit_since) > BULK_WITHIN_MS {
+        if self.credit == 0 || now_ms.saturating_sub(self.since_ms) > BULK_WITHIN_MS {
             self.credit = 0;
-            self.credit_since = now_ms;
+            self.since_ms = now_ms;
         }
         self.credit += u64::from(increment);
         self.bulk = self.credit >= BULK_CREDIT;
@@ -367,7 +373,8 @@ impl Owner {
 pub struct Router {
     /// Runs in flight per core.
     load: Vec<u32>,
-    /// `load` plus each bulk run's extra weight: what placement compares.
+    /// `load` plus [`bulk_weight`](Self::bulk_weight) for each bulk run:
+    /// what placement compares.
     weight: Vec<u32>,
     cursor: usize,
     slack: u32,
@@ -393,14 +400,14 @@ impl Router {
     }
 
     /// What placement compares per core: runs in flight, each bulk one
-    /// weighing [`bulk_weight`](Self::bulk_weight) more.
+    /// (see [`BULK_CREDIT`]) weighing the slack + 1 more.
     pub fn weight(&self) -> &[u32] {
         &self.weight
     }
 
     /// How much more than a run a bulk run weighs: one past the slack, so
     /// one bulk run on the link core sends new work to an idle core.
-    pub fn bulk_weight(&self) -> u32 {
+    fn bulk_weight(&self) -> u32 {
         self.slack.saturating_add(1)
     }
 
@@ -427,9 +434,7 @@ impl Router {
                             core,
                             run_id: run_id.clone(),
                             pending: 1,
-                            bulk: false,
-                            credit: 0,
-                            credit_since: 0,
+                            rate: BulkMeter::default(),
                         },
                     );
                     core
@@ -451,22 +456,21 @@ impl Router {
                 owner.map_or(Route::CancelNotFound, |owner| Route::Core(owner.core))
             }
             Some(Msg::WindowUpdate(update)) => {
-                let extra = self.bulk_weight();
                 let Some(owner) = self.owners.get_mut(&stream_id) else {
                     return Route::Drop;
                 };
-                if owner.credited(update.increment, now_ms()) {
-                    let weight = &mut self.weight[owner.core];
-                    *weight = weight.saturating_add(extra);
+                let core = owner.core;
+                if owner.rate.credited(update.increment, now_ms()) {
                     tracing::debug!(
                         event = "run_bulk",
-                        core = owner.core,
+                        core,
                         run_id = %owner.run_id,
                         stream_id,
                         "run_bulk"
                     );
+                    self.weight[core] = self.weight[core].saturating_add(self.bulk_weight());
                 }
-                Route::Core(owner.core)
+                Route::Core(core)
             }
             _ => Route::Core(pick_core(&self.weight, &mut self.cursor, self.slack)),
         }
@@ -474,7 +478,6 @@ impl Router {
 
     /// The core owning `stream_id` finished one run on it.
     pub fn stream_done(&mut self, stream_id: u64) {
-        let bulk_weight = self.bulk_weight();
         let Some(owner) = self.owners.get_mut(&stream_id) else {
             return;
         };
@@ -482,8 +485,8 @@ impl Router {
         owner.pending = owner.pending.saturating_sub(1);
         let mut freed = 1;
         if owner.pending == 0 {
-            if owner.bulk {
-                freed += bulk_weight;
+            if owner.rate.bulk {
+                freed += self.bulk_weight();
             }
             self.owners.remove(&stream_id);
         }
