@@ -18,11 +18,16 @@
 //! - More than [`HeadLimits::max_headers`] fields is
 //!   [`HttpError::TooManyHeaders`]. The `httparse` slots live in a stack
 //!   array of [`MAX_HEADERS_CEILING`], so parsing does not allocate beyond the
-//!   one `Vec` of ranges a successful head keeps.
+//!   one `Vec` of ranges a successful head keeps. The array is left
+//!   uninitialized (`httparse` writes only the slots it fills): setting
+//!   all 128 was ~700 instructions a head, a fifth of parsing a small
+//!   request's (`bench-results/profiles.md`, round 37).
 //!
 //! Parsing is stateless: each call re-parses the buffered prefix, which costs
 //! at most `max_head_bytes` per read and keeps split-point independence
 //! trivially true.
+
+use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
 
@@ -266,9 +271,14 @@ pub fn parse_request_head(
 ) -> Result<Option<RequestHead>, HttpError> {
     let max_bytes = limits.effective_head_bytes();
     let window = &buf[..buf.len().min(max_bytes)];
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CEILING];
-    let mut req = httparse::Request::new(&mut slots[..limits.effective_headers()]);
-    let head_len = match req.parse(window) {
+    let mut slots = header_slots();
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        window,
+        &mut slots[..limits.effective_headers()],
+    );
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return partial(buf.len(), max_bytes),
         Err(e) => return Err(map_httparse(e, limits)),
@@ -324,9 +334,14 @@ pub fn parse_response_head(
 ) -> Result<Option<ResponseHead>, HttpError> {
     let max_bytes = limits.effective_head_bytes();
     let window = &buf[..buf.len().min(max_bytes)];
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CEILING];
-    let mut res = httparse::Response::new(&mut slots[..limits.effective_headers()]);
-    let head_len = match res.parse(window) {
+    let mut slots = header_slots();
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut res,
+        window,
+        &mut slots[..limits.effective_headers()],
+    );
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return partial(buf.len(), max_bytes),
         Err(e) => return Err(map_httparse(e, limits)),
@@ -364,6 +379,11 @@ pub fn parse_response_head(
         keep_alive,
         body,
     }))
+}
+
+/// The `httparse` slots for one parse, uninitialized (see the module docs).
+fn header_slots<'b>() -> [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS_CEILING] {
+    [const { MaybeUninit::uninit() }; MAX_HEADERS_CEILING]
 }
 
 /// `Ok(None)` while the buffered bytes fit the limit, else `HeadTooLarge`.
