@@ -304,10 +304,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             Some(Arc::clone(&tunnel_id)),
             Msg::ProviderTunnelRequest(Box::new(request)),
         )?;
-        Ok(TunnelStream {
-            handle,
-            tunnel_id: tunnel_id.to_string(),
-        })
+        Ok(TunnelStream { handle, tunnel_id })
     }
 
     /// The node and core of a lease, if its generation is still current.

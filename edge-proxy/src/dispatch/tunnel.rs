@@ -2,6 +2,8 @@
 //! order — `status`, `headers`, `body`…, `usage` candidates — ending with
 //! exactly one `end` or `error`.
 
+use std::sync::Arc;
+
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, envelope::Msg};
 
@@ -17,7 +19,8 @@ use crate::link::streams::StreamItem;
 #[derive(Debug)]
 pub struct TunnelStream {
     pub(crate) handle: StreamHandle,
-    pub(crate) tunnel_id: String,
+    /// Shared with the stream table's entry (one allocation for both).
+    pub(crate) tunnel_id: Arc<str>,
 }
 
 impl TunnelStream {
@@ -87,7 +90,7 @@ impl TunnelStream {
             return;
         }
         let mut request = CancelRequest {
-            run_id: self.tunnel_id.clone(),
+            run_id: self.tunnel_id.to_string(),
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::CancelRun);

@@ -45,8 +45,8 @@ use monoio::net::TcpStream;
 
 use super::client_read::ClientRead;
 use super::error::ApiError;
-use super::responder::Framing;
 pub use super::responder::Responder;
+use super::responder::{Framing, Parts};
 
 /// Bounds on client requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,7 +317,9 @@ async fn read_request(
     }
     if head.expects_continue() && framing != BodyFraming::Empty {
         responder
-            .send(vec![Bytes::from_static(b"HTTP/1.1 100 Continue\r\n\r\n")])
+            .send(Parts::One(Bytes::from_static(
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+            )))
             .await;
     }
     let body = read_body(reader, framing, limits).await?;

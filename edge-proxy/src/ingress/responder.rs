@@ -98,6 +98,16 @@ impl std::fmt::Debug for Responder {
 
 const SERVER_HEADERS: [(&str, &str); 1] = [("server", "iop-edge")];
 
+/// What one [`Responder::send`] writes: one slice joins the parts held
+/// while corked without a `Vec` of its own (a small answer's head and
+/// body were two allocations a request).
+pub(super) enum Parts {
+    /// One slice.
+    One(Bytes),
+    /// Several, in order.
+    Many(Vec<Bytes>),
+}
+
 impl Responder {
     /// A responder for a new connection's write half and its socket.
     pub(super) fn new(write: OwnedWriteHalf<TcpStream>, fd: RawFd) -> Responder {
@@ -144,7 +154,7 @@ impl Responder {
             return;
         }
         let parts = vec![head.freeze(), Bytes::from(body)];
-        self.send(parts).await;
+        self.send(Parts::Many(parts)).await;
     }
 
     /// Answers with an OpenAI-style error.
@@ -250,10 +260,10 @@ impl Responder {
     /// write that took it.
     pub(super) fn send_head(&mut self, head: Option<Bytes>) -> impl Future<Output = ()> + '_ {
         let parts = match head {
-            Some(head) => vec![head],
+            Some(head) => Parts::One(head),
             None => {
                 self.failed = true;
-                Vec::new()
+                Parts::Many(Vec::new())
             }
         };
         self.send(parts)
@@ -278,7 +288,7 @@ impl Responder {
                 return;
             }
             *left -= len;
-            self.send(vec![body]).await;
+            self.send(Parts::One(body)).await;
             return;
         }
         if self.framing == Framing::Chunked {
@@ -297,9 +307,9 @@ impl Responder {
             let Some(frame) = ChunkedEncoder::lone_chunk(body) else {
                 return;
             };
-            self.send(frame.into_parts().to_vec()).await;
+            self.send(Parts::Many(frame.into_parts().to_vec())).await;
         } else {
-            self.send(vec![body]).await;
+            self.send(Parts::One(body)).await;
         }
     }
 
@@ -307,7 +317,7 @@ impl Responder {
     /// `Content-Length` is cut instead (the connection closes).
     pub async fn finish(&mut self) {
         match self.framing {
-            Framing::Chunked => self.send(vec![ChunkedEncoder::last_chunk()]).await,
+            Framing::Chunked => self.send(Parts::One(ChunkedEncoder::last_chunk())).await,
             Framing::Sized { left } if left > 0 => self.close = true,
             _ => {}
         }
@@ -362,19 +372,26 @@ impl Responder {
         if let Some(parts) = self.corked.take()
             && !parts.is_empty()
         {
-            self.send(parts).await;
+            self.send(Parts::Many(parts)).await;
         }
     }
 
-    pub(super) async fn send(&mut self, parts: Vec<Bytes>) {
+    pub(super) async fn send(&mut self, parts: Parts) {
         if self.failed {
             return;
         }
         self.end_gathering();
         if let Some(corked) = self.corked.as_mut() {
-            corked.extend(parts);
+            match parts {
+                Parts::One(part) => corked.push(part),
+                Parts::Many(parts) => corked.extend(parts),
+            }
             return;
         }
+        let parts = match parts {
+            Parts::One(part) => vec![part],
+            Parts::Many(parts) => parts,
+        };
         // Usually the socket takes it all at once, and the ring is not
         // entered for it (no write of this connection is in flight: the
         // last one was awaited, and a dropped one ends the connection).

@@ -12,7 +12,7 @@ impl RunManager {
             Some(run) => Some(run),
             None => runs
                 .values_mut()
-                .find(|run| !request.run_id.is_empty() && run.run_id == request.run_id),
+                .find(|run| !request.run_id.is_empty() && run.info.run_id == request.run_id),
         };
         let status = match run.and_then(|run| run.cancel.take()) {
             Some(cancel) => {

@@ -137,7 +137,9 @@ struct Slot {
 
 #[derive(Debug)]
 struct ActiveRun {
-    run_id: String,
+    /// The run's record fields (its id names it to a cancel), shared with
+    /// the store's updates.
+    info: Arc<RunInfo>,
     cancel: Option<local_sync::oneshot::Sender<()>>,
     /// The stream's window: a tunnel's body bytes, a run's event credit.
     credit: Option<crate::tunnel::Credit>,

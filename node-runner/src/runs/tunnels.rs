@@ -121,7 +121,7 @@ impl RunManager {
         self.runs.borrow_mut().insert(
             stream_id,
             ActiveRun {
-                run_id: request.tunnel_id.clone(),
+                info: Arc::clone(&info),
                 cancel: Some(cancel_tx),
                 credit: Some(credit.clone()),
             },
