@@ -94,9 +94,10 @@ impl FrameEncoder {
         self.check_len(len)?;
         self.reserve(LENGTH_PREFIX_LEN + len);
         self.put_prefix(len);
-        envelope
-            .encode(&mut self.scratch)
-            .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        // `encode_raw`, not `encode`: `encode` measures the message again
+        // (a whole pass over it and every nested message) only to check
+        // room that a `BytesMut` always has.
+        envelope.encode_raw(&mut self.scratch);
         Ok(self.scratch.split().freeze())
     }
 
@@ -212,8 +213,8 @@ impl FrameEncoder {
         }
         encode_key(msg_field, WireType::LengthDelimited, &mut self.scratch);
         encode_varint(inner_len as u64, &mut self.scratch);
-        msg.encode(&mut self.scratch)
-            .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        // Measured above already (see `encode`).
+        msg.encode_raw(&mut self.scratch);
         if let Some((field, len)) = trailing {
             encode_key(field, WireType::LengthDelimited, &mut self.scratch);
             encode_varint(len as u64, &mut self.scratch);
