@@ -77,6 +77,10 @@ pub const COPY_MAX: usize = 4 * 1024;
 /// Most slices one batch hands out (Linux's `IOV_MAX` is 1024).
 pub const MAX_IOVECS: usize = 256;
 
+/// The slices and frame ends a fresh batch has room for before its lists
+/// grow: a few small answers' frames, or a burst of events.
+const LIST_CAPACITY: usize = 16;
+
 /// A batch stops taking commands once it holds this many bytes.
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
@@ -235,14 +239,17 @@ impl WriteBatch {
     /// stays recorded).
     pub fn take(&mut self) -> WriteSlices {
         self.seal();
-        let slices = std::mem::take(&mut self.slices);
+        // The next batch's lists are made at their usual size at once:
+        // grown from empty push by push they were ~2 allocations and a
+        // `realloc` a batch (`bench-results/profiles.md`, round 37).
+        let slices = std::mem::replace(&mut self.slices, Vec::with_capacity(LIST_CAPACITY));
         let remaining = std::mem::take(&mut self.len);
         WriteSlices {
             slices,
             first: 0,
             remaining,
             written: 0,
-            ends: std::mem::take(&mut self.ends),
+            ends: std::mem::replace(&mut self.ends, Vec::with_capacity(LIST_CAPACITY)),
             next_end: 0,
         }
     }
