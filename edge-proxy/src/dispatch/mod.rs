@@ -292,7 +292,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         tunnel_id: Arc<str>,
         mut request: ProviderTunnelRequest,
     ) -> Result<TunnelStream, SubmitError> {
-        request.tunnel_id = tunnel_id.to_string();
+        request.tunnel_id = String::from(&*tunnel_id);
         request.adapter = lease.provider().adapter.clone();
         request.target = lease.target().to_owned();
         if request.initial_window == 0 {
@@ -336,7 +336,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
     ) -> Result<RunStream, SubmitError> {
         let request = RunRequest {
             credential_lease,
-            run_id: run_id.to_string(),
+            run_id: String::from(&*run_id),
             adapter: run.adapter,
             target: run.target,
             session_id: run.session_id,

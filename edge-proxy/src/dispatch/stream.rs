@@ -197,7 +197,7 @@ impl RunStream {
             return;
         }
         let mut request = CancelRequest {
-            run_id: self.run_id.to_string(),
+            run_id: String::from(&*self.run_id),
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::CancelRun);

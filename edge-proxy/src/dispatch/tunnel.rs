@@ -90,7 +90,7 @@ impl TunnelStream {
             return;
         }
         let mut request = CancelRequest {
-            run_id: self.tunnel_id.to_string(),
+            run_id: String::from(&*self.tunnel_id),
             ..CancelRequest::default()
         };
         request.set_kind(CancelKind::CancelRun);

@@ -137,22 +137,27 @@ impl Responder {
         body: Vec<u8>,
         extra: &[(&str, String)],
     ) {
-        let mut head = BytesMut::with_capacity(256);
-        let length = body.len().to_string();
-        let connection = if self.close { "close" } else { "keep-alive" };
-        let fields = SERVER_HEADERS
-            .iter()
-            .map(|(n, v)| (*n, *v))
-            .chain([
-                ("content-type", content_type),
-                ("content-length", length.as_str()),
-                ("connection", connection),
-            ])
-            .chain(extra.iter().map(|(n, v)| (*n, v.as_str())));
-        if write_response_head(&mut head, status, fields).is_err() {
-            self.failed = true;
-            return;
-        }
+        // The head is made in a block: nothing of its making stays in this
+        // future beside the write.
+        let head = {
+            let mut head = BytesMut::with_capacity(256);
+            let mut digits = itoa::Buffer::new();
+            let connection = if self.close { "close" } else { "keep-alive" };
+            let fields = SERVER_HEADERS
+                .iter()
+                .map(|(n, v)| (*n, *v))
+                .chain([
+                    ("content-type", content_type),
+                    ("content-length", digits.format(body.len())),
+                    ("connection", connection),
+                ])
+                .chain(extra.iter().map(|(n, v)| (*n, v.as_str())));
+            if write_response_head(&mut head, status, fields).is_err() {
+                self.failed = true;
+                return;
+            }
+            head
+        };
         let parts = vec![head.freeze(), Bytes::from(body)];
         self.send(Parts::Many(parts)).await;
     }

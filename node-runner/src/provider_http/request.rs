@@ -357,7 +357,15 @@ impl ProviderRequest {
     /// The head, and the body when it is small enough to go in the same
     /// write (then the returned body is empty).
     pub(crate) fn encode(&self) -> Result<(BytesMut, RequestBody), ProviderError> {
-        let path = format!("{}{}", self.base.prefix, self.path_and_query);
+        // Borrowed when the base URL has no path of its own (the usual
+        // case): no allocation nor `format!` a request.
+        let joined;
+        let path: &str = if self.base.prefix.is_empty() {
+            &self.path_and_query
+        } else {
+            joined = [&*self.base.prefix, &self.path_and_query].concat();
+            &joined
+        };
         let host = &self.base.host_field;
         let body_len = self.body.len();
         let sends_length = body_len > 0
@@ -382,7 +390,7 @@ impl ProviderRequest {
         let inline = body_len <= INLINE_BODY_MAX;
         let mut head =
             BytesMut::with_capacity(256 + path.len() + if inline { body_len } else { 0 });
-        write_request_head(&mut head, &self.method, &path, fields)
+        write_request_head(&mut head, &self.method, path, fields)
             .map_err(ProviderError::InvalidRequest)?;
         if inline {
             self.body
