@@ -34,6 +34,14 @@ pub const RUN_EVENT_TEXT_FIELD: u32 = 3;
 pub const ENVELOPE_TUNNEL_FRAME_FIELD: u32 = 31;
 /// Field number of `ProviderTunnelFrame.body`.
 pub const TUNNEL_FRAME_BODY_FIELD: u32 = 15;
+/// Field number of `ProviderTunnelFrame.headers`.
+pub const TUNNEL_FRAME_HEADERS_FIELD: u32 = 2;
+/// Field number of `TunnelHeaders.headers`.
+pub const TUNNEL_HEADERS_LIST_FIELD: u32 = 1;
+/// Field number of `Header.name`.
+pub const HEADER_NAME_FIELD: u32 = 1;
+/// Field number of `Header.value`.
+pub const HEADER_VALUE_FIELD: u32 = 2;
 /// Field number of `Envelope.provider_tunnel_request`.
 pub const ENVELOPE_TUNNEL_REQUEST_FIELD: u32 = 30;
 /// Field number of `ProviderTunnelRequest.body`.

@@ -54,6 +54,7 @@ mod decode;
 mod encode;
 mod pieces;
 mod run_request;
+mod tunnel_headers;
 
 pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};

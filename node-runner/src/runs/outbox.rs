@@ -66,6 +66,17 @@ impl Outbox {
         self.tx.send((stream_id, Outgoing::Frame(frame))).is_ok()
     }
 
+    /// Queues a tunnel's `headers` frame, encoded from the borrowed
+    /// fields (no `Header` built).
+    pub fn send_tunnel_headers(&self, stream_id: u64, headers: &[(&[u8], &[u8])]) -> bool {
+        let frame = self
+            .encoder
+            .borrow_mut()
+            .encode_tunnel_headers(stream_id, headers);
+        logged(frame, stream_id, "tunnel headers frame")
+            .is_some_and(|frame| self.send_frame(stream_id, frame))
+    }
+
     /// Queues a tunnel body frame whose body is `body` then each of `more`:
     /// its head is encoded here, the slices go to the writer as they are,
     /// never copied.

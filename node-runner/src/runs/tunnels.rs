@@ -59,6 +59,12 @@ impl TunnelSink for FrameSink<'_> {
         }
     }
 
+    fn headers(&mut self, headers: &[(&[u8], &[u8])]) {
+        if !self.closed.get() {
+            self.outbox.send_tunnel_headers(self.stream_id, headers);
+        }
+    }
+
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if !self.closed.get() {
             self.outbox.send_body(self.stream_id, body, more);

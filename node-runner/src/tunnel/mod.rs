@@ -109,7 +109,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use framing::frame::MAX_BODY_PARTS;
 use proto::v1::{
-    AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
+    AdapterKind, ExecutionFailure, FailureCode, FailureSide, Header, NodeConfigPayload,
     ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
     provider_tunnel_frame::Frame,
 };
@@ -141,6 +141,20 @@ const BODY_FRAME_OVERHEAD: usize = 64;
 pub trait TunnelSink {
     /// A non-body frame: status, headers, usage, end or error.
     fn frame(&mut self, frame: ProviderTunnelFrame);
+    /// The `headers` frame, from the provider head's borrowed fields: a
+    /// sink that encodes it can do so without building `Header`s
+    /// ([`FrameEncoder::encode_tunnel_headers`](framing::frame::FrameEncoder::encode_tunnel_headers)).
+    /// By default, the frame [`frame`](Self::frame) takes.
+    fn headers(&mut self, headers: &[(&[u8], &[u8])]) {
+        let headers = headers
+            .iter()
+            .map(|&(name, value)| Header {
+                name: Bytes::copy_from_slice(name),
+                value: Bytes::copy_from_slice(value),
+            })
+            .collect();
+        self.frame(frame(Frame::Headers(TunnelHeaders { headers })));
+    }
     /// A body frame: `body`, then each of `more` (at most
     /// [`MAX_BODY_PARTS`] − 1 slices), provider bytes, uncopied. The
     /// frame's body is their concatenation; `body` is never empty.
@@ -431,6 +445,16 @@ impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
         self.sink.frame(frame);
     }
 
+    fn headers(&mut self, headers: &[(&[u8], &[u8])]) {
+        if self.fenced.get() {
+            return;
+        }
+        if let Some(activity) = self.activity {
+            activity.touch();
+        }
+        self.sink.headers(headers);
+    }
+
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if self.fenced.get() {
             return;
@@ -509,9 +533,7 @@ impl<S: TunnelSink> Relay<'_, S> {
             code: u32::from(status),
         })));
         let cuts = matches!(tap, Tap::Sse(_)) && wants.strip_usage_event;
-        sink.frame(frame(Frame::Headers(TunnelHeaders {
-            headers: relayed_headers(response.headers(), cuts),
-        })));
+        sink.headers(&relayed_headers(response.headers(), cuts));
         let mut send = Sender {
             sink,
             credit,

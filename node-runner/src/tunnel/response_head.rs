@@ -3,7 +3,7 @@
 //! its header fields reach the Edge.
 
 use framing::http::Headers;
-use proto::v1::{Header, ProviderTunnelRequest};
+use proto::v1::ProviderTunnelRequest;
 
 use super::request::is_hop_by_hop;
 use super::sse_tap::SseTap;
@@ -63,7 +63,7 @@ pub(super) fn choose_tap(response: &ProviderResponse, request: UsageWants) -> Ta
 
 /// The provider's fields minus hop-by-hop ones (and those the provider's
 /// `Connection` names), and minus `Content-Length` when `cuts`.
-pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
+pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<(&[u8], &[u8])> {
     let named_by_connection = |name: &[u8]| {
         headers.get_all("connection").any(|v| {
             v.split(|&b| b == b',')
@@ -71,11 +71,10 @@ pub(super) fn relayed_headers(headers: &Headers, cuts: bool) -> Vec<Header> {
         })
     };
     headers
-        .iter_bytes()
+        .iter()
         .filter(|(name, _)| {
             !is_hop_by_hop(name) && !named_by_connection(name)
                 || (name.eq_ignore_ascii_case(b"content-length") && !cuts)
         })
-        .map(|(name, value)| Header { name, value })
         .collect()
 }
