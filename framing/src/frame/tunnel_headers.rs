@@ -94,6 +94,9 @@ mod tests {
 
     use super::super::{FrameDecoder, FrameEncoder};
 
+    /// A frame's headers as (name, value) pairs.
+    type Fields<'a> = Vec<(&'a [u8], &'a [u8])>;
+
     /// What `encode` makes of the same headers as prost messages.
     fn by_prost(stream_id: u64, headers: &[(&[u8], &[u8])]) -> Bytes {
         let headers = headers
@@ -115,7 +118,7 @@ mod tests {
     #[test]
     fn a_headers_frame_is_prosts_byte_for_byte() {
         let long = vec![b'v'; 300];
-        let cases: [(u64, Vec<(&[u8], &[u8])>); 4] = [
+        let cases: [(u64, Fields<'_>); 4] = [
             (
                 7,
                 vec![
@@ -164,8 +167,7 @@ mod tests {
                 0..12,
             ),
         ) {
-            let pairs: Vec<(&[u8], &[u8])> =
-                headers.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+            let pairs: Fields<'_> = headers.iter().map(|(n, v)| (&n[..], &v[..])).collect();
             let ours = FrameEncoder::default().encode_tunnel_headers(stream_id, &pairs).unwrap();
             prop_assert_eq!(ours, by_prost(stream_id, &pairs));
         }
