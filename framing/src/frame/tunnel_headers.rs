@@ -4,7 +4,7 @@
 //! the `Header` messages it writes must first be built from `Bytes` slices
 //! of the provider's head: two to four reference-count operations a field.
 //! [`FrameEncoder::encode_tunnel_headers`] writes the same bytes from
-//! borrowed slices (~1k instructions a small answer on the Node;
+//! borrowed slices (~2k instructions a small answer on the Node;
 //! `bench-results/profiles.md`, round 37).
 
 use bytes::Bytes;
