@@ -84,6 +84,21 @@ pub fn run_event_credit(event: &v1::RunEvent) -> u32 {
     RUN_EVENT_CREDIT_BASE.saturating_add(u32::try_from(payload).unwrap_or(u32::MAX))
 }
 
+impl v1::TunnelHeaders {
+    /// The message holding copies of `fields`, each a `(name, value)`
+    /// pair, in order.
+    pub fn copied(fields: &[(&[u8], &[u8])]) -> Self {
+        let headers = fields
+            .iter()
+            .map(|&(name, value)| v1::Header {
+                name: bytes::Bytes::copy_from_slice(name),
+                value: bytes::Bytes::copy_from_slice(value),
+            })
+            .collect();
+        Self { headers }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::v1::*;

@@ -190,29 +190,13 @@ impl FrameEncoder {
             None => (0, 0),
         };
         let inner_len = msg.encoded_len() + trailing_head + bytes_len;
-        let stream_len = if stream_id == 0 {
-            0
-        } else {
-            key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
-        };
-        let envelope_len =
-            stream_len + key_len(msg_field) + encoded_len_varint(inner_len as u64) + inner_len;
+        let envelope_len = envelope_len(stream_id, msg_field, inner_len);
         self.check_len(envelope_len)?;
 
         let head_len = LENGTH_PREFIX_LEN + envelope_len - bytes_len;
         self.reserve(head_len);
         self.put_prefix(envelope_len);
-        // prost encodes `stream_id` only when it is not the default.
-        if stream_id != 0 {
-            encode_key(
-                ENVELOPE_STREAM_ID_FIELD,
-                WireType::Varint,
-                &mut self.scratch,
-            );
-            encode_varint(stream_id, &mut self.scratch);
-        }
-        encode_key(msg_field, WireType::LengthDelimited, &mut self.scratch);
-        encode_varint(inner_len as u64, &mut self.scratch);
+        self.put_envelope_head(stream_id, msg_field, inner_len);
         // Measured above already (see `encode`).
         msg.encode_raw(&mut self.scratch);
         if let Some((field, len)) = trailing {
@@ -243,4 +227,30 @@ impl FrameEncoder {
         // `check_len` bounds `envelope_len` by MAX_CONFIGURABLE_FRAME_LEN < u32::MAX.
         self.scratch.put_u32(envelope_len as u32);
     }
+
+    /// Writes the head of the envelope `{stream_id, <msg_field>: msg}` up
+    /// to the message's own bytes (of which there are `msg_len`): the
+    /// stream id, then the message's key and length.
+    pub(super) fn put_envelope_head(&mut self, stream_id: u64, msg_field: u32, msg_len: usize) {
+        let out = &mut self.scratch;
+        // prost encodes `stream_id` only when it is not the default.
+        if stream_id != 0 {
+            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, out);
+            encode_varint(stream_id, out);
+        }
+        encode_key(msg_field, WireType::LengthDelimited, out);
+        encode_varint(msg_len as u64, out);
+    }
+}
+
+/// The encoded length of the envelope `{stream_id, <msg_field>: msg}`
+/// whose message is `msg_len` bytes (see
+/// [`FrameEncoder::put_envelope_head`]).
+pub(super) fn envelope_len(stream_id: u64, msg_field: u32, msg_len: usize) -> usize {
+    let stream_len = if stream_id == 0 {
+        0
+    } else {
+        key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
+    };
+    stream_len + key_len(msg_field) + encoded_len_varint(msg_len as u64) + msg_len
 }

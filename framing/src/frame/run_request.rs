@@ -14,11 +14,11 @@ use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, k
 use proto::v1::{RunInput, RunRequest};
 use proto::{
     CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
-    ENVELOPE_RUN_REQUEST_FIELD, ENVELOPE_STREAM_ID_FIELD, RUN_INPUT_ESCAPED_CONTENT_FIELD,
-    RUN_INPUT_MESSAGES_FIELD, RUN_INPUT_PARAMETERS_FIELD, RUN_INPUT_PARAMETERS_INDEX_FIELD,
-    RUN_REQUEST_INPUT_FIELD,
+    ENVELOPE_RUN_REQUEST_FIELD, RUN_INPUT_ESCAPED_CONTENT_FIELD, RUN_INPUT_MESSAGES_FIELD,
+    RUN_INPUT_PARAMETERS_FIELD, RUN_INPUT_PARAMETERS_INDEX_FIELD, RUN_REQUEST_INPUT_FIELD,
 };
 
+use super::encode::envelope_len;
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
 use crate::write_batch::COPY_MAX;
 
@@ -84,15 +84,7 @@ impl FrameEncoder {
             request_len +=
                 key_len(RUN_REQUEST_INPUT_FIELD) + encoded_len_varint(input_len as u64) + input_len;
         }
-        let stream_len = if stream_id == 0 {
-            0
-        } else {
-            key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
-        };
-        let envelope_len = stream_len
-            + key_len(ENVELOPE_RUN_REQUEST_FIELD)
-            + encoded_len_varint(request_len as u64)
-            + request_len;
+        let envelope_len = envelope_len(stream_id, ENVELOPE_RUN_REQUEST_FIELD, request_len);
         self.check_len(envelope_len)?;
 
         // Which texts go as slices: long parameters, then the long message
@@ -119,13 +111,8 @@ impl FrameEncoder {
             };
         self.reserve(LENGTH_PREFIX_LEN + envelope_len - sliced_len);
         self.put_prefix(envelope_len);
+        self.put_envelope_head(stream_id, ENVELOPE_RUN_REQUEST_FIELD, request_len);
         let out = &mut self.scratch;
-        if stream_id != 0 {
-            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, out);
-            encode_varint(stream_id, out);
-        }
-        encode_key(ENVELOPE_RUN_REQUEST_FIELD, WireType::LengthDelimited, out);
-        encode_varint(request_len as u64, out);
         rest.encode(out)
             .map_err(|e| FrameError::Malformed(e.to_string()))?;
         let mut parts = Vec::new();

@@ -10,10 +10,11 @@
 use bytes::Bytes;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use proto::{
-    ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, HEADER_NAME_FIELD, HEADER_VALUE_FIELD,
-    TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_HEADERS_LIST_FIELD,
+    ENVELOPE_TUNNEL_FRAME_FIELD, HEADER_NAME_FIELD, HEADER_VALUE_FIELD, TUNNEL_FRAME_HEADERS_FIELD,
+    TUNNEL_HEADERS_LIST_FIELD,
 };
 
+use super::encode::envelope_len;
 use super::{FrameEncoder, FrameError, LENGTH_PREFIX_LEN};
 
 impl FrameEncoder {
@@ -32,23 +33,12 @@ impl FrameEncoder {
             .map(|&(name, value)| nested_len(TUNNEL_HEADERS_LIST_FIELD, header_len(name, value)))
             .sum();
         let frame_len = nested_len(TUNNEL_FRAME_HEADERS_FIELD, list_len);
-        let stream_len = if stream_id == 0 {
-            0
-        } else {
-            key_len(ENVELOPE_STREAM_ID_FIELD) + encoded_len_varint(stream_id)
-        };
-        let envelope_len = stream_len + nested_len(ENVELOPE_TUNNEL_FRAME_FIELD, frame_len);
+        let envelope_len = envelope_len(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, frame_len);
         self.check_len(envelope_len)?;
         self.reserve(LENGTH_PREFIX_LEN + envelope_len);
         self.put_prefix(envelope_len);
+        self.put_envelope_head(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, frame_len);
         let out = &mut self.scratch;
-        // prost encodes `stream_id` only when it is not the default.
-        if stream_id != 0 {
-            encode_key(ENVELOPE_STREAM_ID_FIELD, WireType::Varint, out);
-            encode_varint(stream_id, out);
-        }
-        encode_key(ENVELOPE_TUNNEL_FRAME_FIELD, WireType::LengthDelimited, out);
-        encode_varint(frame_len as u64, out);
         encode_key(TUNNEL_FRAME_HEADERS_FIELD, WireType::LengthDelimited, out);
         encode_varint(list_len as u64, out);
         for &(name, value) in headers {
@@ -89,7 +79,7 @@ mod tests {
     use bytes::{Bytes, BytesMut};
     use proptest::prelude::*;
     use proto::v1::provider_tunnel_frame::Frame;
-    use proto::v1::{Header, ProviderTunnelFrame, TunnelHeaders};
+    use proto::v1::{ProviderTunnelFrame, TunnelHeaders};
     use proto::{Envelope, Msg};
 
     use super::super::{FrameDecoder, FrameEncoder};
@@ -99,17 +89,10 @@ mod tests {
 
     /// What `encode` makes of the same headers as prost messages.
     fn by_prost(stream_id: u64, headers: &[(&[u8], &[u8])]) -> Bytes {
-        let headers = headers
-            .iter()
-            .map(|&(name, value)| Header {
-                name: Bytes::copy_from_slice(name),
-                value: Bytes::copy_from_slice(value),
-            })
-            .collect();
         let envelope = Envelope {
             stream_id,
             msg: Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
-                frame: Some(Frame::Headers(TunnelHeaders { headers })),
+                frame: Some(Frame::Headers(TunnelHeaders::copied(headers))),
             })),
         };
         FrameEncoder::default().encode(&envelope).unwrap()

@@ -109,7 +109,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use framing::frame::MAX_BODY_PARTS;
 use proto::v1::{
-    AdapterKind, ExecutionFailure, FailureCode, FailureSide, Header, NodeConfigPayload,
+    AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
     ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
     provider_tunnel_frame::Frame,
 };
@@ -146,14 +146,7 @@ pub trait TunnelSink {
     /// ([`FrameEncoder::encode_tunnel_headers`](framing::frame::FrameEncoder::encode_tunnel_headers)).
     /// By default, the frame [`frame`](Self::frame) takes.
     fn headers(&mut self, headers: &[(&[u8], &[u8])]) {
-        let headers = headers
-            .iter()
-            .map(|&(name, value)| Header {
-                name: Bytes::copy_from_slice(name),
-                value: Bytes::copy_from_slice(value),
-            })
-            .collect();
-        self.frame(frame(Frame::Headers(TunnelHeaders { headers })));
+        self.frame(frame(Frame::Headers(TunnelHeaders::copied(headers))));
     }
     /// A body frame: `body`, then each of `more` (at most
     /// [`MAX_BODY_PARTS`] − 1 slices), provider bytes, uncopied. The
