@@ -261,9 +261,7 @@ impl WriteBatch {
     /// cut from it are written and dropped, the same allocation is used
     /// again.
     fn copy_in(&mut self, bytes: &[u8]) {
-        if self.buf.capacity() - self.buf.len() < bytes.len() {
-            self.buf.reserve(bytes.len().max(COPY_MAX));
-        }
+        reserve_in_blocks(&mut self.buf, bytes.len(), COPY_MAX);
         self.buf.extend_from_slice(bytes);
     }
 
@@ -272,6 +270,17 @@ impl WriteBatch {
         if !self.buf.is_empty() {
             self.slices.push(self.buf.split().freeze());
         }
+    }
+}
+
+/// Makes room in `buf` for `additional` more bytes, at least `block` at a
+/// time: a buffer filled by many small pieces grows once a block, not by
+/// a `realloc` a piece, and once the slices cut from it are dropped the
+/// same allocation is used again. The write batch's copy segment and the
+/// frame encoder's scratch grow this way.
+pub(crate) fn reserve_in_blocks(buf: &mut BytesMut, additional: usize, block: usize) {
+    if buf.capacity() - buf.len() < additional {
+        buf.reserve(additional.max(block));
     }
 }
 

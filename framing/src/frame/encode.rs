@@ -218,9 +218,7 @@ impl FrameEncoder {
     }
 
     pub(super) fn reserve(&mut self, additional: usize) {
-        if self.scratch.capacity() < additional {
-            self.scratch.reserve(additional.max(SCRATCH_BLOCK));
-        }
+        crate::write_batch::reserve_in_blocks(&mut self.scratch, additional, SCRATCH_BLOCK);
     }
 
     pub(super) fn put_prefix(&mut self, envelope_len: usize) {

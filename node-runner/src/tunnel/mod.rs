@@ -427,35 +427,37 @@ struct Watched<'a, S> {
     fenced: &'a std::cell::Cell<bool>,
 }
 
-impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
-    fn frame(&mut self, frame: ProviderTunnelFrame) {
+impl<S> Watched<'_, S> {
+    /// Whether what is sent now reaches the sink: not once fenced; when it
+    /// does, it is progress for the watchdog.
+    fn passes(&self) -> bool {
         if self.fenced.get() {
-            return;
+            return false;
         }
         if let Some(activity) = self.activity {
             activity.touch();
         }
-        self.sink.frame(frame);
+        true
+    }
+}
+
+impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
+    fn frame(&mut self, frame: ProviderTunnelFrame) {
+        if self.passes() {
+            self.sink.frame(frame);
+        }
     }
 
     fn headers(&mut self, headers: &[(&[u8], &[u8])]) {
-        if self.fenced.get() {
-            return;
+        if self.passes() {
+            self.sink.headers(headers);
         }
-        if let Some(activity) = self.activity {
-            activity.touch();
-        }
-        self.sink.headers(headers);
     }
 
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
-        if self.fenced.get() {
-            return;
+        if self.passes() {
+            self.sink.body(body, more);
         }
-        if let Some(activity) = self.activity {
-            activity.touch();
-        }
-        self.sink.body(body, more);
     }
 
     fn hold(&mut self, waiting: bool) {
