@@ -172,8 +172,13 @@ impl FrameDecoder {
     }
 }
 
-/// Decodes one envelope from a frame's bytes without copying `bytes` fields.
+/// Decodes one envelope from a frame's bytes without copying `bytes` fields:
+/// a tunnel's frames by [`tunnel_decode`](super::tunnel_decode), the rest
+/// (and whatever that declines) by prost.
 pub(super) fn decode_envelope(frame: Bytes) -> Result<Envelope, FrameError> {
+    if let Some(envelope) = super::tunnel_decode::decode(&frame) {
+        return Ok(envelope);
+    }
     let envelope = Envelope::decode(frame).map_err(|e| FrameError::Malformed(e.to_string()))?;
     if envelope.msg.is_none() {
         return Err(FrameError::MissingMessage {

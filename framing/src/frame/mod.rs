@@ -24,7 +24,10 @@
 //! announcing a 4 GiB frame costs nothing. A complete frame is split off the
 //! buffer with `split_to(len).freeze()`: no copy. Protobuf `bytes` fields are
 //! generated as [`bytes::Bytes`], so decoding the envelope from that `Bytes`
-//! makes each body field a refcounted slice of the receive buffer.
+//! makes each body field a refcounted slice of the receive buffer. A
+//! tunnel's request and answer frames are read without prost's generic
+//! walk (`tunnel_decode.rs`), to the same values, property-tested against
+//! prost; anything else, and anything that reader declines, goes to prost.
 //!
 //! # Encoding ([`FrameEncoder`])
 //! [`FrameEncoder::encode`] writes `[length][envelope]` for control messages.
@@ -54,6 +57,7 @@ mod decode;
 mod encode;
 mod pieces;
 mod run_request;
+mod tunnel_decode;
 mod tunnel_headers;
 
 pub use decode::FrameDecoder;
