@@ -5,9 +5,11 @@ use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use proto::v1::ProviderTunnelFrame;
 use proto::{
-    ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, Envelope, TUNNEL_FRAME_BODY_FIELD,
+    ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope,
+    Msg, TUNNEL_FRAME_BODY_FIELD,
 };
 
+use super::tunnel_request::{Fields, len_of};
 use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_frame_len};
 
 /// Bytes the encoder's scratch buffer grows by. Heads are tens of bytes, so
@@ -90,6 +92,13 @@ impl FrameEncoder {
     /// Fine for control messages and small events. `bytes` fields are copied
     /// by prost; send tunnel bodies with [`encode_tunnel_body`](Self::encode_tunnel_body).
     pub fn encode(&mut self, envelope: &Envelope) -> Result<Bytes, FrameError> {
+        if let Some(Msg::ProviderTunnelRequest(request)) = &envelope.msg {
+            return self.encode_fields(
+                envelope.stream_id,
+                ENVELOPE_TUNNEL_REQUEST_FIELD,
+                &**request,
+            );
+        }
         let len = envelope.encoded_len();
         self.check_len(len)?;
         self.reserve(LENGTH_PREFIX_LEN + len);
@@ -98,6 +107,25 @@ impl FrameEncoder {
         // (a whole pass over it and every nested message) only to check
         // room that a `BytesMut` always has.
         envelope.encode_raw(&mut self.scratch);
+        Ok(self.scratch.split().freeze())
+    }
+
+    /// Encodes the envelope `{stream_id, <msg_field>: msg}` from a message
+    /// described by its [`Fields`] (see `tunnel_request.rs`).
+    fn encode_fields(
+        &mut self,
+        stream_id: u64,
+        msg_field: u32,
+        msg: &impl Fields,
+    ) -> Result<Bytes, FrameError> {
+        let msg_len = len_of(msg);
+        let len = envelope_len(stream_id, msg_field, msg_len);
+        self.check_len(len)?;
+        self.reserve(LENGTH_PREFIX_LEN + len);
+        self.put_prefix(len);
+        self.put_envelope_head(stream_id, msg_field, msg_len);
+        msg.fields(&mut self.scratch);
+        debug_assert_eq!(self.scratch.len(), LENGTH_PREFIX_LEN + len);
         Ok(self.scratch.split().freeze())
     }
 

@@ -59,6 +59,7 @@ mod pieces;
 mod run_request;
 mod tunnel_decode;
 mod tunnel_headers;
+mod tunnel_request;
 
 pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
