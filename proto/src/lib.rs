@@ -34,8 +34,14 @@ pub const RUN_EVENT_TEXT_FIELD: u32 = 3;
 pub const ENVELOPE_TUNNEL_FRAME_FIELD: u32 = 31;
 /// Field number of `ProviderTunnelFrame.body`.
 pub const TUNNEL_FRAME_BODY_FIELD: u32 = 15;
+/// Field number of `ProviderTunnelFrame.status`.
+pub const TUNNEL_FRAME_STATUS_FIELD: u32 = 1;
 /// Field number of `ProviderTunnelFrame.headers`.
 pub const TUNNEL_FRAME_HEADERS_FIELD: u32 = 2;
+/// Field number of `ProviderTunnelFrame.end`.
+pub const TUNNEL_FRAME_END_FIELD: u32 = 4;
+/// Field number of `ProviderTunnelFrame.usage`.
+pub const TUNNEL_FRAME_USAGE_FIELD: u32 = 6;
 /// Field number of `TunnelHeaders.headers`.
 pub const TUNNEL_HEADERS_LIST_FIELD: u32 = 1;
 /// Field number of `Header.name`.

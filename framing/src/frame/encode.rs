@@ -9,7 +9,7 @@ use proto::{
     Msg, TUNNEL_FRAME_BODY_FIELD,
 };
 
-use super::tunnel_request::{Fields, len_of};
+use super::tunnel_encode::{Fields, frame_fields, len_of};
 use super::{DEFAULT_MAX_FRAME_LEN, FrameError, LENGTH_PREFIX_LEN, clamp_max_frame_len};
 
 /// Bytes the encoder's scratch buffer grows by. Heads are tens of bytes, so
@@ -92,12 +92,17 @@ impl FrameEncoder {
     /// Fine for control messages and small events. `bytes` fields are copied
     /// by prost; send tunnel bodies with [`encode_tunnel_body`](Self::encode_tunnel_body).
     pub fn encode(&mut self, envelope: &Envelope) -> Result<Bytes, FrameError> {
-        if let Some(Msg::ProviderTunnelRequest(request)) = &envelope.msg {
-            return self.encode_fields(
-                envelope.stream_id,
-                ENVELOPE_TUNNEL_REQUEST_FIELD,
-                &**request,
-            );
+        let stream_id = envelope.stream_id;
+        match &envelope.msg {
+            Some(Msg::ProviderTunnelRequest(request)) => {
+                return self.encode_fields(stream_id, ENVELOPE_TUNNEL_REQUEST_FIELD, &**request);
+            }
+            Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) => {
+                if let Some(one) = frame_fields(frame) {
+                    return self.encode_fields(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, &one);
+                }
+            }
+            _ => {}
         }
         let len = envelope.encoded_len();
         self.check_len(len)?;
@@ -111,8 +116,8 @@ impl FrameEncoder {
     }
 
     /// Encodes the envelope `{stream_id, <msg_field>: msg}` from a message
-    /// described by its [`Fields`] (see `tunnel_request.rs`).
-    fn encode_fields(
+    /// described by its [`Fields`] (see `tunnel_encode.rs`).
+    pub(super) fn encode_fields(
         &mut self,
         stream_id: u64,
         msg_field: u32,

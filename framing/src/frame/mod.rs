@@ -58,8 +58,10 @@ mod encode;
 mod pieces;
 mod run_request;
 mod tunnel_decode;
+mod tunnel_encode;
 mod tunnel_headers;
-mod tunnel_request;
+#[cfg(test)]
+mod tunnel_tests;
 
 pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};

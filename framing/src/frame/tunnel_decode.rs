@@ -27,18 +27,12 @@ use proto::v1::{
 };
 use proto::{
     ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope,
-    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, Msg, TUNNEL_FRAME_BODY_FIELD,
-    TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
+    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, Msg, TUNNEL_FRAME_BODY_FIELD, TUNNEL_FRAME_END_FIELD,
+    TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD, TUNNEL_FRAME_USAGE_FIELD,
+    TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
 };
 
-/// `ProviderTunnelFrame`'s other variants read here.
-const FRAME_STATUS_FIELD: u32 = 1;
-const FRAME_END_FIELD: u32 = 4;
-const FRAME_USAGE_FIELD: u32 = 6;
-/// `TunnelStatus.code`.
-const STATUS_CODE_FIELD: u32 = 1;
-/// `TunnelEnd.usage`.
-const END_USAGE_FIELD: u32 = 1;
+use super::tunnel_encode::field;
 
 /// The frame is left to prost.
 #[derive(Debug)]
@@ -193,10 +187,10 @@ fn tunnel_frame(frame: &Bytes, range: Range<usize>) -> Read<ProviderTunnelFrame>
     let (field, value) = fields.next()?.ok_or(Decline)?;
     let one = match field {
         TUNNEL_FRAME_BODY_FIELD => Frame::Body(frame.slice(value.bytes()?)),
-        FRAME_STATUS_FIELD => Frame::Status(status(frame, value.bytes()?)?),
+        TUNNEL_FRAME_STATUS_FIELD => Frame::Status(status(frame, value.bytes()?)?),
         TUNNEL_FRAME_HEADERS_FIELD => Frame::Headers(headers(frame, value.bytes()?)?),
-        FRAME_END_FIELD => Frame::End(end(frame, value.bytes()?)?),
-        FRAME_USAGE_FIELD => Frame::Usage(usage(frame, value.bytes()?)?),
+        TUNNEL_FRAME_END_FIELD => Frame::End(end(frame, value.bytes()?)?),
+        TUNNEL_FRAME_USAGE_FIELD => Frame::Usage(usage(frame, value.bytes()?)?),
         _ => return Err(Decline),
     };
     if fields.next()?.is_some() {
@@ -211,7 +205,7 @@ fn status(frame: &[u8], range: Range<usize>) -> Read<TunnelStatus> {
     while let Some((field, value)) = fields.next()? {
         match field {
             // prost keeps a uint32's low 32 bits.
-            STATUS_CODE_FIELD => out.code = value.varint()? as u32,
+            field::STATUS_CODE => out.code = value.varint()? as u32,
             _ => return Err(Decline),
         }
     }
@@ -248,7 +242,7 @@ fn end(frame: &[u8], range: Range<usize>) -> Read<TunnelEnd> {
     let mut fields = Fields::of(frame, range);
     while let Some((field, value)) = fields.next()? {
         match field {
-            END_USAGE_FIELD if out.usage.is_none() => {
+            field::END_USAGE if out.usage.is_none() => {
                 out.usage = Some(usage(frame, value.bytes()?)?);
             }
             _ => return Err(Decline),
@@ -263,10 +257,10 @@ fn usage(frame: &[u8], range: Range<usize>) -> Read<Usage> {
     while let Some((field, value)) = fields.next()? {
         let value = value.varint()?;
         match field {
-            1 => out.input_tokens = value,
-            2 => out.output_tokens = value,
-            3 => out.reasoning_tokens = Some(value),
-            4 => out.cached_input_tokens = Some(value),
+            field::USAGE_INPUT => out.input_tokens = value,
+            field::USAGE_OUTPUT => out.output_tokens = value,
+            field::USAGE_REASONING => out.reasoning_tokens = Some(value),
+            field::USAGE_CACHED => out.cached_input_tokens = Some(value),
             _ => return Err(Decline),
         }
     }
@@ -278,20 +272,20 @@ fn tunnel_request(frame: &Bytes, range: Range<usize>) -> Read<ProviderTunnelRequ
     let mut fields = Fields::of(frame, range);
     while let Some((field, value)) = fields.next()? {
         match field {
-            1 => out.tunnel_id = text(frame, value)?,
-            2 => out.adapter = text(frame, value)?,
-            3 => out.target = text(frame, value)?,
-            4 => out.method = text(frame, value)?,
-            5 => out.path = text(frame, value)?,
-            6 => out.headers.push(header(frame, value.bytes()?)?),
+            field::REQUEST_TUNNEL_ID => out.tunnel_id = text(frame, value)?,
+            field::REQUEST_ADAPTER => out.adapter = text(frame, value)?,
+            field::REQUEST_TARGET => out.target = text(frame, value)?,
+            field::REQUEST_METHOD => out.method = text(frame, value)?,
+            field::REQUEST_PATH => out.path = text(frame, value)?,
+            field::REQUEST_HEADERS => out.headers.push(header(frame, value.bytes()?)?),
             TUNNEL_REQUEST_BODY_FIELD => out.body = frame.slice(value.bytes()?),
-            8 => out.response_stall_timeout_ms = value.varint()?,
-            9 => out.hard_timeout_ms = value.varint()?,
-            10 => out.credential_lease = frame.slice(value.bytes()?),
+            field::REQUEST_STALL_MS => out.response_stall_timeout_ms = value.varint()?,
+            field::REQUEST_HARD_MS => out.hard_timeout_ms = value.varint()?,
+            field::REQUEST_CREDENTIAL_LEASE => out.credential_lease = frame.slice(value.bytes()?),
             // prost keeps a uint32's low 32 bits, and reads a bool as "not 0".
-            11 => out.initial_window = value.varint()? as u32,
-            12 => out.extract_usage = value.varint()? != 0,
-            13 => out.strip_usage_event = value.varint()? != 0,
+            field::REQUEST_INITIAL_WINDOW => out.initial_window = value.varint()? as u32,
+            field::REQUEST_EXTRACT_USAGE => out.extract_usage = value.varint()? != 0,
+            field::REQUEST_STRIP_USAGE_EVENT => out.strip_usage_event = value.varint()? != 0,
             _ => return Err(Decline),
         }
     }
@@ -305,7 +299,3 @@ fn text(frame: &[u8], value: Value) -> Read<String> {
         .map(str::to_owned)
         .map_err(|_| Decline)
 }
-
-#[cfg(test)]
-#[path = "tunnel_decode_tests.rs"]
-mod tests;

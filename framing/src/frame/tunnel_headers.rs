@@ -8,14 +8,10 @@
 //! `bench-results/profiles.md`, round 37).
 
 use bytes::Bytes;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use proto::{
-    ENVELOPE_TUNNEL_FRAME_FIELD, HEADER_NAME_FIELD, HEADER_VALUE_FIELD, TUNNEL_FRAME_HEADERS_FIELD,
-    TUNNEL_HEADERS_LIST_FIELD,
-};
+use proto::ENVELOPE_TUNNEL_FRAME_FIELD;
 
-use super::encode::envelope_len;
-use super::{FrameEncoder, FrameError, LENGTH_PREFIX_LEN};
+use super::tunnel_encode::OneOf;
+use super::{FrameEncoder, FrameError};
 
 impl FrameEncoder {
     /// Encodes `ProviderTunnelFrame{headers: TunnelHeaders{headers}}` on
@@ -28,50 +24,12 @@ impl FrameEncoder {
         stream_id: u64,
         headers: &[(&[u8], &[u8])],
     ) -> Result<Bytes, FrameError> {
-        let list_len: usize = headers
-            .iter()
-            .map(|&(name, value)| nested_len(TUNNEL_HEADERS_LIST_FIELD, header_len(name, value)))
-            .sum();
-        let frame_len = nested_len(TUNNEL_FRAME_HEADERS_FIELD, list_len);
-        let envelope_len = envelope_len(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, frame_len);
-        self.check_len(envelope_len)?;
-        self.reserve(LENGTH_PREFIX_LEN + envelope_len);
-        self.put_prefix(envelope_len);
-        self.put_envelope_head(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, frame_len);
-        let out = &mut self.scratch;
-        encode_key(TUNNEL_FRAME_HEADERS_FIELD, WireType::LengthDelimited, out);
-        encode_varint(list_len as u64, out);
-        for &(name, value) in headers {
-            encode_key(TUNNEL_HEADERS_LIST_FIELD, WireType::LengthDelimited, out);
-            encode_varint(header_len(name, value) as u64, out);
-            for (field, bytes) in [(HEADER_NAME_FIELD, name), (HEADER_VALUE_FIELD, value)] {
-                if !bytes.is_empty() {
-                    encode_key(field, WireType::LengthDelimited, out);
-                    encode_varint(bytes.len() as u64, out);
-                    out.extend_from_slice(bytes);
-                }
-            }
-        }
-        debug_assert_eq!(out.len(), LENGTH_PREFIX_LEN + envelope_len);
-        Ok(out.split().freeze())
+        self.encode_fields(
+            stream_id,
+            ENVELOPE_TUNNEL_FRAME_FIELD,
+            &OneOf::HeaderPairs(headers),
+        )
     }
-}
-
-/// A message of `len` bytes in `field`: its key, its length, its bytes.
-fn nested_len(field: u32, len: usize) -> usize {
-    key_len(field) + encoded_len_varint(len as u64) + len
-}
-
-/// A `Header`'s encoded length.
-fn header_len(name: &[u8], value: &[u8]) -> usize {
-    let field = |field, bytes: &[u8]| {
-        if bytes.is_empty() {
-            0
-        } else {
-            nested_len(field, bytes.len())
-        }
-    };
-    field(HEADER_NAME_FIELD, name) + field(HEADER_VALUE_FIELD, value)
 }
 
 #[cfg(test)]

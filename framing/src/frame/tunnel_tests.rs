@@ -1,3 +1,7 @@
+//! The tunnel's own codec (`tunnel_decode.rs`, `tunnel_encode.rs`) held to
+//! prost's: what it reads, prost reads the same; what it writes is prost's
+//! bytes.
+
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
 use prost::Message;
@@ -8,7 +12,8 @@ use proto::v1::{
 };
 use proto::{Envelope, Msg};
 
-use super::decode;
+use super::tunnel_decode::decode;
+use super::{FrameEncoder, FrameError};
 
 fn bytes_of(envelope: &Envelope) -> Bytes {
     Bytes::from(envelope.encode_to_vec())
@@ -16,6 +21,13 @@ fn bytes_of(envelope: &Envelope) -> Bytes {
 
 fn by_prost(frame: &Bytes) -> Option<Envelope> {
     Envelope::decode(frame.clone()).ok()
+}
+
+/// The frame prost writes of `envelope`: its length, then its bytes.
+fn frame_by_prost(envelope: &Envelope) -> Bytes {
+    let mut out = (envelope.encoded_len() as u32).to_be_bytes().to_vec();
+    envelope.encode(&mut out).unwrap();
+    Bytes::from(out)
 }
 
 fn on(stream_id: u64, msg: Msg) -> Envelope {
@@ -54,9 +66,10 @@ fn request() -> ProviderTunnelRequest {
     }
 }
 
-/// What each tunnel message reads as, through both readers.
+/// What each tunnel message reads as, through both readers, and what it
+/// is written as, by both writers.
 #[test]
-fn a_tunnels_messages_read_as_prost_reads_them() {
+fn a_tunnels_messages_read_and_write_as_prosts() {
     let usage = Usage {
         input_tokens: 3,
         output_tokens: 16,
@@ -88,9 +101,12 @@ fn a_tunnels_messages_read_as_prost_reads_them() {
         on(7, tunnel_frame(Frame::Usage(usage))),
         on(7, tunnel_frame(Frame::Usage(Usage::default()))),
     ];
+    let mut encoder = FrameEncoder::default();
     for envelope in cases {
         let frame = bytes_of(&envelope);
         assert_eq!(decode(&frame).as_ref(), Some(&envelope), "{envelope:?}");
+        let written = encoder.encode(&envelope).unwrap();
+        assert_eq!(written, frame_by_prost(&envelope), "{envelope:?}");
     }
 }
 
@@ -151,6 +167,21 @@ fn other_frames_are_declined() {
     for bytes in declined {
         assert_eq!(decode(&Bytes::copy_from_slice(bytes)), None, "{bytes:x?}");
     }
+}
+
+#[test]
+fn a_tunnel_request_over_the_limit_is_refused() {
+    let envelope = on(
+        1,
+        Msg::ProviderTunnelRequest(Box::new(ProviderTunnelRequest {
+            body: Bytes::from(vec![b'x'; 2048]),
+            ..ProviderTunnelRequest::default()
+        })),
+    );
+    assert!(matches!(
+        FrameEncoder::new(1024).encode(&envelope),
+        Err(FrameError::TooLarge { .. })
+    ));
 }
 
 /// A scalar given twice keeps the last, as prost does.
@@ -237,6 +268,17 @@ proptest! {
     fn any_tunnel_message_reads_back(stream_id in any::<u64>(), msg in any_tunnel_msg()) {
         let envelope = on(stream_id, msg);
         prop_assert_eq!(decode(&bytes_of(&envelope)), Some(envelope));
+    }
+
+    /// Every tunnel message is written as prost writes it.
+    #[test]
+    fn any_tunnel_message_is_written_as_prost_writes_it(
+        stream_id in any::<u64>(),
+        msg in any_tunnel_msg(),
+    ) {
+        let envelope = on(stream_id, msg);
+        let written = FrameEncoder::default().encode(&envelope).unwrap();
+        prop_assert_eq!(written, frame_by_prost(&envelope));
     }
 
     /// Whatever it reads, damaged or not, prost reads the same.
