@@ -390,6 +390,19 @@ fn bad_input_gets_a_clear_openai_error_and_the_connection_survives_or_closes_cle
         answers.ends_with('}'),
         "the non-stream answer is last: {answers}"
     );
+    // The watching read's 64 bytes of the next head come alone, the rest
+    // later: the Edge reads on for it (the head is parsed once it is
+    // whole) and answers.
+    let next = post(
+        "/v1/chat/completions",
+        &chat("ollama", false).to_string(),
+        "",
+    );
+    socket.write_all(&next[..64]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    socket.write_all(&next[64..]).unwrap();
+    read_until(&mut socket, &mut answers, 4);
+    assert!(answers.ends_with('}'), "{answers}");
 
     // Expect: 100-continue, then the body.
     let mut socket = TcpStream::connect(addr).unwrap();

@@ -96,6 +96,13 @@ impl ClientRead {
         &mut self.buf
     }
 
+    /// The watching read filled its [`WATCH_READ`] bytes, and they are all
+    /// there is: the rest of what the client sent is likely waiting in
+    /// the socket, for [`fill`](Self::fill) to take at once.
+    pub(super) fn watch_read_filled(&self) -> bool {
+        self.filled && self.in_flight.is_none() && self.buf.len() <= WATCH_READ
+    }
+
     /// Reads more; `Ok(0)` at end of stream. Waits for the read in flight
     /// if there is one, else reads into the buffer's spare capacity. If
     /// this future is dropped before it completes, the read goes on and its

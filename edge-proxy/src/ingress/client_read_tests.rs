@@ -90,7 +90,9 @@ fn a_full_watching_read_takes_the_rest_at_once() {
         reader.watching(&gone, pin!(async {})).await;
         let request: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
         client.write_all(&request).unwrap();
+        assert!(!reader.watch_read_filled(), "{driver:?}: nothing read yet");
         assert_eq!(reader.fill().await.unwrap(), WATCH_READ, "{driver:?}");
+        assert!(reader.watch_read_filled(), "{driver:?}");
         {
             let mut fill = pin!(reader.fill());
             let first = poll_fn(|cx| Poll::Ready(fill.as_mut().poll(cx))).await;
@@ -101,6 +103,7 @@ fn a_full_watching_read_takes_the_rest_at_once() {
             );
         }
         assert_eq!(&reader.buf()[..], &request[..], "{driver:?}");
+        assert!(!reader.watch_read_filled(), "{driver:?}: past 64 bytes");
 
         // Exactly a watching read's worth, then nothing: the next read
         // waits (through the runtime) and brings what comes later.

@@ -294,6 +294,18 @@ async fn read_request(
     let head_deadline = Duration::from_millis(limits.head_timeout_ms);
     let head = monoio::time::timeout(head_deadline, async {
         loop {
+            // The watching read's 64 bytes of a longer head: its rest is
+            // likely waiting and is taken first, so the head is parsed
+            // once, not once in part and then whole (~0.9k instructions a
+            // request; `bench-results/profiles.md`, round 38). Bounded by
+            // those 64 bytes: after one more read the head is parsed, its
+            // limits and errors as ever.
+            if reader.watch_read_filled() && !may_end_a_head(reader.buf()) {
+                match reader.fill().await {
+                    Ok(n) if n > 0 => continue,
+                    _ => return Ok(None),
+                }
+            }
             match parse_head_owned(reader.buf(), &limits.head) {
                 Ok(Some(head)) => return Ok(Some(head)),
                 Ok(None) => {}
@@ -324,6 +336,14 @@ async fn read_request(
     }
     let body = read_body(reader, framing, limits).await?;
     Ok(Some(Box::new(Request { head, body })))
+}
+
+/// Whether `buf` holds an empty line, as any complete head does (CRLF or
+/// bare LF line ends, as httparse takes them: a line feed followed by a
+/// line feed or by CR LF).
+fn may_end_a_head(buf: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', buf)
+        .any(|at| matches!(&buf[at + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
 /// Parses a request head from a right-sized copy of `buf`'s bytes (up to

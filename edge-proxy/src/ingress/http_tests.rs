@@ -392,3 +392,25 @@ fn a_connection_ends_with_every_byte_of_its_last_answer_then_the_end_of_stream()
         assert_eq!(rest.unwrap(), b"", "{driver:?}");
     }
 }
+
+#[test]
+fn a_head_may_end_only_where_it_holds_an_empty_line() {
+    let ends: [&[u8]; 4] = [
+        b"GET / HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"GET / HTTP/1.1\nhost: x\n\n",
+        b"GET / HTTP/1.1\r\nhost: x\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: x\r\n\n{}",
+    ];
+    for head in ends {
+        assert!(may_end_a_head(head), "{:?}", String::from_utf8_lossy(head));
+    }
+    let not_yet: [&[u8]; 4] = [
+        b"",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\r",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\n\r",
+    ];
+    for head in not_yet {
+        assert!(!may_end_a_head(head), "{:?}", String::from_utf8_lossy(head));
+    }
+}
