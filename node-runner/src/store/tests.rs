@@ -76,10 +76,17 @@ proptest! {
     }
 
     #[test]
-    fn bounded_text_is_bounded_and_printable(text in "\\PC*|[\\x00-\\x1f]*", max in 0usize..40) {
+    fn bounded_text_is_bounded_and_printable(
+        text in "\\PC*|[\\x00-\\x1f]*|[ -~]{0,40}|[\\x00-\\x7f]{0,40}",
+        max in 0usize..40,
+    ) {
         let out = bounded_text(&text, max);
         prop_assert!(out.len() <= max);
         prop_assert!(!out.chars().any(char::is_control));
+        // Printable text that fits is kept as it is.
+        if text.len() <= max && !text.chars().any(char::is_control) {
+            prop_assert_eq!(out, text);
+        }
     }
 }
 
