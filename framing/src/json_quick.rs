@@ -169,18 +169,16 @@ static STRING_STOP: [bool; 256] = {
 /// The length of `bytes`' leading run of plain string bytes; `None` when
 /// nothing ends it (no closing quote).
 ///
-/// A byte at a time through [`STRING_STOP`] for the first
-/// [`SHORT_RUN`] bytes (nearly every value ends there; a vector scan's
-/// set-up cost more on those), then [`long_run_of_plain`]. The bound costs
+/// Through [`first_stop`] for the first [`SHORT_RUN`] bytes (nearly every
+/// value ends there; a vector scan's set-up cost more on those), then
+/// [`long_run_of_plain`]. The bound costs
 /// a small request's Node ~1–2 % more instructions (`hack/instructions.sh`),
 /// so keys, always short in practice, take [`key_run`].
 #[inline(always)]
 fn run_of_plain(bytes: &[u8]) -> Option<usize> {
     let head = &bytes[..bytes.len().min(SHORT_RUN)];
-    for (at, &b) in head.iter().enumerate() {
-        if STRING_STOP[usize::from(b)] {
-            return Some(at);
-        }
+    if let Some(at) = first_stop(head) {
+        return Some(at);
     }
     if head.len() == bytes.len() {
         return None;
@@ -188,10 +186,29 @@ fn run_of_plain(bytes: &[u8]) -> Option<usize> {
     long_run_of_plain(bytes, head.len())
 }
 
-/// [`run_of_plain`] for a key: the table alone, however long the key.
+/// [`run_of_plain`] for a key: [`first_stop`] alone, however long the key.
 #[inline(always)]
 fn key_run(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| STRING_STOP[usize::from(b)])
+    first_stop(bytes)
+}
+
+/// The first of `bytes` in [`STRING_STOP`]: eight at a time
+/// ([`word_stop`]) while eight are left, then through the table. A byte at
+/// a time, a small chat's ~150 bytes of keys had cost the Node's usage
+/// read ~700 instructions (`bench-results/profiles.md`, round 38).
+#[inline(always)]
+fn first_stop(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while let Some(stop) = word_stop(bytes, at) {
+        if stop.is_some() {
+            return stop;
+        }
+        at += 8;
+    }
+    let tail = bytes[at..]
+        .iter()
+        .position(|&b| STRING_STOP[usize::from(b)]);
+    tail.map(|end| at + end)
 }
 
 /// Plain bytes scanned one at a time before [`long_run_of_plain`] takes

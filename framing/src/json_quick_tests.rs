@@ -351,3 +351,19 @@ proptest! {
         prop_assert_eq!(unescape(&raw), Some(text), "{:?}", raw);
     }
 }
+
+proptest! {
+    /// A run's end found eight bytes at a time is the first byte the
+    /// table stops at, for any bytes (quotes, backslashes and control
+    /// bytes among plain ones, and any length around a word's).
+    #[test]
+    fn the_first_stop_is_the_tables(
+        bytes in proptest::collection::vec(
+            prop_oneof![4 => b' '..=b'~', 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 1 => 0x80u8..=0xff],
+            0..40,
+        ),
+    ) {
+        let table = bytes.iter().position(|&b| super::STRING_STOP[usize::from(b)]);
+        prop_assert_eq!(super::first_stop(&bytes), table);
+    }
+}
