@@ -176,7 +176,14 @@ static STRING_STOP: [bool; 256] = {
 /// so keys, always short in practice, take [`key_run`].
 #[inline(always)]
 fn run_of_plain(bytes: &[u8]) -> Option<usize> {
-    let head = &bytes[..bytes.len().min(SHORT_RUN)];
+    run_within(bytes, SHORT_RUN)
+}
+
+/// The length of `bytes`' leading run of plain string bytes:
+/// [`first_stop`] over its first `head` bytes, then [`long_run_of_plain`].
+#[inline(always)]
+fn run_within(bytes: &[u8], head: usize) -> Option<usize> {
+    let head = &bytes[..bytes.len().min(head)];
     if let Some(at) = first_stop(head) {
         return Some(at);
     }
@@ -244,20 +251,7 @@ const WORD_RUN: usize = 64;
 /// read strings this was the slower way: `profiles.md`, round 22.)
 #[inline]
 fn skipped_run(bytes: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    while let Some(stop) = word_stop(bytes, at) {
-        if stop.is_some() {
-            return stop;
-        }
-        at += 8;
-        if at >= WORD_RUN {
-            return long_run_of_plain(bytes, at);
-        }
-    }
-    let tail = bytes.get(at..)?;
-    tail.iter()
-        .position(|&b| STRING_STOP[usize::from(b)])
-        .map(|found| at + found)
+    run_within(bytes, WORD_RUN)
 }
 
 /// Bytes of a skipped string [`short_plain_end`] looks at.
