@@ -90,7 +90,11 @@ impl FrameEncoder {
     /// Encodes `envelope` as one frame, `[length][envelope]`.
     ///
     /// Fine for control messages and small events. `bytes` fields are copied
-    /// by prost; send tunnel bodies with [`encode_tunnel_body`](Self::encode_tunnel_body).
+    /// into the frame; send tunnel bodies with
+    /// [`encode_tunnel_body`](Self::encode_tunnel_body). A tunnel's request
+    /// and its status, headers, end and usage frames are written from their
+    /// fields by the tunnel's own writer (`tunnel_encode.rs`), the same
+    /// bytes as prost's; everything else by prost.
     pub fn encode(&mut self, envelope: &Envelope) -> Result<Bytes, FrameError> {
         let stream_id = envelope.stream_id;
         match &envelope.msg {
