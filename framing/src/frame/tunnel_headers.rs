@@ -40,12 +40,14 @@ mod tests {
     use proto::v1::{ProviderTunnelFrame, TunnelHeaders};
     use proto::{Envelope, Msg};
 
+    use super::super::tunnel_tests::frame_by_prost;
     use super::super::{FrameDecoder, FrameEncoder};
 
     /// A frame's headers as (name, value) pairs.
     type Fields<'a> = Vec<(&'a [u8], &'a [u8])>;
 
-    /// What `encode` makes of the same headers as prost messages.
+    /// What prost makes of the same headers as `Header` messages (not
+    /// `encode`, which writes a headers frame with the same field writer).
     fn by_prost(stream_id: u64, headers: &[(&[u8], &[u8])]) -> Bytes {
         let envelope = Envelope {
             stream_id,
@@ -53,7 +55,7 @@ mod tests {
                 frame: Some(Frame::Headers(TunnelHeaders::copied(headers))),
             })),
         };
-        FrameEncoder::default().encode(&envelope).unwrap()
+        frame_by_prost(&envelope)
     }
 
     #[test]

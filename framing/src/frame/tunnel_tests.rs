@@ -24,7 +24,7 @@ fn by_prost(frame: &Bytes) -> Option<Envelope> {
 }
 
 /// The frame prost writes of `envelope`: its length, then its bytes.
-fn frame_by_prost(envelope: &Envelope) -> Bytes {
+pub(super) fn frame_by_prost(envelope: &Envelope) -> Bytes {
     let mut out = (envelope.encoded_len() as u32).to_be_bytes().to_vec();
     envelope.encode(&mut out).unwrap();
     Bytes::from(out)
