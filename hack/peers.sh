@@ -34,7 +34,9 @@
 # and haproxy's one worker), LINK_TLS=1 (the two-process paths' link under
 # TLS, as across machines: IOP's Edge–Node link under mTLS, rathole's
 # tunnel under its TLS transport; certificates made with openssl for the
-# run; the one-hop paths are unchanged).
+# run; the one-hop paths are unchanged), STEAL_WARN (default 5: a path
+# whose run the hypervisor took this % of the VM's CPU from is named in the
+# notes; every row shows its figure).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run), the k6 summaries to
@@ -383,6 +385,7 @@ for sc in "${scenarios[@]}"; do
     cpu_before=()
     for pid in "${cpu_pids[@]}"; do cpu_before+=("$(bench_cpu_ticks_tree "$pid")"); done
     cpu_before+=("$(bench_reaped_ticks $$)")
+    host_before=$(bench_host_ticks)
     if [ "$script" = oha ]; then
       bench_oha_run "$oha_json" "$PATH_URL/v1/chat/completions" "$oha_body" "$rate" "$DURATION" \
         "$connections" "${oha_headers[@]}" || rc=$?
@@ -391,6 +394,9 @@ for sc in "${scenarios[@]}"; do
         -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
     fi
     cpu_k6_after=$(bench_reaped_ticks $$)
+    fig[$sc,$p,steal]=$(bench_steal_pct "$host_before" "$(bench_host_ticks)")
+    steal_note=$(bench_steal_note "${fig[$sc,$p,steal]}")
+    [ -z "$steal_note" ] || skipped+=("$sc/$p: $steal_note")
     cpu_after=()
     for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
     cpu_after+=("$cpu_k6_after")
@@ -429,6 +435,7 @@ md=$out_dir/peers.md
   bench_md_header "IOP and its peers, side by side" "$command_line"
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then the load generator (k6; oha for open) for $DURATION; every proxy on 127.0.0.1"
   echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`; for open, the oha run and the requests it sent); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
+  echo "- **Host steal %:** the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the path's measured run; a path measured while the host steals is slower with a longer tail for reasons outside it, so compare rows with similar figures (a row at or above STEAL_WARN=${STEAL_WARN:-5} % is named in the notes)"
   echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
@@ -448,11 +455,11 @@ md=$out_dir/peers.md
     echo
     case "$script" in
       chat-stream.js)
-        head="| path | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms'
+        head="| path | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms'
         [ "$sc" != bulk ] || k1='MiB/s (all streams)'
         ;;
-      oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
-      *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all |"; rule="|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
+      oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
+      *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
     for m in "${refs[@]}"; do
       head+=" $m io_uring ÷ row (${k1%% (*}) | $m io_uring ÷ row (${k2% ms}) |"
@@ -466,15 +473,15 @@ md=$out_dir/peers.md
       name="$p (${fig[$sc,$p,desc]})"
       case "$script" in
         chat-stream.js)
-          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'MiB/s (all streams)' 1) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
+          row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'MiB/s (all streams)' 1) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
         oha)
           added=-
           [ "$p" = direct ] || added=$(bench_added_ms "$(bench_headline "$j" 'p99 ms')" "${direct_p99:-}")
-          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $added | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $added | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
         *)
-          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} |"
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
       esac
       for m in "${refs[@]}"; do

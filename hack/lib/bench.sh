@@ -361,6 +361,30 @@ bench_cpu_per_request() {
     'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / hz / n; else printf "-" }'
 }
 
+# bench_host_ticks: "STEAL TOTAL", this VM's CPU time so far over all its
+# vCPUs from /proc/stat (clock ticks): STEAL is what the hypervisor ran
+# elsewhere while a vCPU wanted to run, TOTAL every state (user … steal).
+bench_host_ticks() {
+  awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat
+}
+
+# bench_steal_pct BEFORE AFTER: the share of the VM's CPU time stolen by the
+# hypervisor between two bench_host_ticks readings, in % ("12.3"), or "-".
+# A run on a host that steals is slower and has a longer tail for reasons
+# outside it: compare only runs with a similar figure.
+bench_steal_pct() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); t = y[2] - x[2]
+    if (t > 0) printf "%.1f", (y[1] - x[1]) * 100 / t; else printf "-" }'
+}
+
+# bench_steal_note PCT: a line for a result file's notes when PCT is at or
+# above STEAL_WARN (default 5; %), else nothing.
+bench_steal_note() {
+  awk -v p="$1" -v w="${STEAL_WARN:-5}" 'BEGIN { exit !(p != "-" && p + 0 >= w + 0) }' || return 0
+  printf '%s' "the hypervisor took $1 % of this VM's CPU during the run (/proc/stat steal, at or above STEAL_WARN=${STEAL_WARN:-5}): its rates and latencies are lower and longer for reasons outside the path"
+}
+
 # bench_reaped_ticks PID: the CPU time of PID's children that have ended
 # and been waited for (cutime + cstime: their descendants waited for
 # included), in clock ticks; 0 when PID is gone. Read for $$ before and
