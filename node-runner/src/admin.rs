@@ -33,6 +33,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 
 use crate::metrics::NodeMetrics;
+use crate::store::StoreHandle;
 
 /// The default admin address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9100";
@@ -74,10 +75,13 @@ impl std::str::FromStr for AdminAddr {
 }
 
 /// What the admin port serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AdminState {
     /// The metrics rendered by `/metrics`.
     pub metrics: &'static NodeMetrics,
+    /// The run store's writer, whose counters `/metrics` lists too (none
+    /// when the Node runs without a store, as in tests).
+    pub store: Option<StoreHandle>,
 }
 
 impl AdminState {
@@ -85,6 +89,9 @@ impl AdminState {
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         self.metrics.render(&mut out);
+        if let Some(store) = &self.store {
+            store.stats().render(&mut out);
+        }
         out
     }
 }
@@ -107,6 +114,7 @@ pub async fn serve(listener: std::net::TcpListener, state: AdminState) -> std::i
         }
         open.set(open.get() + 1);
         let open = Rc::clone(&open);
+        let state = state.clone();
         monoio::spawn(async move {
             let _ = serve_connection(stream, state).await;
             open.set(open.get() - 1);
@@ -276,6 +284,7 @@ mod tests {
     fn state() -> AdminState {
         AdminState {
             metrics: node_metrics(),
+            store: None,
         }
     }
 
@@ -319,6 +328,26 @@ mod tests {
         assert!(bytes.starts_with("HTTP/1.1 200 OK\r\n"), "{bytes}");
         assert!(bytes.contains("content-length: 3\r\n"), "{bytes}");
         assert!(bytes.ends_with("\r\n\r\nok\n"), "{bytes}");
+    }
+
+    #[test]
+    fn metrics_list_the_run_store_writer_when_there_is_one() {
+        use crate::store::{RunStore, StoreConfig, StoreWriter, WriterConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let store = RunStore::open(dir.path(), StoreConfig::default()).unwrap();
+        let writer = StoreWriter::spawn(store, WriterConfig::default()).unwrap();
+        let with_store = AdminState {
+            store: Some(writer.handle()),
+            ..state()
+        };
+        let text = with_store.render_metrics();
+        assert!(text.contains(STALLS_TOTAL), "{text}");
+        assert!(
+            text.contains("iop_node_run_store_updates_total{outcome=\"dropped_full\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("iop_node_run_store_commits_total{result=\"ok\"} 0\n"));
+        assert!(!state().render_metrics().contains("iop_node_run_store_"));
     }
 
     #[test]

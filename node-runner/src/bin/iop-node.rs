@@ -274,11 +274,13 @@ fn main() -> anyhow::Result<ExitCode> {
             .context("starting a node core's runtime")?;
     }
     let runner = config.runner.clone();
+    let admin_store = writer.handle();
     let exit = block_on(driver, async move {
         let core0 = monoio::spawn(serve_core(core0, runner));
         if let Some(listener) = admin {
             let state = AdminState {
                 metrics: node_metrics(),
+                store: Some(admin_store),
             };
             monoio::spawn(admin::serve(listener, state));
         }

@@ -13,6 +13,8 @@
 //!   non-blocking, bounded queue to a dedicated store thread that writes
 //!   everything queued in one transaction, dropping (and counting) updates
 //!   rather than ever blocking a stream.
+//! - [`metrics`]: the writer's counters as Prometheus text (kept and dropped
+//!   updates, commits), listed by the admin port.
 //! - [`format_table`] and [`format_json_lines`]: the `iop-node runs` output.
 //!
 //! # Invariants
@@ -23,6 +25,7 @@
 //!   CLI), never on a monoio core.
 
 pub mod lmdb;
+pub mod metrics;
 pub mod record;
 pub mod replay;
 pub mod writer;

@@ -230,10 +230,18 @@ fn a_full_queue_drops_and_counts_without_blocking() {
     assert_eq!(accepted, [true, true, true, true, false, false, false]);
     let stats = writer.stats();
     assert_eq!((stats.queued, stats.dropped_full), (4, 3));
+    assert_eq!(stats.waiting(), 4);
     open_gate.send(()).unwrap();
     writer.flush().unwrap();
     let stats = writer.stats();
     assert_eq!(stats.written, 4);
+    assert_eq!(stats.waiting(), 0);
+    // What the admin port lists: the drops are visible to an operator.
+    let mut text = String::new();
+    stats.render(&mut text);
+    assert!(text.contains("iop_node_run_store_updates_total{outcome=\"written\"} 4\n"));
+    assert!(text.contains("iop_node_run_store_updates_total{outcome=\"dropped_full\"} 3\n"));
+    assert!(text.contains("iop_node_run_store_waiting 0\n"));
     assert!(
         stats.batches >= 2,
         "max_batch 2 splits 4 updates: {stats:?}"

@@ -93,6 +93,8 @@ pub struct WriterStats {
     pub batches: u64,
     /// Transactions that failed (their updates are lost; logged).
     pub write_errors: u64,
+    /// Updates lost with a failed transaction.
+    pub failed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +106,7 @@ struct Counters {
     invalid: AtomicU64,
     batches: AtomicU64,
     write_errors: AtomicU64,
+    failed: AtomicU64,
 }
 
 impl Counters {
@@ -121,6 +124,7 @@ impl Counters {
             invalid: get(&self.invalid),
             batches: get(&self.batches),
             write_errors: get(&self.write_errors),
+            failed: get(&self.failed),
         }
     }
 }
@@ -341,6 +345,7 @@ fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
         }
         Err(error) => {
             Counters::bump(&counters.write_errors, 1);
+            Counters::bump(&counters.failed, updates.len() as u64);
             tracing::warn!(
                 event = "run_store_write_failed",
                 updates = updates.len(),
