@@ -40,7 +40,8 @@ use node_runner::provider_http::{ProviderClientConfig, tls_client_config};
 use node_runner::runs::{Cores, RunnerConfig, serve_core};
 use node_runner::runtime::{block_on, worker_count};
 use node_runner::store::{
-    RunStore, StoreConfig, StoreWriter, WriterConfig, format_json_lines, format_table,
+    RunStore, StoreConfig, StorePriority, StoreWriter, WriterConfig, format_json_lines,
+    format_table,
 };
 
 /// jemalloc, not glibc's malloc: ~11 % less CPU a small request at the same
@@ -98,6 +99,12 @@ struct Args {
     /// core always (ties round-robin).
     #[arg(long, default_value_t = node_runner::runs::cores::DEFAULT_LINK_CORE_SLACK)]
     link_core_slack: u32,
+    /// How the run store's thread is scheduled: `idle` (SCHED_IDLE: it
+    /// only takes CPU no request thread wants, so its commits never delay
+    /// a request; on a CPU busy for long, record updates may be dropped
+    /// and counted on /metrics) or `normal`.
+    #[arg(long, default_value_t = StorePriority::Idle)]
+    run_store_priority: StorePriority,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -184,8 +191,12 @@ fn main() -> anyhow::Result<ExitCode> {
     // at start; written by its own thread, off the event path.
     let store = RunStore::open(&args.data_dir, StoreConfig::default())
         .with_context(|| format!("opening the run store in {}", args.data_dir.display()))?;
-    let writer = StoreWriter::spawn(store, WriterConfig::default())
-        .context("starting the run store writer")?;
+    let writer_config = WriterConfig {
+        priority: args.run_store_priority,
+        ..WriterConfig::default()
+    };
+    let writer =
+        StoreWriter::spawn(store, writer_config).context("starting the run store writer")?;
     let tls = tls_client_config(args.provider_ca_file.as_deref())?;
     let link_tls = match (
         &args.tls_ca,

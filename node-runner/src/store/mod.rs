@@ -13,6 +13,8 @@
 //!   non-blocking, bounded queue to a dedicated store thread that writes
 //!   everything queued in one transaction, dropping (and counting) updates
 //!   rather than ever blocking a stream.
+//! - [`priority`]: [`StorePriority`], the store thread's scheduling policy
+//!   (`SCHED_IDLE` by default: the event path always comes first).
 //! - [`metrics`]: the writer's counters as Prometheus text (kept and dropped
 //!   updates, commits), listed by the admin port.
 //! - [`format_table`] and [`format_json_lines`]: the `iop-node runs` output.
@@ -26,6 +28,7 @@
 
 pub mod lmdb;
 pub mod metrics;
+pub mod priority;
 pub mod record;
 pub mod replay;
 pub mod writer;
@@ -37,6 +40,7 @@ use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
 pub use lmdb::{Batch, RunStore, STORE_DIR_NAME, StoreConfig};
+pub use priority::{StorePriority, StorePriorityError};
 pub use record::{RecordError, RunInfo, RunRecord, RunStatus, Transition};
 pub use replay::{REPLAY_DIR_NAME, ReplayError, ReplayStore};
 pub use writer::{StoreHandle, StoreUpdate, StoreWriter, WriterConfig, WriterStats};
