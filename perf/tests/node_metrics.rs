@@ -193,7 +193,20 @@ fn every_closed_series_is_listed_at_zero_before_the_first_event() {
         let (_stack, admin) = start(driver, "metrics-zero");
         let (status, text) = get(admin, "/metrics");
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-        let all = samples(&text);
+        let (store, all): (Vec<_>, Vec<_>) = samples(&text)
+            .into_iter()
+            .partition(|(n, _, _)| n.starts_with("iop_node_run_store_"));
+        // The run store's counters (F15) are listed too, at 0 before any run.
+        let store_names: BTreeSet<_> = store.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(
+            store_names,
+            BTreeSet::from([
+                "iop_node_run_store_commits_total",
+                "iop_node_run_store_updates_total",
+                "iop_node_run_store_waiting",
+            ])
+        );
+        assert!(store.iter().all(|(_, _, v)| *v == 0.0), "{store:?}");
         let names: BTreeSet<_> = all.iter().map(|(n, _, _)| n.as_str()).collect();
         let want: BTreeSet<_> = [
             STALLS.to_owned(),
@@ -206,7 +219,7 @@ fn every_closed_series_is_listed_at_zero_before_the_first_event() {
         assert_eq!(
             names,
             want.iter().map(String::as_str).collect(),
-            "exactly the F30 metric names"
+            "exactly the F30 metric names besides the run store's"
         );
         assert!(text.contains(&format!("# TYPE {STALLS} counter")));
         assert!(text.contains(&format!("# TYPE {DURATION} histogram")));
