@@ -118,16 +118,14 @@ ramp_details=()
 # steal_since HOST_TICKS WHAT: the host's steal % since a bench_host_ticks
 # reading; a note names WHAT when it is at or above STEAL_WARN.
 steal_since() {
-  local pct note
-  pct=$(bench_steal_pct "$1" "$(bench_host_ticks)")
-  note=$(bench_steal_note "$pct")
-  [ -z "$note" ] || notes+=("$2: $note")
-  steal=$pct
+  bench_steal_since "$1"
+  [ -z "$BENCH_STEAL_NOTE" ] || notes+=("$2: $BENCH_STEAL_NOTE")
+  steal=$BENCH_STEAL
 }
 
 # row SUMMARY_JSON PATH DRIVER MODEL CPU STEAL: one markdown row of the
 # scenario's table (CPU: "Edge / Node / mock" µs per request; STEAL: the
-# host's steal % over the run, bench_steal_pct).
+# host's steal % over the run, bench_steal_since).
 row() {
   local j=$1 h
   h() { local v; v=$(bench_headline "$j" "$1"); [ -n "$v" ] && printf "%.${2:-2}f" "$v" || printf -- '-'; }

@@ -394,9 +394,9 @@ for sc in "${scenarios[@]}"; do
         -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
     fi
     cpu_k6_after=$(bench_reaped_ticks $$)
-    fig[$sc,$p,steal]=$(bench_steal_pct "$host_before" "$(bench_host_ticks)")
-    steal_note=$(bench_steal_note "${fig[$sc,$p,steal]}")
-    [ -z "$steal_note" ] || skipped+=("$sc/$p: $steal_note")
+    bench_steal_since "$host_before"
+    fig[$sc,$p,steal]=$BENCH_STEAL
+    [ -z "$BENCH_STEAL_NOTE" ] || skipped+=("$sc/$p: $BENCH_STEAL_NOTE")
     cpu_after=()
     for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
     cpu_after+=("$cpu_k6_after")

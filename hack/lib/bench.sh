@@ -368,21 +368,20 @@ bench_host_ticks() {
   awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat
 }
 
-# bench_steal_pct BEFORE AFTER: the share of the VM's CPU time stolen by the
-# hypervisor between two bench_host_ticks readings, in % ("12.3"), or "-".
-# A run on a host that steals is slower and has a longer tail for reasons
-# outside it: compare only runs with a similar figure.
-bench_steal_pct() {
-  awk -v a="$1" -v b="$2" 'BEGIN {
+# bench_steal_since TICKS: the share of the VM's CPU time the hypervisor
+# stole since a bench_host_ticks reading, in % ("12.3", or "-"), into
+# BENCH_STEAL; and into BENCH_STEAL_NOTE a line for a result file's notes
+# when it is at or above STEAL_WARN (default 5; %), else "". A run on a
+# host that steals is slower and has a longer tail for reasons outside it:
+# compare only runs with a similar figure. Call it directly, not in $(...).
+bench_steal_since() {
+  BENCH_STEAL=$(awk -v a="$1" -v b="$(bench_host_ticks)" 'BEGIN {
     split(a, x, " "); split(b, y, " "); t = y[2] - x[2]
-    if (t > 0) printf "%.1f", (y[1] - x[1]) * 100 / t; else printf "-" }'
-}
-
-# bench_steal_note PCT: a line for a result file's notes when PCT is at or
-# above STEAL_WARN (default 5; %), else nothing.
-bench_steal_note() {
-  awk -v p="$1" -v w="${STEAL_WARN:-5}" 'BEGIN { exit !(p != "-" && p + 0 >= w + 0) }' || return 0
-  printf '%s' "the hypervisor took $1 % of this VM's CPU during the run (/proc/stat steal, at or above STEAL_WARN=${STEAL_WARN:-5}): its rates and latencies are lower and longer for reasons outside the path"
+    if (t > 0) printf "%.1f", (y[1] - x[1]) * 100 / t; else printf "-" }')
+  BENCH_STEAL_NOTE=
+  if awk -v p="$BENCH_STEAL" -v w="${STEAL_WARN:-5}" 'BEGIN { exit !(p != "-" && p + 0 >= w + 0) }'; then
+    BENCH_STEAL_NOTE="the hypervisor took $BENCH_STEAL % of this VM's CPU during the run (/proc/stat steal, at or above STEAL_WARN=${STEAL_WARN:-5}): its rates and latencies are lower and longer for reasons outside the path"
+  fi
 }
 
 # bench_reaped_ticks PID: the CPU time of PID's children that have ended

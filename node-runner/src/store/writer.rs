@@ -11,8 +11,9 @@
 //!
 //! If the queue is full (the disk or the store thread is slower than runs
 //! arrive), `record` drops the update, counts it in
-//! [`WriterStats::dropped_full`] and returns `false`. Streaming never waits for bookkeeping; the price is that a record
-//! may miss a step (for example stay `running` if its terminal was dropped).
+//! [`WriterStats::dropped_full`] and returns `false`. Streaming never waits
+//! for bookkeeping; the price is that a record may miss a step (for example
+//! stay `running` if its terminal was dropped).
 //! Every update carries the run's [`RunInfo`], so a dropped `Queued` never
 //! loses the record itself: a later step creates it.
 //!
