@@ -36,7 +36,13 @@
 # tunnel under its TLS transport; certificates made with openssl for the
 # run; the one-hop paths are unchanged), STEAL_WARN (default 5: a path
 # whose run the hypervisor took this % of the VM's CPU from is named in the
-# notes; every row shows its figure).
+# notes; every row shows its figure), ROUNDS (default 1: every path runs
+# this many times, the rounds interleaved — every path once, then again —
+# so a slow phase of the host falls on all paths alike; each row shows the
+# path's median round by the scenario's figure (MiB/s, tokens/s, QPS; for
+# open the added p99), chosen among the rounds under STEAL_WARN when there
+# are any, and a column lists every round's figure; an odd count has a
+# true median).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run), the k6 summaries to
@@ -52,6 +58,8 @@ scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(stream qps nonstream)
 PEERS=${PEERS:-"direct nginx haproxy rathole litellm iop"}
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-1}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "peers: ROUNDS must be a whole number ≥ 1 (got '$ROUNDS')" >&2; exit 2; }
 LITELLM_VERSION=1.106.12 # newer [proxy] extras need packages the registry lacks; 1.107.0 was reported compromised
 RATHOLE_VERSION=0.5.0
 command_line="hack/peers.sh $*"
@@ -344,76 +352,163 @@ peers_oha_headline() {
       "error rate": (if $sent > 0 then $bad / $sent else 0 end)}}'
 }
 
+# peers_key: the figure a scenario's rounds are ranked by (a headline key),
+# and whether more of it is better: sets KEY_NAME, KEY_HIGHER (1 or 0) and
+# KEY_DIGITS. For open, the rank is the added p99 (the row's p99 − the same
+# round's direct p99).
+peers_key() {
+  KEY_HIGHER=1 KEY_DIGITS=0
+  case "$script" in
+    oha) KEY_NAME='p99 ms' KEY_HIGHER=0 KEY_DIGITS=3 ;;
+    chat-stream.js)
+      KEY_NAME='tokens/s (all streams)'
+      [ "$sc" != bulk ] || KEY_NAME='MiB/s (all streams)' KEY_DIGITS=1
+      ;;
+    *) KEY_NAME=QPS ;;
+  esac
+}
+
+# measure_path SC PATH ROUND: one run of the load generator through PATH
+# (already started); its summary and CPU figures go to fig[SC,PATH,ROUND,*].
+measure_path() {
+  local sc=$1 p=$2 round=$3 tag=$1-$2-r$3 json oha_json oha_body rc=0
+  local cpu_pids=() cpu_before=() cpu_after=() cpu_k6_after host_before requests cpu n pid
+  local oha_headers=()
+  json=$BENCH_WORK/peers-$tag.json
+  if [ "$script" = oha ]; then
+    json=$BENCH_WORK/peers-$tag.headline.json
+    oha_json=$BENCH_WORK/oha-peers-$tag.json
+    oha_body=$BENCH_WORK/peers-$tag.body.json
+    bench_oha_body "$oha_body" "$PATH_MODEL"
+    oha_headers=(${PATH_KEY:+"authorization: Bearer $PATH_KEY"})
+    bench_oha_run "$BENCH_WORK/peers-$tag.warmup.json" "$PATH_URL/v1/chat/completions" "$oha_body" \
+      "$rate" "$warmup" "$connections" "${oha_headers[@]}" || skipped+=("$sc/$p: the warm-up's oha exited with status $?")
+    fig[$sc,$p,$round,raw]=$oha_json
+  fi
+  # CPU ticks of the path's processes (with descendants) and the mock,
+  # then k6's: the ticks of this shell's waited-for children (k6 is the
+  # only one that ends during the run).
+  for n in $(path_procs "$p") mock; do cpu_pids+=("$(procs_pid "$n")"); done
+  for pid in "${cpu_pids[@]}"; do cpu_before+=("$(bench_cpu_ticks_tree "$pid")"); done
+  cpu_before+=("$(bench_reaped_ticks $$)")
+  host_before=$(bench_host_ticks)
+  if [ "$script" = oha ]; then
+    bench_oha_run "$oha_json" "$PATH_URL/v1/chat/completions" "$oha_body" "$rate" "$DURATION" \
+      "$connections" "${oha_headers[@]}" || rc=$?
+  else
+    bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
+      -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
+  fi
+  cpu_k6_after=$(bench_reaped_ticks $$)
+  bench_steal_since "$host_before"
+  fig[$sc,$p,$round,steal]=$BENCH_STEAL
+  [ -z "$BENCH_STEAL_NOTE" ] || skipped+=("$sc/$p${round_tag:-}: $BENCH_STEAL_NOTE")
+  for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
+  cpu_after+=("$cpu_k6_after")
+  if [ "$script" = oha ]; then
+    requests=$(bench_oha_figure "$oha_json" requests 2>/dev/null || echo 0)
+    peers_oha_headline "$oha_json" "$(bench_offered "$rate" "$DURATION")" >"$json" ||
+      skipped+=("$sc/$p${round_tag:-}: no oha summary")
+  else
+    requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
+  fi
+  cpu=$(cpu_figures "$p" "${cpu_before[*]}" "${cpu_after[*]}" "${requests:-0}")
+  fig[$sc,$p,$round,cpu]=${cpu%|*}
+  fig[$sc,$p,$round,cpu_all]=${cpu#*|}
+  [ "$rc" -eq 0 ] || skipped+=("$sc/$p${round_tag:-}: $loadgen exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
+  fig[$sc,$p,$round,json]=$json
+}
+
+# round_figure SC PATH ROUND: the figure ROUND of PATH is ranked by (see
+# peers_key), "" when that round has none.
+round_figure() {
+  local v d
+  v=$(bench_headline "${fig[$1,$2,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
+  if [ "$script" = oha ] && [ "$2" != direct ] && [ -n "$v" ]; then
+    d=$(bench_headline "${fig[$1,direct,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
+    [ -z "$d" ] || v=$(bench_added_ms "$v" "$d")
+  fi
+  printf '%s' "$v"
+}
+
+# choose_round SC PATH: the round whose figures PATH's row shows, its
+# median by round_figure (the worse of the middle two for an even count),
+# among the rounds the host stole less than STEAL_WARN % from when there
+# are any. Copies fig[SC,PATH,ROUND,*] to fig[SC,PATH,*], its summary to
+# bench-results/, and lists every round's figure in fig[SC,PATH,rounds].
+choose_round() {
+  local sc=$1 p=$2 r v quiet=() all=() pick list=() cell warn=${STEAL_WARN:-5} order=-g
+  for ((r = 1; r <= ROUNDS; r++)); do
+    v=$(round_figure "$sc" "$p" "$r")
+    [ -n "$v" ] || continue
+    all+=("$v $r")
+    awk -v s="${fig[$sc,$p,$r,steal]:-}" -v w="$warn" 'BEGIN { exit !(s != "" && s + 0 < w + 0) }' &&
+      quiet+=("$v $r")
+  done
+  [ ${#all[@]} -gt 0 ] || return 0
+  [ ${#quiet[@]} -gt 0 ] || quiet=("${all[@]}")
+  # Sorted worst first, the middle element is the median or the worse of
+  # the middle two.
+  [ "$KEY_HIGHER" = 1 ] || order=-gr
+  pick=$(printf '%s\n' "${quiet[@]}" | sort $order -k1,1 | sed -n "$(((${#quiet[@]} + 1) / 2))p" | awk '{print $2}')
+  local key
+  for key in json cpu cpu_all steal raw; do fig[$sc,$p,$key]=${fig[$sc,$p,$pick,$key]:-}; done
+  fig[$sc,$p,round]=$pick
+  fig[$sc,$p,added]=-
+  if [ "$script" = oha ] && [ "$p" != direct ]; then fig[$sc,$p,added]=$(round_figure "$sc" "$p" "$pick"); fi
+  if [ "$script" = oha ]; then
+    cp "${fig[$sc,$p,raw]}" "$out_dir/oha/peers-$sc-$p.json"
+  else
+    cp "${fig[$sc,$p,json]}" "$out_dir/k6/peers-$sc-$p.json"
+  fi
+  for ((r = 1; r <= ROUNDS; r++)); do
+    v=$(round_figure "$sc" "$p" "$r")
+    if [ -z "$v" ]; then
+      cell=-
+    elif [ "$script" = oha ] && [ "$p" != direct ]; then
+      cell=$(printf '%+.3f' "$v")
+    else
+      cell=$(printf "%.${KEY_DIGITS}f" "$v")
+      [ "$script" != oha ] || cell="p99 $cell"
+    fi
+    [ "$r" != "$pick" ] || cell="**$cell**"
+    awk -v s="${fig[$sc,$p,$r,steal]:-0}" -v w="$warn" 'BEGIN { exit !(s + 0 >= w + 0) }' && cell+=" (steal ${fig[$sc,$p,$r,steal]} %)"
+    list+=("$cell")
+  done
+  fig[$sc,$p,rounds]=$(printf '%s · ' "${list[@]}" | sed 's/ · $//')
+}
+
 declare -A fig
 for sc in "${scenarios[@]}"; do
   peers_scenario "$sc"
+  peers_key
   k6_env+=(-e DURATION="$DURATION")
-  for p in "${paths[@]}"; do
-    bench_stop
-    bench_mock mock "${mock_flags[@]}"
-    if [[ $p == iop-* ]]; then
-      m=${p#iop-*-}
-      if [ -z "${iop_ok[$m]:-}" ]; then
-        bench_iop uring "$MOCK_ADDR"
-        if bench_model_ok "http://$IOP_INGRESS" "$m"; then iop_ok[$m]=1; else
-          iop_ok[$m]=0
-          skipped+=("iop $m: $BENCH_MODEL_WHY — not run")
+  for ((round = 1; round <= ROUNDS; round++)); do
+    round_tag=
+    [ "$ROUNDS" -eq 1 ] || round_tag=" (round $round of $ROUNDS)"
+    for p in "${paths[@]}"; do
+      bench_stop
+      bench_mock mock "${mock_flags[@]}"
+      if [[ $p == iop-* ]]; then
+        m=${p#iop-*-}
+        if [ -z "${iop_ok[$m]:-}" ]; then
+          bench_iop uring "$MOCK_ADDR"
+          if bench_model_ok "http://$IOP_INGRESS" "$m"; then iop_ok[$m]=1; else
+            iop_ok[$m]=0
+            skipped+=("iop $m: $BENCH_MODEL_WHY — not run")
+          fi
+          bench_stop
+          bench_mock mock "${mock_flags[@]}"
         fi
-        bench_stop
-        bench_mock mock "${mock_flags[@]}"
+        [ "${iop_ok[$m]}" = 1 ] || continue
       fi
-      [ "${iop_ok[$m]}" = 1 ] || continue
-    fi
-    start_path "$p" || continue
-    say "$sc through $p ($PATH_DESC): $PATH_URL"
-    json=$out_dir/k6/peers-$sc-$p.json
-    rc=0
-    if [ "$script" = oha ]; then
-      json=$BENCH_WORK/peers-$sc-$p.headline.json
-      oha_json=$out_dir/oha/peers-$sc-$p.json
-      oha_body=$BENCH_WORK/peers-$sc-$p.body.json
-      bench_oha_body "$oha_body" "$PATH_MODEL"
-      oha_headers=(${PATH_KEY:+"authorization: Bearer $PATH_KEY"})
-      bench_oha_run "$BENCH_WORK/peers-$sc-$p.warmup.json" "$PATH_URL/v1/chat/completions" "$oha_body" \
-        "$rate" "$warmup" "$connections" "${oha_headers[@]}" || skipped+=("$sc/$p: the warm-up's oha exited with status $?")
-    fi
-    # CPU ticks of the path's processes (with descendants) and the mock,
-    # then k6's: the ticks of this shell's waited-for children (k6 is the
-    # only one that ends during the run).
-    cpu_pids=()
-    for n in $(path_procs "$p") mock; do cpu_pids+=("$(procs_pid "$n")"); done
-    cpu_before=()
-    for pid in "${cpu_pids[@]}"; do cpu_before+=("$(bench_cpu_ticks_tree "$pid")"); done
-    cpu_before+=("$(bench_reaped_ticks $$)")
-    host_before=$(bench_host_ticks)
-    if [ "$script" = oha ]; then
-      bench_oha_run "$oha_json" "$PATH_URL/v1/chat/completions" "$oha_body" "$rate" "$DURATION" \
-        "$connections" "${oha_headers[@]}" || rc=$?
-    else
-      bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$PATH_URL" -e MODEL="$PATH_MODEL" \
-        -e API_KEY="$PATH_KEY" -e LABEL="$p" || rc=$?
-    fi
-    cpu_k6_after=$(bench_reaped_ticks $$)
-    bench_steal_since "$host_before"
-    fig[$sc,$p,steal]=$BENCH_STEAL
-    [ -z "$BENCH_STEAL_NOTE" ] || skipped+=("$sc/$p: $BENCH_STEAL_NOTE")
-    cpu_after=()
-    for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
-    cpu_after+=("$cpu_k6_after")
-    if [ "$script" = oha ]; then
-      requests=$(bench_oha_figure "$oha_json" requests 2>/dev/null || echo 0)
-      peers_oha_headline "$oha_json" "$(bench_offered "$rate" "$DURATION")" >"$json" ||
-        skipped+=("$sc/$p: no oha summary")
-    else
-      requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
-    fi
-    cpu=$(cpu_figures "$p" "${cpu_before[*]}" "${cpu_after[*]}" "${requests:-0}")
-    fig[$sc,$p,cpu]=${cpu%|*}
-    fig[$sc,$p,cpu_all]=${cpu#*|}
-    [ "$rc" -eq 0 ] || skipped+=("$sc/$p: $loadgen exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
-    fig[$sc,$p,desc]=$PATH_DESC
-    fig[$sc,$p,json]=$json
+      start_path "$p" || continue
+      say "$sc through $p ($PATH_DESC)$round_tag: $PATH_URL"
+      fig[$sc,$p,desc]=$PATH_DESC
+      measure_path "$sc" "$p" "$round"
+    done
   done
+  for p in "${paths[@]}"; do choose_round "$sc" "$p"; done
 done
 bench_stop
 
@@ -436,10 +531,12 @@ md=$out_dir/peers.md
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then the load generator (k6; oha for open) for $DURATION; every proxy on 127.0.0.1"
   echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`; for open, the oha run and the requests it sent); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
   echo "- **Host steal %:** the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the path's measured run; a path measured while the host steals is slower with a longer tail for reasons outside it, so compare rows with similar figures (a row at or above STEAL_WARN=${STEAL_WARN:-5} % is named in the notes)"
+  [ "$ROUNDS" -eq 1 ] || echo "- **Rounds:** every path ran $ROUNDS times, the rounds interleaved (every path once, then again), so a slow phase of the host falls on all paths alike. Each row is one run: the path's median round by the scenario's figure (MiB/s, tokens/s, QPS; for open the added p99 over the same round's direct p99), the worse of the middle two for an even count, chosen among the rounds under STEAL_WARN % host steal when there are any; the *each round* column lists every round's figure in order, the row's in bold. IOP's ratios are between the rows shown"
   echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
     peers_scenario "$sc"
+    peers_key
     refs=()
     for m in "${iop_models[@]}"; do
       [ -f "${fig[$sc,iop-uring-$m,json]:-}" ] && refs+=("$m")
@@ -447,8 +544,7 @@ md=$out_dir/peers.md
     if [ "$script" = oha ]; then
       echo "## $sc — oha $OHA_VERSION open loop at $rate/s over $connections connections (\`-q $rate --latency-correction -c $connections\`, $warmup warm-up then $DURATION), k6 chat-nonstream.js's body, mock \`${mock_flags[*]}\`"
       echo
-      echo "Latency from each request's scheduled start (no coordinated omission). *Dropped* = offered − sent: requests oha had not sent by the deadline (their latency is missing from the percentiles). *Added p99* = the row's p99 − the direct row's (issue 8: ≤ 0.5 ms at 5k QPS)."
-      direct_p99=$(bench_headline "${fig[$sc,direct,json]:-/dev/null}" 'p99 ms' 2>/dev/null || true)
+      echo "Latency from each request's scheduled start (no coordinated omission). *Dropped* = offered − sent: requests oha had not sent by the deadline (their latency is missing from the percentiles). *Added p99* = the row's p99 − the direct path's p99 in the same round (issue 8: ≤ 0.5 ms at 5k QPS)."
     else
       echo "## $sc — perf/k6/$script, mock \`${mock_flags[*]}\`, k6 \`${k6_env[*]} -e DURATION=$DURATION\`"
     fi
@@ -461,6 +557,11 @@ md=$out_dir/peers.md
       oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
       *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
+    if [ "$ROUNDS" -gt 1 ]; then
+      head+=" ${KEY_NAME% (*}${KEY_NAME:+ }each round |"
+      [ "$script" != oha ] || head=${head/p99 ms each round/added p99 ms each round}
+      rule+="---|"
+    fi
     for m in "${refs[@]}"; do
       head+=" $m io_uring ÷ row (${k1%% (*}) | $m io_uring ÷ row (${k2% ms}) |"
       rule+="---|---|"
@@ -476,14 +577,13 @@ md=$out_dir/peers.md
           row="| $name | $(bench_fmt "$j" 'streams/s' 0) | $(bench_fmt "$j" 'tokens/s (all streams)' 0) | $(bench_fmt "$j" 'MiB/s (all streams)' 1) | $(bench_fmt "$j" 'ttfb p50 ms') / $(bench_fmt "$j" 'ttfb p99 ms') | $(bench_fmt "$j" 'chunk gap p50 ms' 3) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
         oha)
-          added=-
-          [ "$p" = direct ] || added=$(bench_added_ms "$(bench_headline "$j" 'p99 ms')" "${direct_p99:-}")
-          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $added | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
+          row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | ${fig[$sc,$p,added]:--} | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
         *)
           row="| $name | $(bench_fmt "$j" QPS 0) | $(bench_fmt "$j" 'p50 ms' 3) | $(bench_fmt "$j" 'p99 ms' 3) | $(bench_fmt "$j" 'p99.9 ms' 3) | $(bench_fmt "$j" dropped 0) | $(bench_fmt "$j" 'error rate' 4) | ${fig[$sc,$p,cpu]:--} | ${fig[$sc,$p,cpu_all]:--} | ${fig[$sc,$p,steal]:--} |"
           ;;
       esac
+      [ "$ROUNDS" -eq 1 ] || row+=" ${fig[$sc,$p,rounds]:--} |"
       for m in "${refs[@]}"; do
         r=${fig[$sc,iop-uring-$m,json]}
         row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1) |"
