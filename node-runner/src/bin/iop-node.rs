@@ -103,7 +103,7 @@ struct Args {
     /// only takes CPU no request thread wants, so its commits never delay
     /// a request; on a CPU busy for long, record updates may be dropped
     /// and counted on /metrics) or `normal`.
-    #[arg(long, default_value_t = StorePriority::Idle)]
+    #[arg(long, value_enum, default_value_t = StorePriority::Idle)]
     run_store_priority: StorePriority,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

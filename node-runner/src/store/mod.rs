@@ -40,7 +40,7 @@ use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
 pub use lmdb::{Batch, RunStore, STORE_DIR_NAME, StoreConfig};
-pub use priority::{StorePriority, StorePriorityError};
+pub use priority::StorePriority;
 pub use record::{RecordError, RunInfo, RunRecord, RunStatus, Transition};
 pub use replay::{REPLAY_DIR_NAME, ReplayError, ReplayStore};
 pub use writer::{StoreHandle, StoreUpdate, StoreWriter, WriterConfig, WriterStats};

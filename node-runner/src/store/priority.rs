@@ -17,11 +17,9 @@
 //! "dropped_full"}`). [`StorePriority::Normal`] keeps the normal policy
 //! for a node that must keep every record under such load.
 
-use std::fmt;
-use std::str::FromStr;
-
-/// How the store thread is scheduled (`iop-node --run-store-priority`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How the store thread is scheduled (`iop-node --run-store-priority`;
+/// clap reads and lists the values by their [`as_str`](Self::as_str) names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum StorePriority {
     /// `SCHED_IDLE`: it runs only when no normal thread wants the CPU.
     #[default]
@@ -31,7 +29,7 @@ pub enum StorePriority {
 }
 
 impl StorePriority {
-    /// The name `FromStr` reads.
+    /// The value's name on the command line and in logs.
     pub fn as_str(self) -> &'static str {
         match self {
             StorePriority::Idle => "idle",
@@ -46,29 +44,6 @@ impl StorePriority {
         match self {
             StorePriority::Normal => Ok(()),
             StorePriority::Idle => enter_sched_idle(),
-        }
-    }
-}
-
-impl fmt::Display for StorePriority {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A `--run-store-priority` value that is neither `idle` nor `normal`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("run store priority must be `idle` or `normal`, not `{0}`")]
-pub struct StorePriorityError(String);
-
-impl FromStr for StorePriority {
-    type Err = StorePriorityError;
-
-    fn from_str(value: &str) -> Result<StorePriority, StorePriorityError> {
-        match value {
-            "idle" => Ok(StorePriority::Idle),
-            "normal" => Ok(StorePriority::Normal),
-            other => Err(StorePriorityError(other.to_owned())),
         }
     }
 }
@@ -122,16 +97,14 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_others_are_refused() {
+        use clap::ValueEnum;
         assert_eq!(StorePriority::default(), StorePriority::Idle);
-        for p in [StorePriority::Idle, StorePriority::Normal] {
-            assert_eq!(p.as_str().parse(), Ok(p));
-            assert_eq!(p.to_string(), p.as_str());
+        for p in StorePriority::value_variants() {
+            let name = p.to_possible_value().unwrap();
+            assert_eq!(name.get_name(), p.as_str());
+            assert_eq!(StorePriority::from_str(p.as_str(), false), Ok(*p));
         }
-        let err = "low".parse::<StorePriority>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "run store priority must be `idle` or `normal`, not `low`"
-        );
-        assert!("IDLE".parse::<StorePriority>().is_err());
+        assert!(StorePriority::from_str("low", false).is_err());
+        assert!(StorePriority::from_str("IDLE", false).is_err());
     }
 }
