@@ -63,6 +63,7 @@ ROUNDS=${ROUNDS:-1}
 LITELLM_VERSION=1.106.12 # newer [proxy] extras need packages the registry lacks; 1.107.0 was reported compromised
 RATHOLE_VERSION=0.5.0
 command_line="hack/peers.sh $*"
+[ "$ROUNDS" -eq 1 ] || command_line="ROUNDS=$ROUNDS $command_line"
 
 bench_init
 for sc in "${scenarios[@]}"; do
