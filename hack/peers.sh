@@ -36,7 +36,11 @@
 # tunnel under its TLS transport; certificates made with openssl for the
 # run; the one-hop paths are unchanged), STEAL_WARN (default 5: a path
 # whose run the hypervisor took this % of the VM's CPU from is named in the
-# notes; every row shows its figure), ROUNDS (default 1: every path runs
+# notes; every row shows its figure), IOP_B_BIN_DIR / IOP_B_EDGE_ARGS /
+# IOP_B_NODE_ARGS / IOP_B_EDGE_YAML (any one set: an A/B in the same run —
+# iopb-DRIVER-MODEL paths run IOP again right after its own paths with
+# these in place of IOP_BIN_DIR and the rest, each unset one as A's; their
+# rows' "IOP ÷ row" columns are then A ÷ B), ROUNDS (default 1: every path runs
 # this many times, the rounds interleaved — every path once, then again —
 # so a slow phase of the host falls on all paths alike; each row shows the
 # path's median round by the scenario's figure (MiB/s, tokens/s, QPS; for
@@ -266,13 +270,30 @@ CONF
       PATH_KEY=sk-bench
       PATH_DESC="LiteLLM proxy $LITELLM_VERSION, 1 worker"
       ;;
-    iop-*)
-      local rest=${p#iop-}
+    iop-* | iopb-*)
+      local rest=${p#iop*-}
       local driver=${rest%%-*} model=${rest#*-}
-      bench_iop "$driver" "$MOCK_ADDR"
+      if [[ $p == iopb-* ]]; then
+        # The B build for an A/B: its binaries, flags and config for this
+        # path only (each one unset = A's).
+        local keep_bin=$BIN_DIR keep_edge=${IOP_EDGE_ARGS-} keep_node=${IOP_NODE_ARGS-} keep_yaml=${IOP_EDGE_YAML-}
+        BIN_DIR=${IOP_B_BIN_DIR:-$BIN_DIR}
+        IOP_EDGE_ARGS=${IOP_B_EDGE_ARGS-$keep_edge}
+        IOP_NODE_ARGS=${IOP_B_NODE_ARGS-$keep_node}
+        IOP_EDGE_YAML=${IOP_B_EDGE_YAML-$keep_yaml}
+        bench_iop "$driver" "$MOCK_ADDR"
+        BIN_DIR=$keep_bin IOP_EDGE_ARGS=$keep_edge IOP_NODE_ARGS=$keep_node IOP_EDGE_YAML=$keep_yaml
+      else
+        bench_iop "$driver" "$MOCK_ADDR"
+      fi
       PATH_URL=http://$IOP_INGRESS
       PATH_MODEL=$model
       PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}${LINK_TLS:+, mTLS link}"
+      if [[ $p == iopb-* ]]; then
+        PATH_DESC="B: $PATH_DESC; $b_desc"
+      elif [ -n "$b_desc" ]; then
+        PATH_DESC="A: $PATH_DESC"
+      fi
       return 0
       ;;
   esac
@@ -285,12 +306,27 @@ CONF
 # Which IOP models: each one is checked once (one streaming request) before
 # its first path; one that does not stream is skipped with a note.
 read -r -a iop_models <<<"${IOP_MODELS:-${IOP_MODEL:-mock-chat mock-ollama}}"
+# An A/B of two IOP builds or settings in the same run: any IOP_B_* set
+# adds iopb-DRIVER-MODEL paths next to IOP's, started with it.
+b_desc=
+if [ -n "${IOP_B_BIN_DIR+x}${IOP_B_EDGE_ARGS+x}${IOP_B_NODE_ARGS+x}${IOP_B_EDGE_YAML+x}" ]; then
+  for b in iop-edge iop-node; do
+    [ -x "${IOP_B_BIN_DIR:-$BIN_DIR}/$b" ] || fail "IOP_B_BIN_DIR: no ${IOP_B_BIN_DIR:-$BIN_DIR}/$b"
+  done
+  b_desc="binaries in ${IOP_B_BIN_DIR:-$BIN_DIR}"
+  [ -z "${IOP_B_EDGE_ARGS+x}" ] || b_desc+=", Edge args \`${IOP_B_EDGE_ARGS}\`"
+  [ -z "${IOP_B_NODE_ARGS+x}" ] || b_desc+=", Node args \`${IOP_B_NODE_ARGS}\`"
+  [ -z "${IOP_B_EDGE_YAML+x}" ] || b_desc+=", Edge config \`${IOP_B_EDGE_YAML//$'\n'/ ⏎ }\`"
+fi
 declare -A iop_kind=([mock-chat]="(raw tunnel)" [mock-ollama]="(normalized)")
 declare -A iop_ok
 paths=()
 for p in "${have[@]}"; do
   if [ "$p" = iop ]; then
-    for m in "${iop_models[@]}"; do paths+=("iop-uring-$m" "iop-epoll-$m"); done
+    for m in "${iop_models[@]}"; do
+      paths+=("iop-uring-$m" "iop-epoll-$m")
+      [ -z "$b_desc" ] || paths+=("iopb-uring-$m" "iopb-epoll-$m")
+    done
   else paths+=("$p"); fi
 done
 
@@ -301,7 +337,7 @@ path_procs() {
   case "$1" in
     nginx | haproxy | litellm) echo "$1" ;;
     rathole) echo rathole-server rathole-client ;;
-    iop-*) echo edge node ;;
+    iop-* | iopb-*) echo edge node ;;
   esac
 }
 
@@ -490,8 +526,8 @@ for sc in "${scenarios[@]}"; do
     for p in "${paths[@]}"; do
       bench_stop
       bench_mock mock "${mock_flags[@]}"
-      if [[ $p == iop-* ]]; then
-        m=${p#iop-*-}
+      if [[ $p == iop-* || $p == iopb-* ]]; then
+        m=${p#iop*-*-}
         if [ -z "${iop_ok[$m]:-}" ]; then
           bench_iop uring "$MOCK_ADDR"
           if bench_model_ok "http://$IOP_INGRESS" "$m"; then iop_ok[$m]=1; else
@@ -533,6 +569,7 @@ md=$out_dir/peers.md
   echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`; for open, the oha run and the requests it sent); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
   echo "- **Host steal %:** the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the path's measured run; a path measured while the host steals is slower with a longer tail for reasons outside it, so compare rows with similar figures (a row at or above STEAL_WARN=${STEAL_WARN:-5} % is named in the notes)"
   [ "$ROUNDS" -eq 1 ] || echo "- **Rounds:** every path ran $ROUNDS times, the rounds interleaved (every path once, then again), so a slow phase of the host falls on all paths alike. Each row is one run: the path's median round by the scenario's figure (MiB/s, tokens/s, QPS; for open the added p99 over the same round's direct p99), the worse of the middle two for an even count, chosen among the rounds under STEAL_WARN % host steal when there are any; the *each round* column lists every round's figure in order, the row's in bold. IOP's ratios are between the rows shown"
+  [ -z "$b_desc" ] || echo "- **A/B:** the rows named \`iopb-…\` are IOP again, B: $b_desc; the \`iop-…\` rows (A) ran right before them in every round, with ${IOP_BIN_DIR:+binaries in $IOP_BIN_DIR and }the flags and config the IOP workers line names (none: the defaults). In B's rows the *IOP ÷ row* columns are A ÷ B: below 1× B is faster, above 1× A is"
   echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
   echo
   for sc in "${scenarios[@]}"; do
