@@ -457,7 +457,8 @@ measure_path() {
 }
 
 # round_figure SC PATH ROUND: the figure ROUND of PATH is ranked by (see
-# peers_key), "" when that round has none.
+# peers_key; for open its plain p99 when the round has no direct run), ""
+# when that round has none.
 round_figure() {
   local v d
   v=$(bench_headline "${fig[$1,$2,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
@@ -492,7 +493,9 @@ choose_round() {
   for key in json cpu cpu_all steal raw; do fig[$sc,$p,$key]=${fig[$sc,$p,$pick,$key]:-}; done
   fig[$sc,$p,round]=$pick
   fig[$sc,$p,added]=-
-  if [ "$script" = oha ] && [ "$p" != direct ]; then fig[$sc,$p,added]=$(round_figure "$sc" "$p" "$pick"); fi
+  if [ "$script" = oha ] && [ "$p" != direct ] && [ -f "${fig[$sc,direct,$pick,json]:-}" ]; then
+    fig[$sc,$p,added]=$(round_figure "$sc" "$p" "$pick")
+  fi
   if [ "$script" = oha ]; then
     cp "${fig[$sc,$p,raw]}" "$out_dir/oha/peers-$sc-$p.json"
   else
@@ -502,7 +505,7 @@ choose_round() {
     v=$(round_figure "$sc" "$p" "$r")
     if [ -z "$v" ]; then
       cell=-
-    elif [ "$script" = oha ] && [ "$p" != direct ]; then
+    elif [ "$script" = oha ] && [ "$p" != direct ] && [ -f "${fig[$sc,direct,$r,json]:-}" ]; then
       cell=$(printf '%+.3f' "$v")
     else
       cell=$(printf "%.${KEY_DIGITS}f" "$v")
