@@ -274,15 +274,12 @@ CONF
       local rest=${p#iop*-}
       local driver=${rest%%-*} model=${rest#*-}
       if [[ $p == iopb-* ]]; then
-        # The B build for an A/B: its binaries, flags and config for this
-        # path only (each one unset = A's).
-        local keep_bin=$BIN_DIR keep_edge=${IOP_EDGE_ARGS-} keep_node=${IOP_NODE_ARGS-} keep_yaml=${IOP_EDGE_YAML-}
-        BIN_DIR=${IOP_B_BIN_DIR:-$BIN_DIR}
-        IOP_EDGE_ARGS=${IOP_B_EDGE_ARGS-$keep_edge}
-        IOP_NODE_ARGS=${IOP_B_NODE_ARGS-$keep_node}
-        IOP_EDGE_YAML=${IOP_B_EDGE_YAML-$keep_yaml}
-        bench_iop "$driver" "$MOCK_ADDR"
-        BIN_DIR=$keep_bin IOP_EDGE_ARGS=$keep_edge IOP_NODE_ARGS=$keep_node IOP_EDGE_YAML=$keep_yaml
+        # The B build for an A/B: its binaries, flags and config, for this
+        # call only (bash restores a function call's assignments; each
+        # unset one = A's).
+        BIN_DIR=${IOP_B_BIN_DIR:-$BIN_DIR} IOP_EDGE_ARGS=${IOP_B_EDGE_ARGS-${IOP_EDGE_ARGS-}} \
+          IOP_NODE_ARGS=${IOP_B_NODE_ARGS-${IOP_NODE_ARGS-}} IOP_EDGE_YAML=${IOP_B_EDGE_YAML-${IOP_EDGE_YAML-}} \
+          bench_iop "$driver" "$MOCK_ADDR"
       else
         bench_iop "$driver" "$MOCK_ADDR"
       fi
@@ -390,18 +387,18 @@ peers_oha_headline() {
 }
 
 # peers_key: the figure a scenario's rounds are ranked by (a headline key),
-# and whether more of it is better: sets KEY_NAME, KEY_HIGHER (1 or 0) and
-# KEY_DIGITS. For open, the rank is the added p99 (the row's p99 − the same
-# round's direct p99).
+# and whether more of it is better: sets KEY_NAME, KEY_LABEL (its column's
+# name), KEY_HIGHER (1 or 0) and KEY_DIGITS. For open, the rank is the added
+# p99 (the row's p99 − the same round's direct p99).
 peers_key() {
   KEY_HIGHER=1 KEY_DIGITS=0
   case "$script" in
-    oha) KEY_NAME='p99 ms' KEY_HIGHER=0 KEY_DIGITS=3 ;;
+    oha) KEY_NAME='p99 ms' KEY_LABEL='added p99 ms' KEY_HIGHER=0 KEY_DIGITS=3 ;;
     chat-stream.js)
-      KEY_NAME='tokens/s (all streams)'
-      [ "$sc" != bulk ] || KEY_NAME='MiB/s (all streams)' KEY_DIGITS=1
+      KEY_NAME='tokens/s (all streams)' KEY_LABEL=tokens/s
+      [ "$sc" != bulk ] || KEY_NAME='MiB/s (all streams)' KEY_LABEL=MiB/s KEY_DIGITS=1
       ;;
-    *) KEY_NAME=QPS ;;
+    *) KEY_NAME=QPS KEY_LABEL=QPS ;;
   esac
 }
 
@@ -456,17 +453,22 @@ measure_path() {
   fig[$sc,$p,$round,json]=$json
 }
 
-# round_figure SC PATH ROUND: the figure ROUND of PATH is ranked by (see
-# peers_key; for open its plain p99 when the round has no direct run), ""
-# when that round has none.
+# round_figure SC PATH ROUND: sets ROUND_FIG to the figure ROUND of PATH
+# is ranked by (see peers_key; "" when the round has none) and ROUND_ADDED
+# to 1 when it is an added p99 ("+0.123": open, with the same round's
+# direct p99), else 0 (for open, then the plain p99). Call it directly, not
+# in $(...).
 round_figure() {
-  local v d
-  v=$(bench_headline "${fig[$1,$2,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
-  if [ "$script" = oha ] && [ "$2" != direct ] && [ -n "$v" ]; then
+  local d
+  ROUND_ADDED=0
+  ROUND_FIG=$(bench_headline "${fig[$1,$2,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
+  if [ "$script" = oha ] && [ "$2" != direct ] && [ -n "$ROUND_FIG" ]; then
     d=$(bench_headline "${fig[$1,direct,$3,json]:-/dev/null}" "$KEY_NAME" 2>/dev/null || true)
-    [ -z "$d" ] || v=$(bench_added_ms "$v" "$d")
+    if [ -n "$d" ]; then
+      ROUND_FIG=$(bench_added_ms "$ROUND_FIG" "$d")
+      ROUND_ADDED=1
+    fi
   fi
-  printf '%s' "$v"
 }
 
 # choose_round SC PATH: the round whose figures PATH's row shows, its
@@ -475,13 +477,14 @@ round_figure() {
 # are any. Copies fig[SC,PATH,ROUND,*] to fig[SC,PATH,*], its summary to
 # bench-results/, and lists every round's figure in fig[SC,PATH,rounds].
 choose_round() {
-  local sc=$1 p=$2 r v quiet=() all=() pick list=() cell warn=${STEAL_WARN:-5} order=-g
+  local sc=$1 p=$2 r quiet=() all=() pick list=() cell order=-g key
+  local -A figure=() added=() high=()
   for ((r = 1; r <= ROUNDS; r++)); do
-    v=$(round_figure "$sc" "$p" "$r")
-    [ -n "$v" ] || continue
-    all+=("$v $r")
-    awk -v s="${fig[$sc,$p,$r,steal]:-}" -v w="$warn" 'BEGIN { exit !(s != "" && s + 0 < w + 0) }' &&
-      quiet+=("$v $r")
+    round_figure "$sc" "$p" "$r"
+    [ -n "$ROUND_FIG" ] || continue
+    figure[$r]=$ROUND_FIG added[$r]=$ROUND_ADDED
+    all+=("$ROUND_FIG $r")
+    if bench_steal_high "${fig[$sc,$p,$r,steal]:-}"; then high[$r]=1; else quiet+=("$ROUND_FIG $r"); fi
   done
   [ ${#all[@]} -gt 0 ] || return 0
   [ ${#quiet[@]} -gt 0 ] || quiet=("${all[@]}")
@@ -489,30 +492,25 @@ choose_round() {
   # the middle two.
   [ "$KEY_HIGHER" = 1 ] || order=-gr
   pick=$(printf '%s\n' "${quiet[@]}" | sort $order -k1,1 | sed -n "$(((${#quiet[@]} + 1) / 2))p" | awk '{print $2}')
-  local key
   for key in json cpu cpu_all steal raw; do fig[$sc,$p,$key]=${fig[$sc,$p,$pick,$key]:-}; done
-  fig[$sc,$p,round]=$pick
   fig[$sc,$p,added]=-
-  if [ "$script" = oha ] && [ "$p" != direct ] && [ -f "${fig[$sc,direct,$pick,json]:-}" ]; then
-    fig[$sc,$p,added]=$(round_figure "$sc" "$p" "$pick")
-  fi
+  [ "${added[$pick]}" != 1 ] || fig[$sc,$p,added]=${figure[$pick]}
   if [ "$script" = oha ]; then
     cp "${fig[$sc,$p,raw]}" "$out_dir/oha/peers-$sc-$p.json"
   else
     cp "${fig[$sc,$p,json]}" "$out_dir/k6/peers-$sc-$p.json"
   fi
   for ((r = 1; r <= ROUNDS; r++)); do
-    v=$(round_figure "$sc" "$p" "$r")
-    if [ -z "$v" ]; then
+    if [ -z "${figure[$r]:-}" ]; then
       cell=-
-    elif [ "$script" = oha ] && [ "$p" != direct ] && [ -f "${fig[$sc,direct,$r,json]:-}" ]; then
-      cell=$(printf '%+.3f' "$v")
+    elif [ "${added[$r]}" = 1 ]; then
+      cell=${figure[$r]}
     else
-      cell=$(printf "%.${KEY_DIGITS}f" "$v")
+      cell=$(printf "%.${KEY_DIGITS}f" "${figure[$r]}")
       [ "$script" != oha ] || cell="p99 $cell"
     fi
     [ "$r" != "$pick" ] || cell="**$cell**"
-    awk -v s="${fig[$sc,$p,$r,steal]:-0}" -v w="$warn" 'BEGIN { exit !(s + 0 >= w + 0) }' && cell+=" (steal ${fig[$sc,$p,$r,steal]} %)"
+    [ -z "${high[$r]:-}" ] || cell+=" (steal ${fig[$sc,$p,$r,steal]} %)"
     list+=("$cell")
   done
   fig[$sc,$p,rounds]=$(printf '%s · ' "${list[@]}" | sed 's/ · $//')
@@ -592,15 +590,13 @@ md=$out_dir/peers.md
     echo
     case "$script" in
       chat-stream.js)
-        head="| path | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1='tokens/s (all streams)'; k2='ttfb p50 ms'
-        [ "$sc" != bulk ] || k1='MiB/s (all streams)'
+        head="| path | streams/s | tokens/s | MiB/s | TTFB p50 / p99 ms | mean chunk gap p50 ms | error rate | CPU µs per stream: proxy / mock / k6 | CPU µs per stream, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=$KEY_NAME; k2='ttfb p50 ms'
         ;;
       oha) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | added p99 ms | dropped | error rate | CPU µs per request: proxy / mock / oha | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
       *) head="| path | QPS | p50 ms | p99 ms | p99.9 ms | dropped | error rate | CPU µs per request: proxy / mock / k6 | CPU µs per request, all | host steal % |"; rule="|---|---|---|---|---|---|---|---|---|---|"; k1=QPS; k2='p99 ms' ;;
     esac
     if [ "$ROUNDS" -gt 1 ]; then
-      head+=" ${KEY_NAME% (*}${KEY_NAME:+ }each round |"
-      [ "$script" != oha ] || head=${head/p99 ms each round/added p99 ms each round}
+      head+=" $KEY_LABEL each round |"
       rule+="---|"
     fi
     for m in "${refs[@]}"; do

@@ -379,9 +379,15 @@ bench_steal_since() {
     split(a, x, " "); split(b, y, " "); t = y[2] - x[2]
     if (t > 0) printf "%.1f", (y[1] - x[1]) * 100 / t; else printf "-" }')
   BENCH_STEAL_NOTE=
-  if awk -v p="$BENCH_STEAL" -v w="${STEAL_WARN:-5}" 'BEGIN { exit !(p != "-" && p + 0 >= w + 0) }'; then
+  if bench_steal_high "$BENCH_STEAL"; then
     BENCH_STEAL_NOTE="the hypervisor took $BENCH_STEAL % of this VM's CPU during the run (/proc/stat steal, at or above STEAL_WARN=${STEAL_WARN:-5}): its rates and latencies are lower and longer for reasons outside the path"
   fi
+}
+
+# bench_steal_high PCT: true when PCT (a BENCH_STEAL figure) is at or above
+# STEAL_WARN (default 5; %); "-" or "" never is.
+bench_steal_high() {
+  awk -v p="$1" -v w="${STEAL_WARN:-5}" 'BEGIN { exit !(p != "-" && p != "" && p + 0 >= w + 0) }'
 }
 
 # bench_reaped_ticks PID: the CPU time of PID's children that have ended
