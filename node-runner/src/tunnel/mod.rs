@@ -93,6 +93,7 @@
 //! manager's and the link's.
 
 mod credit;
+mod quoted_key;
 mod request;
 mod response_head;
 mod sse_tap;

@@ -47,9 +47,9 @@ use std::sync::LazyLock;
 
 use bytes::Bytes;
 use framing::sse::{SseConfig, SseItemRef, SseObserver};
-use memchr::memmem::Finder;
 use proto::v1::Usage;
 
+use super::quoted_key::QuotedKey;
 use super::usage::{Observed, mentions_usage, observe, usage_key, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
@@ -424,7 +424,7 @@ impl Unobserved {
 /// anything but `]`): such an event is not the usage-only one, so it need
 /// not be held.
 fn has_choices(bytes: &[u8]) -> bool {
-    static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"choices\""));
+    static KEY: LazyLock<QuotedKey> = LazyLock::new(|| QuotedKey::new(b"\"choices\""));
     values_of(bytes, &KEY).any(|value| {
         value
             .strip_prefix(b"[")

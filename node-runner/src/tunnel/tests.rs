@@ -177,6 +177,38 @@ fn an_event_spanning_chunks_without_the_key_is_never_observed() {
 }
 
 #[test]
+fn a_long_usage_event_is_found_past_sparse_or_dense_quotes() {
+    // A usage event whose one data line is long enough to be searched quote
+    // by quote, with its key after a long quote-free string or after quotes
+    // dense enough to send the search back to memmem; whole in a chunk or
+    // cut anywhere around the key, and with every line ending.
+    let quiet = "q".repeat(3 * super::quoted_key::LONG);
+    let dense = "\\\"a".repeat(super::quoted_key::LONG);
+    for pad in [quiet, dense] {
+        for eol in ["\n", "\r", "\r\n"] {
+            let usage_event = USAGE_EVENT.replacen("{", &format!("{{\"pad\":\"{pad}\","), 1);
+            let token =
+                format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t\"}}}}]}}{eol}{eol}");
+            let input = format!("{token}{usage_event}{eol}{eol}data: [DONE]{eol}{eol}");
+            let key = input.find("\"usage\"").unwrap();
+            for cut in [0, token.len() + 1, key - 3, key + 3, key + 100] {
+                for strip in [false, true] {
+                    let mut tap = SseTap::new(strip);
+                    let (out, usages, _) = run(&mut tap, input.as_bytes(), &[cut]);
+                    assert_eq!(usages, [usage()], "cut at {cut}, {eol:?}");
+                    let expected = if strip {
+                        format!("{token}data: [DONE]{eol}{eol}")
+                    } else {
+                        input.clone()
+                    };
+                    assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at {cut}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn an_unfinished_event_longer_than_the_bound_is_shown_to_the_observer() {
     let big = format!("data: {}\n\n", "x".repeat(MAX_UNOBSERVED + 10));
     let input = format!("{big}{USAGE_EVENT}\n\n");

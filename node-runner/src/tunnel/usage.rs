@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use bytes::Bytes;
-use memchr::memmem::Finder;
 use proto::v1::Usage;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use super::quoted_key::QuotedKey;
 use super::usage_quick;
 
 /// Largest non-streaming JSON body scanned for usage: a larger body is still
@@ -228,8 +228,8 @@ pub(super) fn mentions_usage(json: &[u8]) -> bool {
 }
 
 /// The finder of `"usage"` (the quoted key), built once.
-pub(super) fn usage_key() -> &'static Finder<'static> {
-    static KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+pub(super) fn usage_key() -> &'static QuotedKey {
+    static KEY: LazyLock<QuotedKey> = LazyLock::new(|| QuotedKey::new(b"\"usage\""));
     &KEY
 }
 
@@ -238,13 +238,11 @@ pub(super) fn usage_key() -> &'static Finder<'static> {
 /// the value on, leading whitespace skipped. A raw quoted name cannot occur
 /// inside a JSON string (its quotes would be escaped), only as a key.
 ///
-/// memmem, not a byte-by-byte window compare: this runs over every relayed
-/// event (64 KiB ones too). Callers keep their finder in a static: building
-/// one per call (`memmem::find`) had cost more than the search itself on a
-/// token-sized event (~13 % of the Node's samples in `s2/tunnel`).
+/// This runs over every relayed event (64 KiB ones too): see
+/// [`QuotedKey`] for how it searches.
 pub(super) fn values_of<'a>(
     json: &'a [u8],
-    key: &'a Finder<'static>,
+    key: &'a QuotedKey,
 ) -> impl Iterator<Item = &'a [u8]> + 'a {
     let mut rest = json;
     std::iter::from_fn(move || {
