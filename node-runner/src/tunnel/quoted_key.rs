@@ -29,10 +29,10 @@ pub(super) const LONG: usize = 2048;
 /// Quotes passed before the density test applies: more than a chunk's
 /// JSON around its text has (an OpenAI chunk ~30, before and after its
 /// `content`), so a large event is searched quote by quote to its end.
-pub(super) const MIN_STOPS: usize = 64;
+const MIN_STOPS: usize = 64;
 
 /// Quotes closer than this many bytes apart on average are dense.
-pub(super) const MEAN_GAP: usize = 256;
+const MEAN_GAP: usize = 256;
 
 /// A finder of one quoted JSON member name; see the module docs. Built once
 /// per name (callers keep it in a static: building a finder per search

@@ -50,7 +50,7 @@ use framing::sse::{SseConfig, SseItemRef, SseObserver};
 use proto::v1::Usage;
 
 use super::quoted_key::QuotedKey;
-use super::usage::{Observed, mentions_usage, observe, usage_key, values_of};
+use super::usage::{Observed, USAGE_KEY, mentions_usage, observe, usage_key, values_of};
 
 /// Most bytes of an unfinished event held back while stripping.
 pub const MAX_HELD_EVENT: usize = 64 * 1024;
@@ -366,9 +366,6 @@ struct Unobserved {
     /// The bytes noted so far contain `"usage"`.
     shows_key: bool,
 }
-
-/// The quoted key whose presence sends an event to the observer.
-const USAGE_KEY: &[u8; 7] = b"\"usage\"";
 
 /// The shortest start of an event kept aside, unobserved.
 pub(crate) const MIN_UNOBSERVED: usize = 16 * 1024;

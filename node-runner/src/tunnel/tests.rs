@@ -33,6 +33,19 @@ fn stream(tokens: usize, eol: &str) -> (String, String) {
     (format!("{body}{usage}{done}"), format!("{body}{done}"))
 }
 
+/// A token event, the usage event with a `pad` string as its first member,
+/// `[DONE]`, with `eol` as every line ending; and the same stream without
+/// the usage event.
+fn padded_usage_stream(pad: &str, eol: &str) -> (String, String) {
+    let token = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t\"}}}}]}}{eol}{eol}");
+    let usage_event = USAGE_EVENT.replacen('{', &format!("{{\"pad\":\"{pad}\","), 1);
+    let done = format!("data: [DONE]{eol}{eol}");
+    (
+        format!("{token}{usage_event}{eol}{eol}{done}"),
+        format!("{token}{done}"),
+    )
+}
+
 /// Feeds `input` cut at `cuts`; returns the relayed bytes, the usage events
 /// and whether every relayed slice points into the input chunks.
 fn run(tap: &mut SseTap, input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<Usage>, bool) {
@@ -186,22 +199,16 @@ fn a_long_usage_event_is_found_past_sparse_or_dense_quotes() {
     let dense = "\\\"a".repeat(super::quoted_key::LONG);
     for pad in [quiet, dense] {
         for eol in ["\n", "\r", "\r\n"] {
-            let usage_event = USAGE_EVENT.replacen("{", &format!("{{\"pad\":\"{pad}\","), 1);
-            let token =
-                format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t\"}}}}]}}{eol}{eol}");
-            let input = format!("{token}{usage_event}{eol}{eol}data: [DONE]{eol}{eol}");
+            let (input, stripped) = padded_usage_stream(&pad, eol);
+            let usage_event = input.find("data: {\"pad\"").unwrap();
             let key = input.find("\"usage\"").unwrap();
-            for cut in [0, token.len() + 1, key - 3, key + 3, key + 100] {
+            for cut in [0, usage_event + 1, key - 3, key + 3, key + 100] {
                 for strip in [false, true] {
                     let mut tap = SseTap::new(strip);
                     let (out, usages, _) = run(&mut tap, input.as_bytes(), &[cut]);
                     assert_eq!(usages, [usage()], "cut at {cut}, {eol:?}");
-                    let expected = if strip {
-                        format!("{token}data: [DONE]{eol}{eol}")
-                    } else {
-                        input.clone()
-                    };
-                    assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at {cut}");
+                    let expected = if strip { &stripped } else { &input };
+                    assert_eq!(&String::from_utf8(out).unwrap(), expected, "cut at {cut}");
                 }
             }
         }
@@ -233,10 +240,8 @@ fn the_key_is_found_across_any_two_cuts() {
     // in the first chunk is over `MIN_UNOBSERVED`), cut at every pair of
     // points around the key, so the key straddles two or three parts (some
     // of one byte).
-    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"t\"}}]}\n\n";
     let pad = "p".repeat(super::sse_tap::MIN_UNOBSERVED + 100);
-    let usage_event = USAGE_EVENT.replacen("{", &format!("{{\"pad\":\"{pad}\","), 1);
-    let input = format!("{token}{usage_event}\n\ndata: [DONE]\n\n");
+    let (input, stripped) = padded_usage_stream(&pad, "\n");
     let key = input.find("\"usage\"").unwrap();
     for first in key - 2..key + 9 {
         for second in first..key + 9 {
@@ -245,12 +250,8 @@ fn the_key_is_found_across_any_two_cuts() {
                 let (out, usages, uncopied) = run(&mut tap, input.as_bytes(), &[10, first, second]);
                 assert_eq!(usages, [usage()], "cuts at {first}, {second}");
                 assert!(uncopied);
-                let expected = if strip {
-                    format!("{token}data: [DONE]\n\n")
-                } else {
-                    input.clone()
-                };
-                assert_eq!(String::from_utf8(out).unwrap(), expected);
+                let expected = if strip { &stripped } else { &input };
+                assert_eq!(&String::from_utf8(out).unwrap(), expected);
             }
         }
     }

@@ -227,9 +227,12 @@ pub(super) fn mentions_usage(json: &[u8]) -> bool {
     values_of(json, usage_key()).any(|value| !value.starts_with(b"null"))
 }
 
-/// The finder of `"usage"` (the quoted key), built once.
+/// The quoted key `"usage"`.
+pub(super) const USAGE_KEY: &[u8; 7] = b"\"usage\"";
+
+/// The finder of [`USAGE_KEY`], built once.
 pub(super) fn usage_key() -> &'static QuotedKey {
-    static KEY: LazyLock<QuotedKey> = LazyLock::new(|| QuotedKey::new(b"\"usage\""));
+    static KEY: LazyLock<QuotedKey> = LazyLock::new(|| QuotedKey::new(USAGE_KEY));
     &KEY
 }
 
