@@ -28,6 +28,9 @@ need curl curl
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export RUST_BACKTRACE=1
+# A one-shot run gains nothing from incremental state (3.5 GB of target/
+# in a fresh clone), and CI runners' disks are not large.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 if [ -z "${IOP_TEST_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
