@@ -29,7 +29,9 @@ need curl curl
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export RUST_BACKTRACE=1
 # A one-shot run gains nothing from incremental state (3.5 GB of target/
-# in a fresh clone), and CI runners' disks are not large.
+# in a fresh clone), and CI runners' disks are not large. Locally,
+# CARGO_INCREMENTAL=1 keeps it (and the workspace crates' builds shared
+# with plain `cargo test`).
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 # A cold run grows target/ (and framing/fuzz/target) to about 5 GB. A full
