@@ -149,7 +149,8 @@ pub struct Dispatcher<D> {
     stream_ids: Arc<StreamIds>,
     /// The credit window each run and tunnel is opened with
     /// (`link.initial_stream_window`), named in its request so that the
-    /// node and the Edge's grants agree on it (see [`stream::grant_threshold`]).
+    /// node and the Edge's grants agree on it (see
+    /// [`stream::grant_threshold_of`]).
     stream_window: u32,
 }
 
@@ -505,11 +506,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         run_id: Option<Arc<str>>,
         msg: Msg,
     ) -> Result<StreamHandle, SubmitError> {
-        let window = match &msg {
-            Msg::RunRequest(request) => request.initial_window,
-            Msg::ProviderTunnelRequest(request) => request.initial_window,
-            _ => 0,
-        };
+        let grant_at = stream::grant_threshold_of(&msg);
         let inbox = self
             .inboxes
             .get(target.core)
@@ -536,7 +533,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             inbox,
             ended: false,
             taken: 0,
-            grant_at: stream::grant_threshold(window),
+            grant_at,
         })
     }
 }

@@ -28,8 +28,8 @@ pub(crate) struct StreamHandle {
     /// Credit taken (run events handed out, tunnel body written) and not
     /// granted back to the node yet; see [`grant_taken`](Self::grant_taken).
     pub(crate) taken: u32,
-    /// The credit given back in one update ([`grant_threshold`] of the
-    /// stream's window).
+    /// The credit given back in one update ([`grant_threshold_of`] the
+    /// stream's open).
     pub(crate) grant_at: u32,
 }
 
@@ -266,6 +266,29 @@ pub(crate) const GRANT_AT_LEAST: u32 = (crate::config::MIN_INITIAL_STREAM_WINDOW
 /// 512 bytes is for the smallest window (1 KiB).
 pub(crate) fn grant_threshold(window: u32) -> u32 {
     (window / 4).max(GRANT_AT_LEAST)
+}
+
+/// The credit a tunnel of `window` bytes gives back in one `WindowUpdate`:
+/// half its window, at least [`GRANT_AT_LEAST`]. A tunnel reads its
+/// provider again at its first byte of credit, so any threshold under the
+/// window keeps it going; half a window a wake-up of the Node (which then
+/// sends half a window at once) took 7–15 % off Edge + Node CPU a bulk
+/// stream with io_uring, epoll's unchanged (`bench-results/profiles.md`,
+/// round 43). Runs keep
+/// [`grant_threshold`]: with half, their bulk streams did no better.
+pub(crate) fn tunnel_grant_threshold(window: u32) -> u32 {
+    (window / 2).max(GRANT_AT_LEAST)
+}
+
+/// The grant threshold of the stream `open` starts: a run's
+/// [`grant_threshold`], a tunnel's [`tunnel_grant_threshold`], of the
+/// window it names; [`GRANT_AT_LEAST`] for any other stream.
+pub(crate) fn grant_threshold_of(open: &Msg) -> u32 {
+    match open {
+        Msg::RunRequest(request) => grant_threshold(request.initial_window),
+        Msg::ProviderTunnelRequest(request) => tunnel_grant_threshold(request.initial_window),
+        _ => GRANT_AT_LEAST,
+    }
 }
 
 /// Adds `more` to the credit `pending` grant; returns it (and starts over)

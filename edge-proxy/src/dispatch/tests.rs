@@ -1,10 +1,12 @@
 //! The dispatcher's run ids and a run stream's credit grants.
 
-use super::stream::{GRANT_AT_LEAST, grant_due, grant_threshold};
+use super::stream::{
+    GRANT_AT_LEAST, grant_due, grant_threshold, grant_threshold_of, tunnel_grant_threshold,
+};
 use super::*;
 use crate::link::streams::{StreamItem, stream_channel};
 use crate::runtime::{IoDriver, block_on};
-use proto::v1::{RunEvent, RunEventKind, WindowUpdate};
+use proto::v1::{ProviderTunnelRequest, RunEvent, RunEventKind, RunRequest, WindowUpdate};
 
 fn event(seq: u64, kind: RunEventKind, text: &str) -> StreamItem {
     let mut event = RunEvent {
@@ -61,7 +63,37 @@ fn credit_is_granted_back_in_updates_of_a_quarter_window() {
             window - threshold >= resume,
             "window {window}: a node may wait for {resume} with {threshold} held back"
         );
+        // A tunnel resumes at its first byte of credit.
+        let threshold = tunnel_grant_threshold(window);
+        assert!(threshold >= GRANT_AT_LEAST);
+        assert!(
+            window - threshold >= 1,
+            "window {window}: a tunnel may wait with {threshold} held back"
+        );
     }
+}
+
+#[test]
+fn a_tunnel_grants_in_halves_of_its_window_and_a_run_in_quarters() {
+    assert_eq!(tunnel_grant_threshold(256 * 1024), 128 * 1024);
+    assert_eq!(tunnel_grant_threshold(1024), 512);
+    assert_eq!(
+        tunnel_grant_threshold(0),
+        GRANT_AT_LEAST,
+        "a window not known"
+    );
+    let run = Msg::RunRequest(Box::new(RunRequest {
+        initial_window: 256 * 1024,
+        ..RunRequest::default()
+    }));
+    let tunnel = Msg::ProviderTunnelRequest(Box::new(ProviderTunnelRequest {
+        initial_window: 256 * 1024,
+        ..ProviderTunnelRequest::default()
+    }));
+    assert_eq!(grant_threshold_of(&run), 64 * 1024);
+    assert_eq!(grant_threshold_of(&tunnel), 128 * 1024);
+    let other = Msg::CancelRequest(Box::default());
+    assert_eq!(grant_threshold_of(&other), GRANT_AT_LEAST);
 }
 
 type Sink = crate::link::streams::StreamSink;

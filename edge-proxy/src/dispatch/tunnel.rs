@@ -76,9 +76,9 @@ impl TunnelStream {
     }
 
     /// Gives the node `bytes` more credit for this stream's body (the
-    /// client socket drained that much), in updates of a quarter of its
-    /// window (`grant_threshold`): a
-    /// node whose window is spent has always been granted again.
+    /// client socket drained that much), in updates of half its window
+    /// (`tunnel_grant_threshold`): a node whose window is spent has always
+    /// been granted again.
     pub fn grant(&mut self, bytes: u32) {
         self.handle.take_credit(bytes);
         self.handle.grant_taken();
