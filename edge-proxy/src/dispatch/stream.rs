@@ -252,11 +252,11 @@ pub fn run_event_text(event: &RunEvent) -> &str {
 /// updates of this size, which suits any window.
 pub(crate) const GRANT_AT_LEAST: u32 = (crate::config::MIN_INITIAL_STREAM_WINDOW / 2) as u32;
 
-/// The credit a stream of `window` bytes gives back in one `WindowUpdate`:
-/// a quarter of its window, at least [`GRANT_AT_LEAST`]. A token stream's
-/// small events then cost one update per quarter window, and a bulk
-/// stream's one per few client writes, not one per write (each update is a
-/// link write and a wake-up of the Node).
+/// The credit a run of `window` bytes gives back in one `WindowUpdate`:
+/// a quarter of its window, at least [`GRANT_AT_LEAST`]. A token run's
+/// small events then cost one update per quarter window, and a bulk run's
+/// one per few client writes, not one per write (each update is a link
+/// write and a wake-up of the Node).
 ///
 /// The bound that keeps a waiting node from being starved: a node that took
 /// its whole window back from the Edge sees `window − (ungranted <
@@ -274,8 +274,8 @@ pub(crate) fn grant_threshold(window: u32) -> u32 {
 /// window keeps it going; half a window a wake-up of the Node (which then
 /// sends half a window at once) took 7–15 % off Edge + Node CPU a bulk
 /// stream with io_uring, epoll's unchanged (`bench-results/profiles.md`,
-/// round 43). Runs keep
-/// [`grant_threshold`]: with half, their bulk streams did no better.
+/// round 43). Runs keep [`grant_threshold`]: with half, their bulk
+/// streams did no better.
 pub(crate) fn tunnel_grant_threshold(window: u32) -> u32 {
     (window / 2).max(GRANT_AT_LEAST)
 }

@@ -35,7 +35,7 @@ fn granted(inbox: &mut tokio::sync::mpsc::UnboundedReceiver<CoreMsg>) -> Vec<u32
 }
 
 #[test]
-fn credit_is_granted_back_in_updates_of_a_quarter_window() {
+fn credit_is_granted_back_in_quarters_or_halves_a_waiting_node_always_gets() {
     let mut pending = 0;
     assert_eq!(grant_due(&mut pending, 500, GRANT_AT_LEAST), None);
     assert_eq!(grant_due(&mut pending, 12, GRANT_AT_LEAST), Some(512));
