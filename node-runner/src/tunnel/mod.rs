@@ -94,6 +94,7 @@
 
 mod credit;
 mod quoted_key;
+mod relay;
 mod request;
 mod response_head;
 mod sse_tap;
@@ -108,11 +109,9 @@ use std::future::{Future, pending};
 use std::time::Duration;
 
 use bytes::Bytes;
-use framing::frame::MAX_BODY_PARTS;
 use proto::v1::{
     AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
-    ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
-    provider_tunnel_frame::Frame,
+    ProviderTunnelFrame, ProviderTunnelRequest, TunnelHeaders, Usage, provider_tunnel_frame::Frame,
 };
 
 pub use credit::{Credit, RESUME_AT_MOST};
@@ -120,12 +119,12 @@ pub use request::{DEFAULT_STALL_TIMEOUT_MS, MAX_STALL_TIMEOUT_MS};
 pub use sse_tap::{MAX_HELD_EVENT, OBSERVER_LIMIT};
 pub use usage::MAX_JSON_USAGE_BODY;
 
-use crate::adapter::{AdapterConfig, AnyAdapter, failure, transport_failure};
+use crate::adapter::{AdapterConfig, AnyAdapter, failure};
 use crate::provider_http::ProviderClient;
 use crate::stall::{Activity, CloseSignal, HealthCheck, NoHealth, Watchdog, evidence};
-use request::{Prepared, prepare};
-use response_head::{Tap, UsageWants, choose_tap, relayed_headers};
-use sse_tap::Seen;
+use relay::Relay;
+use request::prepare;
+use response_head::UsageWants;
 
 /// Initial per-stream window when the config says 0, in bytes.
 pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
@@ -491,191 +490,4 @@ fn error_frame(failure: ExecutionFailure) -> ProviderTunnelFrame {
 
 fn frame(frame: Frame) -> ProviderTunnelFrame {
     ProviderTunnelFrame { frame: Some(frame) }
-}
-
-/// The relay of one admitted request; owns the sink until the terminal.
-struct Relay<'a, S> {
-    sink: &'a mut S,
-    credit: &'a Credit,
-    max_chunk: usize,
-    /// Asked after a stall claim: every provider await gives way to it.
-    close: &'a CloseSignal,
-}
-
-impl<S: TunnelSink> Relay<'_, S> {
-    async fn run(
-        self,
-        client: &ProviderClient,
-        prepared: Prepared,
-        wants: UsageWants,
-    ) -> TunnelOutcome {
-        let Self {
-            sink,
-            credit,
-            max_chunk,
-            close,
-        } = self;
-        // Boxed: connect, TLS and the request write are live only until
-        // the head arrives; inline they would size the whole idle stream.
-        let request_sent = Box::pin(client.request(prepared.request));
-        let mut response = match close.or_close(request_sent).await {
-            Some(Ok(response)) => response,
-            Some(Err(error)) => return fail(sink, transport_failure(&error)),
-            None => return closed(),
-        };
-        let status = response.status();
-        let mut tap = choose_tap(&response, wants);
-        sink.frame(frame(Frame::Status(TunnelStatus {
-            code: u32::from(status),
-        })));
-        let cuts = matches!(tap, Tap::Sse(_)) && wants.strip_usage_event;
-        sink.headers(&relayed_headers(response.headers(), cuts));
-        let mut send = Sender {
-            sink,
-            credit,
-            max_chunk,
-            first: None,
-            more: Vec::new(),
-            len: 0,
-        };
-        let mut out = Vec::new();
-        let mut seen = Seen::default();
-        loop {
-            // What the last read brought is taken without waiting, and its
-            // pieces gathered into one frame; the frame goes out before the
-            // next read.
-            let next = match response.next_chunk_now() {
-                Some(next) => Some(next),
-                None => {
-                    send.flush();
-                    // Read only with credit: a spent window pauses this
-                    // provider. Pinned here and lent to `or_close`: passed
-                    // by value, it would be laid out twice in this (idle
-                    // stream's) future.
-                    let read = std::pin::pin!(async {
-                        wait_credit(credit, send.sink).await;
-                        response.next_chunk().await
-                    });
-                    close.or_close(read).await
-                }
-            };
-            let Some(next) = next else {
-                drop(response);
-                return closed();
-            };
-            match (next, &mut tap) {
-                (Some(Ok(chunk)), Tap::Plain) => send.body(chunk).await,
-                (Some(Ok(chunk)), Tap::Json(json)) => {
-                    json.feed(&chunk);
-                    send.body(chunk).await;
-                }
-                (Some(Ok(chunk)), Tap::Sse(sse)) => {
-                    sse.feed(chunk, &mut out, &mut seen);
-                    for piece in out.drain(..) {
-                        send.body(piece).await;
-                    }
-                    for usage in seen.usage_events.drain(..) {
-                        send.flushed().frame(frame(Frame::Usage(usage)));
-                    }
-                }
-                (Some(Err(error)), _) => {
-                    // What was read so far goes out before the error.
-                    if let Tap::Sse(sse) = &mut tap {
-                        sse.finish(&mut out);
-                        for piece in out.drain(..) {
-                            send.body(piece).await;
-                        }
-                    }
-                    drop(response);
-                    return fail(send.flushed(), transport_failure(&error));
-                }
-                (None, _) => break,
-            }
-        }
-        let usage = match &mut tap {
-            Tap::Plain => None,
-            Tap::Json(json) => json.finish(),
-            Tap::Sse(sse) => {
-                sse.finish(&mut out);
-                for piece in out.drain(..) {
-                    send.body(piece).await;
-                }
-                sse.last_usage()
-            }
-        };
-        drop(response);
-        send.flushed().frame(frame(Frame::End(TunnelEnd { usage })));
-        TunnelOutcome::Completed { status, usage }
-    }
-}
-
-/// Waits for credit, holding the stall watchdog meanwhile.
-async fn wait_credit(credit: &Credit, sink: &mut impl TunnelSink) {
-    if credit.available() > 0 {
-        return;
-    }
-    sink.hold(true);
-    credit.ready().await;
-    sink.hold(false);
-}
-
-/// Hands body bytes to the sink in frames that fit the credit and the
-/// chunk limit. Pieces given one after another without a wait in between
-/// (the chunks of one provider read) are gathered into one frame of
-/// several slices, sent when it is full or by [`Sender::flush`]; credit is
-/// spent as a piece is gathered.
-///
-/// Nothing stays gathered across a wait: [`body`](Self::body) flushes
-/// before it waits for credit, and the relay flushes before each read and
-/// before any other frame (through [`flushed`](Self::flushed)), so a
-/// cancel (which can only land at a wait) never drops gathered bytes, and
-/// no byte waits for a later one.
-struct Sender<'a, S> {
-    sink: &'a mut S,
-    credit: &'a Credit,
-    max_chunk: usize,
-    /// The frame being gathered: its first slice, the others, their bytes.
-    first: Option<Bytes>,
-    more: Vec<Bytes>,
-    len: usize,
-}
-
-impl<S: TunnelSink> Sender<'_, S> {
-    async fn body(&mut self, mut bytes: Bytes) {
-        while !bytes.is_empty() {
-            if self.credit.available() == 0 {
-                self.flush();
-                wait_credit(self.credit, self.sink).await;
-            }
-            let credit = usize::try_from(self.credit.available()).unwrap_or(usize::MAX);
-            // `len < max_chunk` holds between calls (a full frame is sent).
-            let n = bytes.len().min(self.max_chunk - self.len).min(credit);
-            // `split_to` shares the buffer: no copy, also for the whole.
-            let piece = bytes.split_to(n);
-            self.credit.spend(n);
-            self.len += n;
-            match self.first {
-                None => self.first = Some(piece),
-                Some(_) => self.more.push(piece),
-            }
-            if self.len >= self.max_chunk || self.more.len() + 1 >= MAX_BODY_PARTS {
-                self.flush();
-            }
-        }
-    }
-
-    /// The sink, once the frame being gathered is sent: every other frame
-    /// goes through here, so it follows the body bytes before it.
-    fn flushed(&mut self) -> &mut S {
-        self.flush();
-        self.sink
-    }
-
-    /// Sends the frame being gathered, if any.
-    fn flush(&mut self) {
-        if let Some(first) = self.first.take() {
-            self.len = 0;
-            self.sink.body(first, std::mem::take(&mut self.more));
-        }
-    }
 }
