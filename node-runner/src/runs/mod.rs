@@ -18,7 +18,7 @@
 //!   dropped).
 //! - **Exactly one terminal (F10, F11).** Every `RunRequest` gets exactly
 //!   one terminal `RunEvent` on its stream, and nothing after it: refused
-//!   runs get a lone `error`; admitted ones get what [`relay`] emits. A
+//!   runs get a lone `error`; admitted ones get what [`relay()`] emits. A
 //!   run's stream lives on one core, so its frames keep their order.
 //! - **Validation before any provider call (F20).** Unknown adapter,
 //!   unknown target, an invalid raw stall timeout or input the adapter
