@@ -384,6 +384,32 @@ fn updates_arriving_inside_the_commit_interval_share_one_transaction() {
 }
 
 #[test]
+fn a_flush_whose_wake_up_the_queue_absorbed_is_still_answered() {
+    // The store thread parks inside the channel's blocking `recv` too (here
+    // the gate's): a flush's unpark that lands there wakes that wait, which
+    // parks again, and the token is gone. The thread then takes the update
+    // and, with nothing to wake it, would park for the whole interval with
+    // the flush already queued behind it.
+    let (_dir, store) = temp_store(1000);
+    let (open_gate, gate) = mpsc::channel();
+    let config = WriterConfig {
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..WriterConfig::default()
+    };
+    let writer = StoreWriter::spawn_gated(store, config, Some(gate)).unwrap();
+    assert!(writer.record(update("r1", Transition::Queued)));
+    // Time for the thread to reach the gate's wait, where the unpark is
+    // absorbed; the assertion below holds whatever the timing.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let ack = writer.handle().request_flush().unwrap();
+    open_gate.send(()).unwrap();
+    // Bounded so that a lost wake-up fails the test instead of hanging it.
+    ack.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the flush is answered without waiting out the commit interval");
+    assert_eq!(writer.stats().written, 1);
+}
+
+#[test]
 fn a_backlog_past_a_full_batch_is_written_without_waiting_an_interval() {
     let (_dir, store) = temp_store(1000);
     let config = WriterConfig {

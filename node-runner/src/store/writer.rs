@@ -193,12 +193,20 @@ impl StoreHandle {
     /// Blocks until every update queued before this call is committed (or
     /// failed). Not for the event path.
     pub fn flush(&self) -> Result<(), StoreError> {
+        self.request_flush()?
+            .recv()
+            .map_err(|_| StoreError::WriterClosed)
+    }
+
+    /// Queues a flush and wakes the store thread; the receiver gets `()`
+    /// once everything queued before it is committed (or failed).
+    pub(crate) fn request_flush(&self) -> Result<Receiver<()>, StoreError> {
         let (ack_tx, ack_rx) = mpsc::sync_channel(1);
         self.tx
             .send(Msg::Flush(ack_tx))
             .map_err(|_| StoreError::WriterClosed)?;
         self.thread.unpark();
-        ack_rx.recv().map_err(|_| StoreError::WriterClosed)
+        Ok(ack_rx)
     }
 
     /// The writer's counters now.
@@ -289,49 +297,85 @@ impl Drop for StoreWriter {
     }
 }
 
-/// The store thread: wait for one message; if it is an update, park for
-/// the commit interval to gather what follows (a flush or shutdown unparks
-/// it early; a backlog left by a full batch is written at once); then take
-/// whatever is queued (up to `max_batch` updates, stopping at a flush or
-/// shutdown), write it in one transaction, acknowledge flushes.
+/// The store thread: wait for one message; take whatever is queued behind
+/// it (up to `max_batch` updates, stopping at a flush or shutdown); if
+/// that was an update and nothing stopped it, park for the commit interval
+/// to gather what follows (a flush or shutdown unparks it early; a backlog
+/// left by a full batch is written at once) and take what came; then write
+/// it in one transaction and acknowledge flushes.
+///
+/// What is queued is taken *before* parking because the unpark of a
+/// flush or shutdown can be lost to the channel: its blocking `recv` parks
+/// this thread too, and a sender's wake-up and the flush's unpark that
+/// both land before the thread runs leave one token, which `recv`
+/// consumes. The flush's message was sent before its unpark, so it is then
+/// already in the queue, and taking the queue finds it.
 fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: WriterConfig) {
     let max_batch = config.max_batch.max(1);
-    let mut pending = Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH));
+    let mut batch = Batch {
+        pending: Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH)),
+        ack: None,
+        shutdown: false,
+        max_batch,
+    };
     let mut backlog = false;
     loop {
         let Ok(first) = rx.recv() else { return };
-        if matches!(first, Msg::Update(_)) && !backlog && !config.commit_interval.is_zero() {
-            // A spurious or early wake only commits sooner.
-            std::thread::park_timeout(config.commit_interval);
-        }
-        let mut next = Some(first);
-        let mut ack = None;
-        let mut shutdown = false;
-        while let Some(msg) = next.take() {
-            match msg {
-                Msg::Update(u) => {
-                    counters.in_queue.fetch_sub(1, Ordering::Relaxed);
-                    pending.push(u);
-                }
-                Msg::Flush(tx) => ack = Some(tx),
-                Msg::Shutdown => shutdown = true,
+        let gathers = matches!(first, Msg::Update(_)) && !backlog;
+        if !batch.take(first, counters) && !batch.take_queued(rx, counters) && gathers {
+            if !config.commit_interval.is_zero() {
+                // A spurious or early wake only commits sooner.
+                std::thread::park_timeout(config.commit_interval);
             }
-            if ack.is_some() || shutdown || pending.len() >= max_batch {
-                break;
-            }
-            next = rx.try_recv().ok();
+            batch.take_queued(rx, counters);
         }
-        backlog = pending.len() >= max_batch;
-        if !pending.is_empty() {
-            write_batch(store, &pending, counters);
-            pending.clear();
+        backlog = batch.pending.len() >= max_batch;
+        if !batch.pending.is_empty() {
+            write_batch(store, &batch.pending, counters);
+            batch.pending.clear();
         }
-        if let Some(ack) = ack {
+        if let Some(ack) = batch.ack.take() {
             let _ = ack.send(());
         }
-        if shutdown {
+        if batch.shutdown {
             return;
         }
+    }
+}
+
+/// What the store thread takes for one transaction.
+struct Batch {
+    pending: Vec<StoreUpdate>,
+    /// A flush to acknowledge once the batch is written.
+    ack: Option<SyncSender<()>>,
+    shutdown: bool,
+    max_batch: usize,
+}
+
+impl Batch {
+    /// Takes `msg`; true once the batch must be written now (a flush, a
+    /// shutdown, or `max_batch` updates).
+    fn take(&mut self, msg: Msg, counters: &Counters) -> bool {
+        match msg {
+            Msg::Update(u) => {
+                counters.in_queue.fetch_sub(1, Ordering::Relaxed);
+                self.pending.push(u);
+            }
+            Msg::Flush(tx) => self.ack = Some(tx),
+            Msg::Shutdown => self.shutdown = true,
+        }
+        self.ack.is_some() || self.shutdown || self.pending.len() >= self.max_batch
+    }
+
+    /// Takes what is queued, without waiting, until [`Batch::take`] says
+    /// the batch is due; returns whether it did.
+    fn take_queued(&mut self, rx: &Receiver<Msg>, counters: &Counters) -> bool {
+        while let Ok(msg) = rx.try_recv() {
+            if self.take(msg, counters) {
+                return true;
+            }
+        }
+        false
     }
 }
 
