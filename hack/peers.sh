@@ -551,17 +551,30 @@ done
 bench_stop
 
 # --- the report ----------------------------------------------------------------------
+# A path whose error rate is over this share is not compared: its figures
+# count failed requests (LiteLLM fails every bulk stream, for one).
+RATIO_ERROR_MAX=0.01
 ratio() {
-  # ratio A B [INVERT]: A / B (or B / A with INVERT) with 2 decimals, "-" if unknown.
+  # ratio A B [INVERT [ERR_A ERR_B]]: A / B (or B / A with INVERT) with 2
+  # decimals, "-" if unknown, "failed" if either error rate is over
+  # RATIO_ERROR_MAX.
   python3 -c '
 import sys
 a, b, inv = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+def failed(rate):
+    try:
+        return float(rate) > float(sys.argv[6])
+    except ValueError:
+        return False
 try:
-    a, b = float(a), float(b)
-    r = (b / a) if inv else (a / b)
-    print(f"{r:.2f}×")
+    if failed(sys.argv[4]) or failed(sys.argv[5]):
+        print("failed")
+    else:
+        a, b = float(a), float(b)
+        r = (b / a) if inv else (a / b)
+        print(f"{r:.2f}×")
 except Exception:
-    print("-")' "$1" "$2" "${3:-0}"
+    print("-")' "$1" "$2" "${3:-0}" "${4:--}" "${5:--}" "$RATIO_ERROR_MAX"
 }
 md=$out_dir/peers.md
 {
@@ -571,7 +584,7 @@ md=$out_dir/peers.md
   echo "- **Host steal %:** the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the path's measured run; a path measured while the host steals is slower with a longer tail for reasons outside it, so compare rows with similar figures (a row at or above STEAL_WARN=${STEAL_WARN:-5} % is named in the notes)"
   [ "$ROUNDS" -eq 1 ] || echo "- **Rounds:** every path ran $ROUNDS times, the rounds interleaved (every path once, then again), so a slow phase of the host falls on all paths alike. Each row is one run: the path's median round by the scenario's figure (MiB/s, tokens/s, QPS; for open the added p99 over the same round's direct p99), the worse of the middle two for an even count, chosen among the rounds under STEAL_WARN % host steal when there are any; the *each round* column lists every round's figure in order, the row's in bold. IOP's ratios are between the rows shown"
   [ -z "$b_desc" ] || echo "- **A/B:** the rows named \`iopb-…\` are IOP again, B: $b_desc; the \`iop-…\` rows (A) ran right before them in every round, with ${IOP_BIN_DIR:+binaries in $IOP_BIN_DIR and }the flags and config the IOP workers line names (none: the defaults). In B's rows the *IOP ÷ row* columns are A ÷ B: below 1× B is faster, above 1× A is"
-  echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too"
+  echo "- **IOP ÷ peer:** one pair of columns per IOP model: that model's io_uring figure divided by the row's — above 1× is better for IOP; for latency the ratio is row ÷ IOP, so above 1× is better for IOP too; *failed* where either path's error rate is over $RATIO_ERROR_MAX (its figures count failed requests)"
   echo
   for sc in "${scenarios[@]}"; do
     peers_scenario "$sc"
@@ -623,7 +636,8 @@ md=$out_dir/peers.md
       [ "$ROUNDS" -eq 1 ] || row+=" ${fig[$sc,$p,rounds]:--} |"
       for m in "${refs[@]}"; do
         r=${fig[$sc,iop-uring-$m,json]}
-        row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1) |"
+        errs=("$(bench_headline "$r" 'error rate')" "$(bench_headline "$j" 'error rate')")
+        row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")" 0 "${errs[@]}") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1 "${errs[@]}") |"
       done
       echo "$row"
     done
