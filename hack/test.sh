@@ -3,6 +3,8 @@
 #
 #   hack/test.sh            everything
 #   IOP_TEST_SKIP_LINT=1    skip fmt, clippy and doc (quick local iterations)
+#   IOP_TEST_TIMEOUT=30m    the bound on each `cargo test` run (a hang fails
+#                           with the hung test named instead of running on)
 #
 # Installs what it needs (curl) when missing; hack/openai-client-test.sh
 # pip-installs its pinned Python packages into target/py-venv. Asserts no wall-clock speed:
@@ -65,9 +67,23 @@ fi
 step "cargo build (binaries the end-to-end tests start as processes)"
 cargo build --workspace --bins --locked
 
+# A test that hangs would otherwise hold the run until CI's own limit (90
+# min) and say nothing; this step takes ~4 min cold, so a bound of
+# IOP_TEST_TIMEOUT (default 30m) only ever stops a hang, and says so. The
+# hung test is the one libtest named above as "running for over 60 seconds".
+bounded() {
+  local rc=0
+  timeout --kill-after=30s "${IOP_TEST_TIMEOUT:-30m}" "$@" || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    printf 'FAIL: `%s` did not finish within %s: a test hangs (libtest names it above, "has been running for over 60 seconds")\n' \
+      "$*" "${IOP_TEST_TIMEOUT:-30m}" >&2
+  fi
+  return "$rc"
+}
+
 step "cargo test (unit, integration, property, fuzz smoke; benches run once in test mode)"
-cargo test --workspace --all-targets --locked
-cargo test --workspace --doc --locked
+bounded cargo test --workspace --all-targets --locked
+bounded cargo test --workspace --doc --locked
 
 step "mock provider answers curl -N (OpenAI SSE and Ollama NDJSON)"
 hack/smoke-mock-provider.sh
