@@ -551,30 +551,24 @@ done
 bench_stop
 
 # --- the report ----------------------------------------------------------------------
-# A path whose error rate is over this share is not compared: its figures
-# count failed requests (LiteLLM fails every bulk stream, for one).
-RATIO_ERROR_MAX=0.01
 ratio() {
-  # ratio A B [INVERT [ERR_A ERR_B]]: A / B (or B / A with INVERT) with 2
-  # decimals, "-" if unknown, "failed" if either error rate is over
-  # RATIO_ERROR_MAX.
+  # ratio A B [INVERT]: A / B (or B / A with INVERT) with 2 decimals, "-" if unknown.
   python3 -c '
 import sys
 a, b, inv = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-def failed(rate):
-    try:
-        return float(rate) > float(sys.argv[6])
-    except ValueError:
-        return False
 try:
-    if failed(sys.argv[4]) or failed(sys.argv[5]):
-        print("failed")
-    else:
-        a, b = float(a), float(b)
-        r = (b / a) if inv else (a / b)
-        print(f"{r:.2f}×")
+    a, b = float(a), float(b)
+    r = (b / a) if inv else (a / b)
+    print(f"{r:.2f}×")
 except Exception:
-    print("-")' "$1" "$2" "${3:-0}" "${4:--}" "${5:--}" "$RATIO_ERROR_MAX"
+    print("-")' "$1" "$2" "${3:-0}"
+}
+# A path whose error rate is over this share is not compared: its figures
+# count failed requests (LiteLLM fails every bulk stream, for one).
+RATIO_ERROR_MAX=0.01
+over_error_max() {
+  # over_error_max JSON: 0 when the run's error rate is over RATIO_ERROR_MAX.
+  jq -e --argjson max "$RATIO_ERROR_MAX" '(.headline["error rate"] // 0) > $max' "$1" >/dev/null
 }
 md=$out_dir/peers.md
 {
@@ -634,10 +628,15 @@ md=$out_dir/peers.md
           ;;
       esac
       [ "$ROUNDS" -eq 1 ] || row+=" ${fig[$sc,$p,rounds]:--} |"
+      row_failed=
+      ! over_error_max "$j" || row_failed=1
       for m in "${refs[@]}"; do
         r=${fig[$sc,iop-uring-$m,json]}
-        errs=("$(bench_headline "$r" 'error rate')" "$(bench_headline "$j" 'error rate')")
-        row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")" 0 "${errs[@]}") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1 "${errs[@]}") |"
+        if [ -n "$row_failed" ] || over_error_max "$r"; then
+          row+=" failed | failed |"
+        else
+          row+=" $(ratio "$(bench_headline "$r" "$k1")" "$(bench_headline "$j" "$k1")") | $(ratio "$(bench_headline "$r" "$k2")" "$(bench_headline "$j" "$k2")" 1) |"
+        fi
       done
       echo "$row"
     done

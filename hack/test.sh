@@ -71,12 +71,14 @@ cargo build --workspace --bins --locked
 # min) and say nothing; this step takes ~4 min cold, so a bound of
 # IOP_TEST_TIMEOUT (default 30m) only ever stops a hang, and says so. The
 # hung test is the one libtest named above as "running for over 60 seconds".
+test_timeout=${IOP_TEST_TIMEOUT:-30m}
 bounded() {
   local rc=0
-  timeout --kill-after=30s "${IOP_TEST_TIMEOUT:-30m}" "$@" || rc=$?
+  timeout --kill-after=30s "$test_timeout" "$@" || rc=$?
+  # 124: stopped at the bound; 137: killed 30 s later, as it ignored TERM.
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     printf 'FAIL: `%s` did not finish within %s: a test hangs (libtest names it above, "has been running for over 60 seconds")\n' \
-      "$*" "${IOP_TEST_TIMEOUT:-30m}" >&2
+      "$*" "$test_timeout" >&2
   fi
   return "$rc"
 }

@@ -3,9 +3,10 @@
 //!
 //! A tunnel is admitted like a run — the adapter must exist, be usable and
 //! have capacity (shared by runs and tunnels of that adapter) — and then
-//! [`run_tunnel`](crate::tunnel::run_tunnel) relays the provider's response. Non-body frames are
-//! encoded on this core; body slices go to the link writer as their own
-//! slices, never copied ([`Outbox::send_body`]). The stream's
+//! [`run_tunnel`](crate::tunnel::run_tunnel) relays the provider's
+//! response. Non-body frames are encoded on this core; body slices go to
+//! the link writer as their own slices, never copied
+//! ([`Outbox::send_body`]). The stream's
 //! `WindowUpdate`s feed its [`Credit`]; `CANCEL_RUN` or the link's end
 //! cancels it.
 

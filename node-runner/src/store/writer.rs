@@ -311,25 +311,18 @@ impl Drop for StoreWriter {
 /// consumes. The flush's message was sent before its unpark, so it is then
 /// already in the queue, and taking the queue finds it.
 fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: WriterConfig) {
-    let max_batch = config.max_batch.max(1);
-    let mut batch = Batch {
-        pending: Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH)),
-        ack: None,
-        shutdown: false,
-        max_batch,
-    };
+    let mut batch = Batch::new(config.max_batch);
     let mut backlog = false;
     loop {
         let Ok(first) = rx.recv() else { return };
-        let gathers = matches!(first, Msg::Update(_)) && !backlog;
+        let gathers =
+            matches!(first, Msg::Update(_)) && !backlog && !config.commit_interval.is_zero();
         if !batch.take(first, counters) && !batch.take_queued(rx, counters) && gathers {
-            if !config.commit_interval.is_zero() {
-                // A spurious or early wake only commits sooner.
-                std::thread::park_timeout(config.commit_interval);
-            }
+            // A spurious or early wake only commits sooner.
+            std::thread::park_timeout(config.commit_interval);
             batch.take_queued(rx, counters);
         }
-        backlog = batch.pending.len() >= max_batch;
+        backlog = batch.full();
         if !batch.pending.is_empty() {
             write_batch(store, &batch.pending, counters);
             batch.pending.clear();
@@ -353,6 +346,22 @@ struct Batch {
 }
 
 impl Batch {
+    /// An empty batch of at most `max_batch` updates (at least one).
+    fn new(max_batch: usize) -> Self {
+        let max_batch = max_batch.max(1);
+        Batch {
+            pending: Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH)),
+            ack: None,
+            shutdown: false,
+            max_batch,
+        }
+    }
+
+    /// Whether it holds `max_batch` updates.
+    fn full(&self) -> bool {
+        self.pending.len() >= self.max_batch
+    }
+
     /// Takes `msg`; true once the batch must be written now (a flush, a
     /// shutdown, or `max_batch` updates).
     fn take(&mut self, msg: Msg, counters: &Counters) -> bool {
@@ -364,7 +373,7 @@ impl Batch {
             Msg::Flush(tx) => self.ack = Some(tx),
             Msg::Shutdown => self.shutdown = true,
         }
-        self.ack.is_some() || self.shutdown || self.pending.len() >= self.max_batch
+        self.ack.is_some() || self.shutdown || self.full()
     }
 
     /// Takes what is queued, without waiting, until [`Batch::take`] says

@@ -19,10 +19,10 @@
 //!    [`TunnelLimits::max_body_chunk`] a frame and never beyond the
 //!    [`Credit`]. The HTTP chunks one provider read delivered go out
 //!    together, as one frame of several slices (at most
-//!    [`MAX_BODY_PARTS`](framing::frame::MAX_BODY_PARTS)): a provider that fell behind and sends many small
-//!    events at once costs the link and the Edge a frame a read, not a
-//!    frame an event; nothing waits to be gathered (a frame goes out before
-//!    the tunnel waits for anything);
+//!    [`MAX_BODY_PARTS`](framing::frame::MAX_BODY_PARTS)): a provider that
+//!    fell behind and sends many small events at once costs the link and
+//!    the Edge a frame a read, not a frame an event; nothing waits to be
+//!    gathered (a frame goes out before the tunnel waits for anything);
 //! 4. `usage` × 0..n — a provider usage-only SSE event seen (F18);
 //! 5. exactly one terminal: `end` (with the last usage seen) or `error`
 //!    (a typed `ExecutionFailure`). Nothing follows it.
@@ -149,8 +149,9 @@ pub trait TunnelSink {
         self.frame(frame(Frame::Headers(TunnelHeaders::copied(headers))));
     }
     /// A body frame: `body`, then each of `more` (at most
-    /// [`MAX_BODY_PARTS`](framing::frame::MAX_BODY_PARTS) − 1 slices), provider bytes, uncopied. The
-    /// frame's body is their concatenation; `body` is never empty.
+    /// [`MAX_BODY_PARTS`](framing::frame::MAX_BODY_PARTS) − 1 slices),
+    /// provider bytes, uncopied. The frame's body is their concatenation;
+    /// `body` is never empty.
     fn body(&mut self, body: Bytes, more: Vec<Bytes>);
     /// The tunnel waits for credit (`true`) or got it again (`false`): the
     /// client, not the provider, holds the stream, so the stall watchdog
