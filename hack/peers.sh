@@ -84,17 +84,12 @@ mkdir -p "$peers_dir"
 skipped=()
 
 apt_install() {
-  # apt_install CMD PACKAGE: 0 when CMD is there (installing PACKAGE if need be).
-  command -v "$1" >/dev/null 2>&1 && return 0
-  [ -x "/usr/sbin/$1" ] && return 0
-  say "installing $2 (apt-get install $2)"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } >"$BENCH_WORK/apt-$2.log" 2>&1; then
-    skipped+=("$2: apt-get install $2 failed ($(tail -n 1 "$BENCH_WORK/apt-$2.log"))")
-    say "skipping $2: apt-get install failed"
-    return 1
-  fi
+  # apt_install CMD PACKAGE: 0 when CMD is there (installing PACKAGE if need
+  # be); on a failed install, the peer is listed as skipped.
+  bench_apt_install "$1" "$2" && return 0
+  skipped+=("$2: $BENCH_APT_WHY")
+  say "skipping $2: apt-get install failed"
+  return 1
 }
 
 # --- installs (each may fail: that peer is skipped) -------------------------------

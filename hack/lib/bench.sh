@@ -40,6 +40,21 @@ bench_init() {
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 }
 
+# bench_apt_install CMD PACKAGE: 0 when CMD is there, installing the Debian
+# PACKAGE first if need be (with sudo unless root); 1 when the install
+# failed, with BENCH_APT_WHY saying why.
+bench_apt_install() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  [ -x "/usr/sbin/$1" ] && return 0
+  say "installing $2 (apt-get install $2)"
+  local sudo="" log=$BENCH_WORK/apt-$2.log
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } >"$log" 2>&1; then
+    BENCH_APT_WHY="apt-get install $2 failed ($(tail -n 1 "$log"))"
+    return 1
+  fi
+}
+
 # bench_free_port: a port the kernel hands out now (closed again at once).
 bench_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'

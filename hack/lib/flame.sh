@@ -1,0 +1,119 @@
+# Flame graphs of the Edge and the Node under a load (sourced by
+# hack/loadtest.sh when FLAMEGRAPH=1; not run).
+#
+#   flame_tools                 perf (apt-get install linux-perf) and inferno
+#                               (cargo install --locked into target/tools)
+#                               when missing, or fail
+#   flame_start NAME PROC=PID…  perf record each PID (all its threads, kernel
+#                               and user stacks, DWARF unwinding) until flame_stop
+#   flame_stop                  stop the recorders, wait for their files
+#   flame_render NAME OUT_DIR   OUT_DIR/NAME-PROC.svg for each PROC and its
+#                               collapsed stacks (NAME-PROC.folded.gz, for
+#                               inferno-diff-folded), and sets FLAME_ROWS to
+#                               one markdown row a PROC: the CPU time sampled,
+#                               the kernel's share, the heaviest frames by
+#                               self time
+#
+# Sampling: FLAME_HZ (default 499) samples a second a thread, each with
+# FLAME_STACK (default 16384) bytes of user stack for unwinding. The profiled
+# run is slower than an unprofiled one (perf wakes on every sample and copies
+# the stack), so its figures are not the scenario's.
+# shellcheck shell=bash
+
+INFERNO_VERSION=0.12.3
+FLAME_HZ=${FLAME_HZ:-499}
+FLAME_STACK=${FLAME_STACK:-16384}
+flame_recorders=()
+flame_procs=()
+
+flame_tools() {
+  bench_apt_install perf linux-perf || fail "perf: $BENCH_APT_WHY"
+  perf record -e cpu-clock -o /dev/null -- true 2>/dev/null ||
+    fail "perf record does not run here (kernel.perf_event_paranoid is $(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo ?))"
+  local root=$bench_target/tools
+  INFERNO_COLLAPSE=$root/bin/inferno-collapse-perf
+  INFERNO_FLAMEGRAPH=$root/bin/inferno-flamegraph
+  if [ ! -x "$INFERNO_FLAMEGRAPH" ] || ! "$INFERNO_FLAMEGRAPH" --version 2>/dev/null | grep -q " $INFERNO_VERSION\$"; then
+    say "installing inferno $INFERNO_VERSION (cargo install --locked into $root; ~3 min on 2 cores)"
+    env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR cargo install --quiet inferno --version "$INFERNO_VERSION" \
+      --locked --root "$root" || fail "cargo install inferno@$INFERNO_VERSION failed"
+  fi
+}
+
+flame_start() {
+  local name=$1 spec proc pid
+  shift
+  flame_recorders=()
+  flame_procs=()
+  for spec in "$@"; do
+    proc=${spec%%=*}
+    pid=${spec#*=}
+    # cpu-clock: the VM may have no hardware counters; it samples on-CPU time.
+    perf record --quiet -e cpu-clock -F "$FLAME_HZ" --call-graph "dwarf,$FLAME_STACK" -p "$pid" \
+      -o "$BENCH_WORK/$name-$proc.perf.data" >"$BENCH_WORK/$name-$proc.perf.log" 2>&1 &
+    flame_recorders+=($!)
+    flame_procs+=("$proc")
+  done
+  # perf attaches after it has read the targets' maps; a load sent before
+  # that would not be sampled.
+  sleep 1
+}
+
+flame_stop() {
+  local pid
+  for pid in "${flame_recorders[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "${flame_recorders[@]}"; do wait "$pid" 2>/dev/null || true; done
+  flame_recorders=()
+}
+
+flame_render() {
+  local name=$1 out=$2 proc data folded
+  FLAME_ROWS=()
+  mkdir -p "$out"
+  for proc in "${flame_procs[@]}"; do
+    data=$BENCH_WORK/$name-$proc.perf.data
+    folded=$BENCH_WORK/$name-$proc.folded
+    if [ ! -s "$data" ]; then
+      FLAME_ROWS+=("| $proc | no samples ($(tail -n 1 "$BENCH_WORK/$name-$proc.perf.log" 2>/dev/null)) | | |")
+      continue
+    fi
+    # --no-inline: resolving inlined frames from line tables takes minutes
+    # on these binaries; a function inlined into its caller shows as the caller.
+    perf script --no-inline -i "$data" 2>/dev/null | "$INFERNO_COLLAPSE" --all >"$folded"
+    gzip -9 -n -c "$folded" >"$out/$name-$proc.folded.gz"
+    "$INFERNO_FLAMEGRAPH" --title "$name: $proc" --subtitle "$(flame_subtitle)" --minwidth 0.2 \
+      <"$folded" >"$out/$name-$proc.svg"
+    FLAME_ROWS+=("| [$proc]($name-$proc.svg) | $(flame_summary "$folded") |")
+  done
+}
+
+flame_subtitle() {
+  printf 'commit %s, %s, perf record -e cpu-clock -F %s --call-graph dwarf,%s' \
+    "$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo ?)" "$(date -u +%FT%TZ)" "$FLAME_HZ" "$FLAME_STACK"
+}
+
+# flame_summary FOLDED: "CPU SECONDS | KERNEL % | the heaviest frames by
+# self time" of a collapsed profile (inferno marks kernel frames with _[k];
+# a cpu-clock sample weighs its period, in nanoseconds).
+flame_summary() {
+  python3 - "$1" <<'PY'
+import collections, sys
+total = kernel = 0
+leaf = collections.Counter()
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    stack, _, n = line.rstrip("\n").rpartition(" ")
+    if not n.isdigit():
+        continue
+    n = int(n)
+    frame = stack.rsplit(";", 1)[-1]
+    total += n
+    if frame.endswith("_[k]"):
+        kernel += n
+    leaf[frame.removesuffix("_[k]")] += n
+if not total:
+    print("0 | - | -")
+    sys.exit()
+top = ", ".join(f"`{f[:60].replace('|', '/')}` {100 * n / total:.1f} %" for f, n in leaf.most_common(8))
+print(f"{total / 1e9:.2f} | {100 * kernel / total:.0f} % | {top}")
+PY
+}
