@@ -63,9 +63,9 @@
 # client → mock) and the k6 summaries to bench-results/k6/SCENARIO-*.json
 # (open: oha's JSON to bench-results/oha/open-*.json). With FLAMEGRAPH=1:
 # bench-results/flamegraphs/SCENARIO-DRIVER-MODEL-{edge,node}.svg (and
-# .folded.gz, the collapsed stacks) and bench-results/flamegraphs/SCENARIO.md
-# (each process's CPU sampled, the kernel's share and its heaviest frames; no
-# direct row, k6/oha summaries not kept).
+# .folded.gz, the collapsed stacks) and SCENARIO-DRIVERS.md beside them
+# (DRIVERS joined by "-"; each process's CPU sampled, the kernel's share and
+# its heaviest frames; no direct row, k6/oha summaries not kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_NAME=loadtest
@@ -346,14 +346,15 @@ for driver in $DRIVERS; do
   done
 done
 if [ -n "$flame" ]; then
-  md=$flame_dir/$scenario.md
+  md=$flame_dir/$scenario-${DRIVERS// /-}.md
   {
     bench_md_header "Flame graphs: $scenario (the Edge and the Node under perf record)" "$command_line"
     echo "- **Load:** as \`hack/loadtest.sh $scenario\`$([ "$scenario" = open ] && echo " (oha at $rate/s over $connections connections)" || echo "; k6 env \`${k6_env[*]}\`")"
     echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. The run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
+    echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irqrestore\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
     echo
-    echo "| run | process (flame graph) | CPU s sampled | kernel | heaviest frames by self time (share of the process's CPU sampled) |"
-    echo "|---|---|---|---|---|"
+    echo "| run | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time (share of the process's CPU sampled) |"
+    echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${flame_rows[@]}"
     if [ ${#notes[@]} -gt 0 ]; then
       echo

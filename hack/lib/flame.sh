@@ -11,8 +11,8 @@
 #                               collapsed stacks (NAME-PROC.folded.gz, for
 #                               inferno-diff-folded), and sets FLAME_ROWS to
 #                               one markdown row a PROC: the CPU time sampled,
-#                               the kernel's share, the heaviest frames by
-#                               self time
+#                               the kernel's share (and its copies' and
+#                               wake-ups'), the heaviest frames by self time
 #
 # Sampling: FLAME_HZ (default 499) samples a second a thread, each with
 # FLAME_STACK (default 16384) bytes of user stack for unwinding. The profiled
@@ -74,7 +74,7 @@ flame_render() {
     data=$BENCH_WORK/$name-$proc.perf.data
     folded=$BENCH_WORK/$name-$proc.folded
     if [ ! -s "$data" ]; then
-      FLAME_ROWS+=("| $proc | no samples ($(tail -n 1 "$BENCH_WORK/$name-$proc.perf.log" 2>/dev/null)) | | |")
+      FLAME_ROWS+=("| $proc | no samples ($(tail -n 1 "$BENCH_WORK/$name-$proc.perf.log" 2>/dev/null)) | | | | |")
       continue
     fi
     # --no-inline: resolving inlined frames from line tables takes minutes
@@ -92,13 +92,18 @@ flame_subtitle() {
     "$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo ?)" "$(date -u +%FT%TZ)" "$FLAME_HZ" "$FLAME_STACK"
 }
 
-# flame_summary FOLDED: "CPU SECONDS | KERNEL % | the heaviest frames by
-# self time" of a collapsed profile (inferno marks kernel frames with _[k];
-# a cpu-clock sample weighs its period, in nanoseconds).
+# flame_summary FOLDED: "CPU SECONDS | KERNEL % | COPIES % | IRQ-OFF % | the
+# heaviest frames by self time" of a collapsed profile (inferno marks
+# kernel frames with _[k]; a cpu-clock sample weighs its period, in
+# nanoseconds). COPIES: the kernel copying bytes to or from user memory;
+# IRQ-OFF: samples that land where the kernel turns interrupts back on
+# after a wake-up or a task switch (perf/README.md, "Reading them").
 flame_summary() {
   python3 - "$1" <<'PY'
 import collections, sys
-total = kernel = 0
+COPIES = ("_copy_to_iter", "_copy_from_iter", "copy_user_enhanced_fast_string", "rep_movs_alternative")
+IRQ_ON = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "finish_task_switch.isra.0", "finish_task_switch")
+total = kernel = copies = irq_on = 0
 leaf = collections.Counter()
 for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     stack, _, n = line.rstrip("\n").rpartition(" ")
@@ -108,12 +113,16 @@ for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     frame = stack.rsplit(";", 1)[-1]
     total += n
     if frame.endswith("_[k]"):
+        frame = frame.removesuffix("_[k]")
         kernel += n
-    leaf[frame.removesuffix("_[k]")] += n
+        copies += n * (frame in COPIES)
+        irq_on += n * (frame in IRQ_ON)
+    leaf[frame] += n
 if not total:
-    print("0 | - | -")
+    print("0 | - | - | - | -")
     sys.exit()
+pct = lambda n: f"{100 * n / total:.0f} %"
 top = ", ".join(f"`{f[:60].replace('|', '/')}` {100 * n / total:.1f} %" for f, n in leaf.most_common(8))
-print(f"{total / 1e9:.2f} | {100 * kernel / total:.0f} % | {top}")
+print(f"{total / 1e9:.2f} | {pct(kernel)} | {pct(copies)} | {pct(irq_on)} | {top}")
 PY
 }
