@@ -47,6 +47,11 @@
 # open the added p99), chosen among the rounds under STEAL_WARN when there
 # are any, and a column lists every round's figure; an odd count has a
 # true median).
+# FLAMEGRAPH=1 (ROUNDS=1 only): perf records each path's own processes
+# through its run and writes bench-results/flamegraphs/peers-SC-PATH-PROC.svg
+# (and .folded.gz), and the report to bench-results/flamegraphs/
+# peers-SCENARIOS.md instead of peers.md, with a table of the profiles
+# (hack/lib/flame.sh; FLAME_HZ, FLAME_STACK).
 # Writes bench-results/peers.md (one table per scenario, IOP's ratio to each
 # path, and the CPU µs per request of the path's processes, the mock and k6,
 # read from /proc around each k6 run), the k6 summaries to
@@ -77,7 +82,18 @@ case " ${scenarios[*]} " in
   *" open "*) BENCH_LOADGEN="${K6:+k6 $K6_VERSION; }oha $OHA_VERSION for open" ;;
 esac
 bench_bins
-out_dir=$bench_root/bench-results
+flame=${FLAMEGRAPH:-}
+if [ -n "$flame" ]; then
+  [ "$ROUNDS" -eq 1 ] || fail "FLAMEGRAPH=1 profiles one round: unset ROUNDS"
+  # shellcheck source=hack/lib/flame.sh
+  . hack/lib/flame.sh
+  flame_tools
+  flame_dir=$bench_root/bench-results/flamegraphs
+  flame_rows=()
+  out_dir=$BENCH_WORK/results
+else
+  out_dir=$bench_root/bench-results
+fi
 mkdir -p "$out_dir/k6" "$out_dir/oha"
 peers_dir=$bench_target/peers
 mkdir -p "$peers_dir"
@@ -414,6 +430,15 @@ measure_path() {
       "$rate" "$warmup" "$connections" "${oha_headers[@]}" || skipped+=("$sc/$p: the warm-up's oha exited with status $?")
     fig[$sc,$p,$round,raw]=$oha_json
   fi
+  # With FLAMEGRAPH=1, perf records the path's own processes (with their
+  # workers) through the run.
+  local flame_specs=()
+  if [ -n "$flame" ]; then
+    for n in $(path_procs "$p"); do
+      flame_specs+=("$n=$(bench_pid_tree "$(procs_pid "$n")" | paste -sd,)")
+    done
+    [ ${#flame_specs[@]} -eq 0 ] || flame_start "peers-$sc-$p" "${flame_specs[@]}"
+  fi
   # CPU ticks of the path's processes (with descendants) and the mock,
   # then k6's: the ticks of this shell's waited-for children (k6 is the
   # only one that ends during the run).
@@ -430,6 +455,11 @@ measure_path() {
   fi
   cpu_k6_after=$(bench_reaped_ticks $$)
   bench_steal_since "$host_before"
+  if [ ${#flame_specs[@]} -gt 0 ]; then
+    flame_stop
+    flame_render "peers-$sc-$p" "$flame_dir"
+    for n in "${FLAME_ROWS[@]}"; do flame_rows+=("| $sc | $p $n"); done
+  fi
   fig[$sc,$p,$round,steal]=$BENCH_STEAL
   [ -z "$BENCH_STEAL_NOTE" ] || skipped+=("$sc/$p${round_tag:-}: $BENCH_STEAL_NOTE")
   for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
@@ -566,8 +596,9 @@ over_error_max() {
   jq -e --argjson max "$RATIO_ERROR_MAX" '(.headline["error rate"] // 0) > $max' "$1" >/dev/null
 }
 md=$out_dir/peers.md
+[ -z "$flame" ] || md=$flame_dir/peers-$(IFS=-; echo "${scenarios[*]}").md
 {
-  bench_md_header "IOP and its peers, side by side" "$command_line"
+  bench_md_header "IOP and its peers, side by side${flame:+, under perf record}" "$command_line"
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then the load generator (k6; oha for open) for $DURATION; every proxy on 127.0.0.1"
   echo "- **CPU µs per request** (per stream for stream): the CPU time (utime + stime, all threads, clock ticks from /proc) each process used during the k6 run ÷ the requests k6 completed (\`http_reqs\`; for open, the oha run and the requests it sent); *proxy* sums the path's own processes and their descendants (nginx master + worker, haproxy, rathole server + client, LiteLLM and its children, Edge + Node; two processes also shown as their parts), *mock* is the mock provider, *k6* the load generator; *all* is the three together, so on these $(nproc) cores $(nproc)000000 ÷ *all* is roughly the most requests/s the path can complete while k6 runs on the same box"
   echo "- **Host steal %:** the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the path's measured run; a path measured while the host steals is slower with a longer tail for reasons outside it, so compare rows with similar figures (a row at or above STEAL_WARN=${STEAL_WARN:-5} % is named in the notes)"
@@ -637,6 +668,16 @@ md=$out_dir/peers.md
     done
     echo
   done
+  if [ -n "$flame" ]; then
+    echo "## Flame graphs"
+    echo
+    echo "Every path's own processes (with their workers) under \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK\` through its run, rendered by inferno $INFERNO_VERSION (\`perf/README.md\`, \"Flame graphs\"). The figures above are from those runs, slower than unprofiled ones: compare the paths' profiles, not these figures with other tables. Columns: shares of each process's CPU sampled; *kernel copies* = \`_copy_to_iter\` / \`_copy_from_iter\`; *wake-ups and switches* = samples where the kernel turns interrupts back on after waking a thread or switching tasks."
+    echo
+    echo "| scenario | path | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time |"
+    echo "|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${flame_rows[@]}"
+    echo
+  fi
   if [ ${#skipped[@]} -gt 0 ]; then
     echo "Notes:"
     echo

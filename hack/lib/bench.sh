@@ -419,13 +419,21 @@ bench_reaped_ticks() {
 # one figure, a worker that exits between two readings not lost; 0 when PID
 # is gone. PID must not be this shell or an ancestor of it.
 bench_cpu_ticks_tree() {
-  local sum=0 i=0 pids=("$1")
+  local sum=0 pid
+  for pid in $(bench_pid_tree "$1"); do
+    sum=$((sum + $(bench_cpu_ticks "$pid") + $(bench_reaped_ticks "$pid")))
+  done
+  echo "$sum"
+}
+
+# bench_pid_tree PID: PID and its descendants, one a line (parents first).
+bench_pid_tree() {
+  local i=0 pids=("$1")
   while [ "$i" -lt "${#pids[@]}" ]; do
-    sum=$((sum + $(bench_cpu_ticks "${pids[i]}") + $(bench_reaped_ticks "${pids[i]}")))
     mapfile -t -O "${#pids[@]}" pids < <(pgrep -P "${pids[i]}")
     i=$((i + 1))
   done
-  echo "$sum"
+  printf '%s\n' "${pids[@]}"
 }
 
 bench_sampler_stop() {
