@@ -194,6 +194,13 @@ print("series: " + "; ".join(series))
 PY
 }
 
+# notes_md: the report's notes, if any, as a markdown list after a blank line.
+notes_md() {
+  [ ${#notes[@]} -gt 0 ] || return 0
+  printf '\nNotes:\n\n'
+  printf -- '- %s\n' "${notes[@]}"
+}
+
 # profile_begin NAME EDGE_PID NODE_PID MOCK_PID / profile_end NAME WHAT:
 # with FLAMEGRAPH=1, perf record the Edge and the Node (a pid "-", the
 # direct path, records nothing) around a measured run, then render their
@@ -350,18 +357,12 @@ if [ -n "$flame" ]; then
   {
     bench_md_header "Flame graphs: $scenario (the Edge and the Node under perf record)" "$command_line"
     echo "- **Load:** as \`hack/loadtest.sh $scenario\`$([ "$scenario" = open ] && echo " (oha at $rate/s over $connections connections)" || echo "; k6 env \`${k6_env[*]}\`")"
-    echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. The run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
-    echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irqrestore\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
+    flame_md_method
     echo
     echo "| run | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time (share of the process's CPU sampled) |"
     echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${flame_rows[@]}"
-    if [ ${#notes[@]} -gt 0 ]; then
-      echo
-      echo "Notes:"
-      echo
-      printf -- '- %s\n' "${notes[@]}"
-    fi
+    notes_md
   } >"$md"
   cat "$md" >&2
   say "wrote $md and its flame graphs"
@@ -431,12 +432,7 @@ md=$out_dir/loadtest-$scenario.md
   fi
   echo
   echo "Host steal % = the share of this VM's CPU time (all vCPUs, /proc/stat) the hypervisor ran elsewhere during the row's measured run: a row measured while the host steals is slower, with a longer tail, for reasons outside the path; compare rows with similar figures (at or above STEAL_WARN=${STEAL_WARN:-5} % a row is named in the notes)."
-  if [ ${#notes[@]} -gt 0 ]; then
-    echo
-    echo "Notes:"
-    echo
-    printf -- '- %s\n' "${notes[@]}"
-  fi
+  notes_md
 } >"$md"
 cat "$md" >&2
 if [ "$scenario" = smoke ]; then

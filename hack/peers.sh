@@ -671,7 +671,9 @@ md=$out_dir/peers.md
   if [ -n "$flame" ]; then
     echo "## Flame graphs"
     echo
-    echo "Every path's own processes (with their workers) under \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK\` through its run, rendered by inferno $INFERNO_VERSION (\`perf/README.md\`, \"Flame graphs\"). The figures above are from those runs, slower than unprofiled ones: compare the paths' profiles, not these figures with other tables. Columns: shares of each process's CPU sampled; *kernel copies* = \`_copy_to_iter\` / \`_copy_from_iter\`; *wake-ups and switches* = samples where the kernel turns interrupts back on after waking a thread or switching tasks."
+    echo "Every path's own processes, peers' included; the figures above are from these profiled runs, so compare the paths' profiles, not these figures with other tables."
+    echo
+    flame_md_method
     echo
     echo "| scenario | path | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time |"
     echo "|---|---|---|---|---|---|---|---|"

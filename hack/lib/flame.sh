@@ -7,6 +7,9 @@
 #   flame_start NAME PROC=PID…  perf record each PID (all its threads, kernel
 #                               and user stacks, DWARF unwinding) until flame_stop
 #   flame_stop                  stop the recorders, wait for their files
+#   flame_md_method             the markdown paragraph a report puts above
+#                               its FLAME_ROWS: how they were recorded and
+#                               what the columns mean
 #   flame_render NAME OUT_DIR   OUT_DIR/NAME-PROC.svg for each PROC and its
 #                               collapsed stacks (NAME-PROC.folded.gz, for
 #                               inferno-diff-folded), and sets FLAME_ROWS to
@@ -85,6 +88,11 @@ flame_render() {
       <"$folded" >"$out/$name-$proc.svg"
     FLAME_ROWS+=("| [$proc]($name-$proc.svg) | $(flame_summary "$folded") |")
   done
+}
+
+flame_md_method() {
+  echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process (with its workers) through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION; \`perf/README.md\`, \"Flame graphs\"). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. A run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
+  echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irqrestore\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
 }
 
 flame_subtitle() {
