@@ -70,22 +70,31 @@ flame_stop() {
 }
 
 flame_render() {
-  local name=$1 out=$2 proc data folded
+  local name=$1 out=$2 proc data folded why
   FLAME_ROWS=()
   mkdir -p "$out"
   for proc in "${flame_procs[@]}"; do
     data=$BENCH_WORK/$name-$proc.perf.data
     folded=$BENCH_WORK/$name-$proc.folded
+    why=
     if [ ! -s "$data" ]; then
-      FLAME_ROWS+=("| $proc | no samples ($(tail -n 1 "$BENCH_WORK/$name-$proc.perf.log" 2>/dev/null)) | | | | |")
-      continue
-    fi
+      why="no samples: $(tail -n 1 "$BENCH_WORK/$name-$proc.perf.log" 2>/dev/null || true)"
     # --no-inline: resolving inlined frames from line tables takes minutes
     # on these binaries; a function inlined into its caller shows as the caller.
-    perf script --no-inline -i "$data" 2>/dev/null | "$INFERNO_COLLAPSE" --all >"$folded"
+    elif ! perf script --no-inline -i "$data" 2>"$BENCH_WORK/$name-$proc.script.log" |
+      "$INFERNO_COLLAPSE" --all >"$folded" || [ ! -s "$folded" ]; then
+      why="perf script | inferno-collapse-perf failed: $(tail -n 1 "$BENCH_WORK/$name-$proc.script.log")"
+    elif ! "$INFERNO_FLAMEGRAPH" --title "$name: $proc" --subtitle "$(flame_subtitle)" --minwidth 0.2 \
+      <"$folded" >"$out/$name-$proc.svg"; then
+      why="inferno-flamegraph failed"
+    fi
+    # A failed profile is a row that says why, not the end of a sitting.
+    if [ -n "$why" ]; then
+      say "$name $proc: $why"
+      FLAME_ROWS+=("| $proc | ${why//|//} | | | | |")
+      continue
+    fi
     gzip -9 -n -c "$folded" >"$out/$name-$proc.folded.gz"
-    "$INFERNO_FLAMEGRAPH" --title "$name: $proc" --subtitle "$(flame_subtitle)" --minwidth 0.2 \
-      <"$folded" >"$out/$name-$proc.svg"
     FLAME_ROWS+=("| [$proc]($name-$proc.svg) | $(flame_summary "$folded") |")
   done
 }
