@@ -110,9 +110,7 @@ if [ -n "$flame" ]; then
   case "$scenario" in ramp | smoke) fail "FLAMEGRAPH=1 profiles a measured run: not $scenario" ;; esac
   # shellcheck source=hack/lib/flame.sh
   . hack/lib/flame.sh
-  flame_tools
-  flame_dir=$bench_root/bench-results/flamegraphs
-  flame_rows=()
+  flame_init
 fi
 if [ "$scenario" = smoke ] || [ -n "$flame" ]; then
   out_dir=$BENCH_WORK/results
@@ -213,7 +211,7 @@ profile_end() {
   [ -n "$flame" ] && [ ${#flame_recorders[@]} -gt 0 ] || return 0
   flame_stop
   say "rendering the flame graphs of $2 (perf script, inferno)"
-  flame_render "$1" "$flame_dir"
+  flame_render "$1" "$FLAME_DIR"
   local r
   for r in "${FLAME_ROWS[@]}"; do flame_rows+=("| $2 $r"); done
 }
@@ -353,7 +351,7 @@ for driver in $DRIVERS; do
   done
 done
 if [ -n "$flame" ]; then
-  md=$flame_dir/$scenario-${DRIVERS// /-}.md
+  md=$FLAME_DIR/$scenario-${DRIVERS// /-}.md
   {
     bench_md_header "Flame graphs: $scenario (the Edge and the Node under perf record)" "$command_line"
     echo "- **Load:** as \`hack/loadtest.sh $scenario\`$([ "$scenario" = open ] && echo " (oha at $rate/s over $connections connections)" || echo "; k6 env \`${k6_env[*]}\`")"

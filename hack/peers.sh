@@ -87,9 +87,7 @@ if [ -n "$flame" ]; then
   [ "$ROUNDS" -eq 1 ] || fail "FLAMEGRAPH=1 profiles one round: unset ROUNDS"
   # shellcheck source=hack/lib/flame.sh
   . hack/lib/flame.sh
-  flame_tools
-  flame_dir=$bench_root/bench-results/flamegraphs
-  flame_rows=()
+  flame_init
   out_dir=$BENCH_WORK/results
 else
   out_dir=$bench_root/bench-results
@@ -457,7 +455,7 @@ measure_path() {
   bench_steal_since "$host_before"
   if [ ${#flame_specs[@]} -gt 0 ]; then
     flame_stop
-    flame_render "peers-$sc-$p" "$flame_dir"
+    flame_render "peers-$sc-$p" "$FLAME_DIR"
     for n in "${FLAME_ROWS[@]}"; do flame_rows+=("| $sc | $p $n"); done
   fi
   fig[$sc,$p,$round,steal]=$BENCH_STEAL
@@ -596,7 +594,7 @@ over_error_max() {
   jq -e --argjson max "$RATIO_ERROR_MAX" '(.headline["error rate"] // 0) > $max' "$1" >/dev/null
 }
 md=$out_dir/peers.md
-[ -z "$flame" ] || md=$flame_dir/peers-$(IFS=-; echo "${scenarios[*]}").md
+[ -z "$flame" ] || md=$FLAME_DIR/peers-$(IFS=-; echo "${scenarios[*]}").md
 {
   bench_md_header "IOP and its peers, side by side${flame:+, under perf record}" "$command_line"
   echo "- **Each path:** the same \`iop-mock-provider\` (fresh per path, --workers = cores), then the load generator (k6; oha for open) for $DURATION; every proxy on 127.0.0.1"

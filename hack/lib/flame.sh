@@ -1,6 +1,10 @@
-# Flame graphs of the Edge and the Node under a load (sourced by
-# hack/loadtest.sh when FLAMEGRAPH=1; not run).
+# Flame graphs of processes under a load: the Edge and the Node, and in
+# hack/peers.sh every path's own (sourced by hack/loadtest.sh and
+# hack/peers.sh when FLAMEGRAPH=1; not run).
 #
+#   flame_init                  flame_tools, then FLAME_DIR (where the
+#                               graphs and reports go) and an empty
+#                               flame_rows for the caller's report
 #   flame_tools                 perf (apt-get install linux-perf) and inferno
 #                               (cargo install --locked into target/tools)
 #                               when missing, or fail
@@ -29,6 +33,12 @@ FLAME_STACK=${FLAME_STACK:-16384}
 flame_recorders=()
 flame_procs=()
 
+flame_init() {
+  flame_tools
+  FLAME_DIR=$bench_root/bench-results/flamegraphs
+  flame_rows=()
+}
+
 flame_tools() {
   bench_apt_install perf linux-perf || fail "perf: $BENCH_APT_WHY"
   perf record -e cpu-clock -o /dev/null -- true 2>/dev/null ||
@@ -37,7 +47,7 @@ flame_tools() {
   INFERNO_COLLAPSE=$root/bin/inferno-collapse-perf
   INFERNO_FLAMEGRAPH=$root/bin/inferno-flamegraph
   if [ ! -x "$INFERNO_FLAMEGRAPH" ] || ! "$INFERNO_FLAMEGRAPH" --version 2>/dev/null | grep -q " $INFERNO_VERSION\$"; then
-    say "installing inferno $INFERNO_VERSION (cargo install --locked into $root; ~3 min on 2 cores)"
+    say "installing inferno $INFERNO_VERSION (cargo install --locked into $root; under a minute on 2 cores)"
     env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR cargo install --quiet inferno --version "$INFERNO_VERSION" \
       --locked --root "$root" || fail "cargo install inferno@$INFERNO_VERSION failed"
   fi
@@ -101,7 +111,7 @@ flame_render() {
 
 flame_md_method() {
   echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process (with its workers) through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION; \`perf/README.md\`, \"Flame graphs\"). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. A run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
-  echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irqrestore\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
+  echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irq(restore)\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
 }
 
 flame_subtitle() {
