@@ -199,21 +199,16 @@ notes_md() {
   printf -- '- %s\n' "${notes[@]}"
 }
 
-# profile_begin NAME EDGE_PID NODE_PID MOCK_PID / profile_end NAME WHAT:
-# with FLAMEGRAPH=1, perf record the Edge and the Node (a pid "-", the
-# direct path, records nothing) around a measured run, then render their
-# flame graphs and keep one summary row a process in flame_rows.
+# profile_begin NAME EDGE_PID NODE_PID / profile_end WHAT: with
+# FLAMEGRAPH=1, perf records the Edge and the Node (a pid "-", the direct
+# path, records nothing) around a measured run; after its readings, their
+# flame graphs and one summary row a process (flame_end).
 profile_begin() {
   [ -n "$flame" ] && [ "$2" != - ] || return 0
   flame_start "$1" edge="$2" node="$3"
 }
 profile_end() {
-  [ -n "$flame" ] && [ ${#flame_recorders[@]} -gt 0 ] || return 0
-  flame_stop
-  say "rendering the flame graphs of $2 (perf script, inferno)"
-  flame_render "$1" "$FLAME_DIR"
-  local r
-  for r in "${FLAME_ROWS[@]}"; do flame_rows+=("| $2 $r"); done
+  [ -z "$flame" ] || flame_end "$1"
 }
 
 # run_k6 SUMMARY_NAME PATH DRIVER MODEL BASE_URL
@@ -255,8 +250,8 @@ run_k6() {
     bench_k6_run "$script" "$json" "${k6_env[@]}" -e BASE_URL="$base" -e MODEL="$model" \
       -e LABEL="$path $driver $model" || rc=$?
     steal_since "$host" "$path $driver $model"
-    profile_end "$name" "$path $driver $model"
     for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
+    profile_end "$path $driver $model"
     requests=$(jq -r '.metrics.http_reqs.values.count // 0' "$json" 2>/dev/null || echo 0)
     for i in 0 1 2; do
       if [ "${pids[i]}" = - ]; then cpu[i]=-; else cpu[i]=$(bench_cpu_per_request "${before[i]}" "${after[i]}" "$requests"); fi
@@ -294,8 +289,8 @@ run_oha() {
   host=$(bench_host_ticks)
   bench_oha_run "$json" "$url" "$body" "$rate" "$duration" "$connections" "$auth" || rc=$?
   steal_since "$host" "$path $driver $model"
-  profile_end "$name" "$path $driver $model"
   for i in 0 1 2; do after[i]=$(bench_cpu_ticks "${pids[i]}"); done
+  profile_end "$path $driver $model"
   requests=$(bench_oha_figure "$json" requests 2>/dev/null || echo 0)
   for i in 0 1 2; do
     if [ "${pids[i]}" = - ]; then cpu[i]=-; else cpu[i]=$(bench_cpu_per_request "${before[i]}" "${after[i]}" "${requests:-0}"); fi
@@ -355,11 +350,7 @@ if [ -n "$flame" ]; then
   {
     bench_md_header "Flame graphs: $scenario (the Edge and the Node under perf record)" "$command_line"
     echo "- **Load:** as \`hack/loadtest.sh $scenario\`$([ "$scenario" = open ] && echo " (oha at $rate/s over $connections connections)" || echo "; k6 env \`${k6_env[*]}\`")"
-    flame_md_method
-    echo
-    echo "| run | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time (share of the process's CPU sampled) |"
-    echo "|---|---|---|---|---|---|---|"
-    printf '%s\n' "${flame_rows[@]}"
+    flame_md_report run
     notes_md
   } >"$md"
   cat "$md" >&2

@@ -453,11 +453,6 @@ measure_path() {
   fi
   cpu_k6_after=$(bench_reaped_ticks $$)
   bench_steal_since "$host_before"
-  if [ ${#flame_specs[@]} -gt 0 ]; then
-    flame_stop
-    flame_render "peers-$sc-$p" "$FLAME_DIR"
-    for n in "${FLAME_ROWS[@]}"; do flame_rows+=("| $sc | $p $n"); done
-  fi
   fig[$sc,$p,$round,steal]=$BENCH_STEAL
   [ -z "$BENCH_STEAL_NOTE" ] || skipped+=("$sc/$p${round_tag:-}: $BENCH_STEAL_NOTE")
   for pid in "${cpu_pids[@]}"; do cpu_after+=("$(bench_cpu_ticks_tree "$pid")"); done
@@ -474,6 +469,9 @@ measure_path() {
   fig[$sc,$p,$round,cpu_all]=${cpu#*|}
   [ "$rc" -eq 0 ] || skipped+=("$sc/$p${round_tag:-}: $loadgen exited with status $rc (k6's 99: a threshold failed: some requests failed; see the error rate)")
   fig[$sc,$p,$round,json]=$json
+  # After the readings (the recorders are this shell's children: reaped
+  # before cpu_k6_after, their CPU would count as k6's).
+  [ ${#flame_specs[@]} -eq 0 ] || flame_end "$sc | $p"
 }
 
 # round_figure SC PATH ROUND: sets ROUND_FIG to the figure ROUND of PATH
@@ -671,11 +669,7 @@ md=$out_dir/peers.md
     echo
     echo "Every path's own processes, peers' included; the figures above are from these profiled runs, so compare the paths' profiles, not these figures with other tables."
     echo
-    flame_md_method
-    echo
-    echo "| scenario | path | process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time |"
-    echo "|---|---|---|---|---|---|---|---|"
-    printf '%s\n' "${flame_rows[@]}"
+    flame_md_report scenario path
     echo
   fi
   if [ ${#skipped[@]} -gt 0 ]; then

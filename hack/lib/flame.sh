@@ -8,19 +8,22 @@
 #   flame_tools                 perf (apt-get install linux-perf) and inferno
 #                               (cargo install --locked into target/tools)
 #                               when missing, or fail
-#   flame_start NAME PROC=PID…  perf record each PID (all its threads, kernel
-#                               and user stacks, DWARF unwinding) until flame_stop
-#   flame_stop                  stop the recorders, wait for their files
-#   flame_md_method             the markdown paragraph a report puts above
-#                               its FLAME_ROWS: how they were recorded and
-#                               what the columns mean
-#   flame_render NAME OUT_DIR   OUT_DIR/NAME-PROC.svg for each PROC and its
-#                               collapsed stacks (NAME-PROC.folded.gz, for
-#                               inferno-diff-folded), and sets FLAME_ROWS to
-#                               one markdown row a PROC: the CPU time sampled,
-#                               the kernel's share (and its copies' and
-#                               wake-ups'), the heaviest frames by self time
-#
+#   flame_start NAME PROC=PID…  perf record each PROC's pids (comma-separated:
+#                               all their threads, kernel and user stacks,
+#                               DWARF unwinding) until flame_end
+#   flame_end CELLS             stop the recorders, write FLAME_DIR/NAME-PROC.svg
+#                               and its collapsed stacks (NAME-PROC.folded.gz,
+#                               for inferno-diff-folded) for each PROC, and
+#                               append to flame_rows one markdown row a PROC
+#                               after CELLS (the caller's leading cells, "a |
+#                               b"): the CPU time sampled, the kernel's share
+#                               (and its copies' and wake-ups'), the heaviest
+#                               frames by self time; nothing when nothing
+#                               records
+#   flame_md_report COLUMN…     how the rows were recorded, what the columns
+#                               mean, and the table of flame_rows under the
+#                               caller's leading COLUMN names
+
 # Sampling: FLAME_HZ (default 499) samples a second a thread, each with
 # FLAME_STACK (default 16384) bytes of user stack for unwinding. The profiled
 # run is slower than an unprofiled one (perf wakes on every sample and copies
@@ -32,6 +35,7 @@ FLAME_HZ=${FLAME_HZ:-499}
 FLAME_STACK=${FLAME_STACK:-16384}
 flame_recorders=()
 flame_procs=()
+flame_name=
 
 flame_init() {
   flame_tools
@@ -56,6 +60,7 @@ flame_tools() {
 flame_start() {
   local name=$1 spec proc pid
   shift
+  flame_name=$name
   flame_recorders=()
   flame_procs=()
   for spec in "$@"; do
@@ -72,16 +77,19 @@ flame_start() {
   sleep 1
 }
 
-flame_stop() {
+flame_end() {
+  [ ${#flame_recorders[@]} -gt 0 ] || return 0
   local pid
   for pid in "${flame_recorders[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
   for pid in "${flame_recorders[@]}"; do wait "$pid" 2>/dev/null || true; done
   flame_recorders=()
+  say "rendering the flame graphs of $1 (perf script, inferno)"
+  flame_render "$flame_name" "$1"
 }
 
+# flame_render NAME CELLS: flame_end's graphs and rows.
 flame_render() {
-  local name=$1 out=$2 proc data folded why
-  FLAME_ROWS=()
+  local name=$1 cells=$2 out=$FLAME_DIR proc data folded why
   mkdir -p "$out"
   for proc in "${flame_procs[@]}"; do
     data=$BENCH_WORK/$name-$proc.perf.data
@@ -101,17 +109,23 @@ flame_render() {
     # A failed profile is a row that says why, not the end of a sitting.
     if [ -n "$why" ]; then
       say "$name $proc: $why"
-      FLAME_ROWS+=("| $proc | ${why//|//} | | | | |")
+      flame_rows+=("| $cells | $proc | ${why//|//} | | | | |")
       continue
     fi
     gzip -9 -n -c "$folded" >"$out/$name-$proc.folded.gz"
-    FLAME_ROWS+=("| [$proc]($name-$proc.svg) | $(flame_summary "$folded") |")
+    flame_rows+=("| $cells | [$proc]($name-$proc.svg) | $(flame_summary "$folded") |")
   done
 }
 
-flame_md_method() {
+flame_md_report() {
+  local columns
+  columns=$(printf '%s | ' "$@")
   echo "- **Recorder:** \`perf record -e cpu-clock -F $FLAME_HZ --call-graph dwarf,$FLAME_STACK -p PID\` for each process (with its workers) through the measured run; \`perf script --no-inline | inferno-collapse-perf --all | inferno-flamegraph\` (inferno $INFERNO_VERSION; \`perf/README.md\`, \"Flame graphs\"). A function inlined into its caller shows as the caller; kernel frames end in \`_[k]\`. A run under the recorder is slower than an unprofiled one: its figures are not the scenario's."
   echo "- **Columns:** shares of each process's CPU sampled. *Kernel copies*: \`_copy_to_iter\` / \`_copy_from_iter\` (bytes into and out of the process). *Wake-ups and switches*: samples at \`_raw_spin_unlock_irq(restore)\` and \`finish_task_switch\`, where the kernel turns interrupts back on after waking a thread or switching tasks (a \`cpu-clock\` sample cannot land while they are off, so that time shows there)."
+  echo
+  echo "| ${columns}process (flame graph) | CPU s sampled | kernel | kernel copies | wake-ups and switches | heaviest frames by self time |"
+  echo "|$(printf -- '---|%.0s' "$@")---|---|---|---|---|---|"
+  printf '%s\n' "${flame_rows[@]}"
 }
 
 flame_subtitle() {

@@ -311,33 +311,34 @@ impl Drop for StoreWriter {
 /// consumes. The flush's message was sent before its unpark, so it is then
 /// already in the queue, and taking the queue finds it.
 fn run(store: &RunStore, rx: &Receiver<Msg>, counters: &Counters, config: WriterConfig) {
-    let mut batch = Batch::new(config.max_batch);
+    let mut taken = Taken::new(config.max_batch);
     let mut backlog = false;
     loop {
         let Ok(first) = rx.recv() else { return };
         let gathers =
             matches!(first, Msg::Update(_)) && !backlog && !config.commit_interval.is_zero();
-        if !batch.take(first, counters) && !batch.take_queued(rx, counters) && gathers {
+        if !taken.take(first, counters) && !taken.take_queued(rx, counters) && gathers {
             // A spurious or early wake only commits sooner.
             std::thread::park_timeout(config.commit_interval);
-            batch.take_queued(rx, counters);
+            taken.take_queued(rx, counters);
         }
-        backlog = batch.full();
-        if !batch.pending.is_empty() {
-            write_batch(store, &batch.pending, counters);
-            batch.pending.clear();
+        backlog = taken.full();
+        if !taken.pending.is_empty() {
+            write_batch(store, &taken.pending, counters);
+            taken.pending.clear();
         }
-        if let Some(ack) = batch.ack.take() {
+        if let Some(ack) = taken.ack.take() {
             let _ = ack.send(());
         }
-        if batch.shutdown {
+        if taken.shutdown {
             return;
         }
     }
 }
 
-/// What the store thread takes for one transaction.
-struct Batch {
+/// What the store thread takes from its queue for one transaction (written
+/// through LMDB's [`super::Batch`] by [`write_batch`]).
+struct Taken {
     pending: Vec<StoreUpdate>,
     /// A flush to acknowledge once the batch is written.
     ack: Option<SyncSender<()>>,
@@ -345,11 +346,11 @@ struct Batch {
     max_batch: usize,
 }
 
-impl Batch {
+impl Taken {
     /// An empty batch of at most `max_batch` updates (at least one).
     fn new(max_batch: usize) -> Self {
         let max_batch = max_batch.max(1);
-        Batch {
+        Taken {
             pending: Vec::with_capacity(max_batch.min(DEFAULT_MAX_BATCH)),
             ack: None,
             shutdown: false,
@@ -376,7 +377,7 @@ impl Batch {
         self.ack.is_some() || self.shutdown || self.full()
     }
 
-    /// Takes what is queued, without waiting, until [`Batch::take`] says
+    /// Takes what is queued, without waiting, until [`Taken::take`] says
     /// the batch is due; returns whether it did.
     fn take_queued(&mut self, rx: &Receiver<Msg>, counters: &Counters) -> bool {
         while let Ok(msg) = rx.try_recv() {
