@@ -286,6 +286,24 @@ fn get_in(
     }
 }
 
+/// A run's place in the order, as [`Batch::claim`] gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A new run's sequence: its record is appended there.
+    New(u64),
+    /// A stored run's sequence: its record is replaced there.
+    Stored(u64),
+}
+
+/// What [`Batch::claim`] found for a run id.
+#[derive(Debug)]
+pub enum Claim {
+    /// A new run id, indexed now; its record is still to be written.
+    New(Place),
+    /// A stored run id, with its record as stored.
+    Stored(Place, RunRecord),
+}
+
 /// One open write transaction on a [`RunStore`] (see [`RunStore::write`]).
 /// Reads see the batch's own earlier writes.
 pub struct Batch<'s> {
@@ -317,35 +335,94 @@ impl Batch<'_> {
     /// no lookup, the common case of a short run whose steps all arrive in
     /// one batch. Only a run id already stored costs a lookup of its place.
     pub fn upsert(&mut self, record: &RunRecord) -> Result<(), StoreError> {
-        let s = self.store;
-        let value = record.encode().map_err(|e| StoreError::InvalidRecord {
+        let value = self.encode(record)?;
+        let place = match self.claim_seq(&record.run_id)? {
+            Ok(new) => Place::New(new),
+            Err(()) => Place::Stored(self.stored_seq(&record.run_id)?),
+        };
+        self.put(place, &value)
+    }
+
+    /// Claims `run_id`'s place in the order, before its record is known: a
+    /// new run id is indexed at the next sequence (one B-tree write, no
+    /// lookup); a stored one is looked up, with its record. Whoever claims
+    /// a new place must [`write`](Self::write) a record there, or the index
+    /// would name a record that does not exist: `run_id` must be one a
+    /// record may have ([`RunRecord::validate`]).
+    pub fn claim(&mut self, run_id: &str) -> Result<Claim, StoreError> {
+        match self.claim_seq(run_id)? {
+            Ok(new) => Ok(Claim::New(Place::New(new))),
+            Err(()) => {
+                let s = self.store;
+                let seq = self.stored_seq(run_id)?;
+                let value = s
+                    .runs
+                    .get(&self.txn, &seq)
+                    .map_err(s.err("get"))?
+                    .ok_or_else(|| {
+                        s.corrupt(
+                            seq,
+                            format!("run_ids has {run_id:?} but runs has no record"),
+                        )
+                    })?;
+                Ok(Claim::Stored(Place::Stored(seq), s.decode(seq, value)?))
+            }
+        }
+    }
+
+    /// Writes `record` at the place [`claim`](Self::claim) gave for its run id.
+    pub fn write(&mut self, place: Place, record: &RunRecord) -> Result<(), StoreError> {
+        let value = self.encode(record)?;
+        self.put(place, &value)
+    }
+
+    fn encode(&self, record: &RunRecord) -> Result<Vec<u8>, StoreError> {
+        record.encode().map_err(|e| StoreError::InvalidRecord {
             run_id: record.run_id.chars().take(64).collect(),
             reason: e,
-        })?;
-        let key = record.run_id.as_bytes();
+        })
+    }
+
+    /// `Ok(seq)`: `run_id` was new and is now indexed at `seq`, the next
+    /// sequence; `Err(())`: it is stored already.
+    fn claim_seq(&mut self, run_id: &str) -> Result<Result<u64, ()>, StoreError> {
+        let s = self.store;
         let next = self.next_seq()?;
-        match s
-            .run_ids
-            .put_with_flags(&mut self.txn, PutFlags::NO_OVERWRITE, key, &next)
-        {
+        match s.run_ids.put_with_flags(
+            &mut self.txn,
+            PutFlags::NO_OVERWRITE,
+            run_id.as_bytes(),
+            &next,
+        ) {
             Ok(()) => {
                 self.next_seq = Some(next + 1);
-                s.runs
-                    .put_with_flags(&mut self.txn, PutFlags::APPEND, &next, &value)
-                    .map_err(s.err("put"))
+                Ok(Ok(next))
             }
-            Err(heed::Error::Mdb(MdbError::KeyExist)) => {
-                let seq = s
-                    .run_ids
-                    .get(&self.txn, key)
-                    .map_err(s.err("get"))?
-                    .ok_or_else(|| s.corrupt(next, format!("run_ids lost {:?}", record.run_id)))?;
-                s.runs
-                    .put(&mut self.txn, &seq, &value)
-                    .map_err(s.err("put"))
-            }
+            Err(heed::Error::Mdb(MdbError::KeyExist)) => Ok(Err(())),
             Err(source) => Err(s.err("put")(source)),
         }
+    }
+
+    /// The sequence of a stored run id.
+    fn stored_seq(&self, run_id: &str) -> Result<u64, StoreError> {
+        let s = self.store;
+        s.run_ids
+            .get(&self.txn, run_id.as_bytes())
+            .map_err(s.err("get"))?
+            .ok_or_else(|| s.corrupt(0, format!("run_ids lost {run_id:?}")))
+    }
+
+    /// Writes an encoded record at `place`: a new one appended (sequences
+    /// only grow, so no search), a stored one replaced where it is.
+    fn put(&mut self, place: Place, value: &[u8]) -> Result<(), StoreError> {
+        let s = self.store;
+        match place {
+            Place::New(seq) => s
+                .runs
+                .put_with_flags(&mut self.txn, PutFlags::APPEND, &seq, value),
+            Place::Stored(seq) => s.runs.put(&mut self.txn, &seq, value),
+        }
+        .map_err(s.err("put"))
     }
 
     /// The sequence a new record takes now: one past the largest in use,
@@ -363,9 +440,11 @@ impl Batch<'_> {
 
     /// Deletes the oldest records until at most `keep` remain.
     ///
-    /// One walk from the front collects the run ids to unindex, then one
+    /// One walk from the front collects the run ids to unindex (read in
+    /// place, [`RunRecord::decode_run_id`], into one buffer), then one
     /// range delete drops their records: a full store (every write of a
-    /// long-running Node prunes) pays no search of `runs` a record.
+    /// long-running Node prunes) pays no search of `runs` and no allocation
+    /// a record.
     pub fn prune_to(&mut self, keep: u64) -> Result<u64, StoreError> {
         let s = self.store;
         let count = s.runs.len(&self.txn).map_err(s.err("count"))?;
@@ -373,23 +452,30 @@ impl Batch<'_> {
         if excess == 0 {
             return Ok(0);
         }
-        let mut oldest = Vec::with_capacity(excess.min(1024));
+        // The run ids back to back, and where each ends.
+        let mut ids = Vec::new();
+        let mut ends = Vec::with_capacity(excess.min(1024));
         let mut last = None;
         let iter = s.runs.iter(&self.txn).map_err(s.err("iterate"))?;
         for entry in iter.take(excess) {
             let (seq, value) = entry.map_err(s.err("iterate"))?;
-            oldest.push(s.decode(seq, value)?.run_id);
+            let run_id =
+                RunRecord::decode_run_id(value).map_err(|e| s.corrupt(seq, e.to_string()))?;
+            ids.extend_from_slice(run_id.as_bytes());
+            ends.push(ids.len());
             last = Some(seq);
         }
         let Some(last) = last else { return Ok(0) };
         s.runs
             .delete_range(&mut self.txn, &(..=last))
             .map_err(s.err("delete"))?;
-        for run_id in &oldest {
+        let mut start = 0;
+        for &end in &ends {
             s.run_ids
-                .delete(&mut self.txn, run_id.as_bytes())
+                .delete(&mut self.txn, &ids[start..end])
                 .map_err(s.err("delete"))?;
+            start = end;
         }
-        Ok(oldest.len() as u64)
+        Ok(ends.len() as u64)
     }
 }

@@ -342,29 +342,15 @@ impl RunRecord {
 
     /// Decodes a value written by [`RunRecord::encode`] (any known format).
     pub fn decode(bytes: &[u8]) -> Result<RunRecord, RecordError> {
-        let (&format, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
-        if format != FORMAT_V1 {
-            return Err(RecordError::UnknownFormat(format));
-        }
-        let mut r = Reader(rest);
-        let code = r.u8()?;
-        let status = RunStatus::from_code(code).ok_or(RecordError::BadStatus(code))?;
-        let flags = r.u8()?;
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(RecordError::BadFlags(flags & !KNOWN_FLAGS));
-        }
+        let (head, mut r) = Head::read(bytes)?;
+        let Head {
+            status,
+            flags,
+            created_at_ms,
+            started_at_ms,
+            finished_at_ms,
+        } = head;
         let has = |bit: u8| flags & bit != 0;
-        let created_at_ms = r.u64()?;
-        let started_at_ms = if has(FLAG_STARTED) {
-            Some(r.u64()?)
-        } else {
-            None
-        };
-        let finished_at_ms = if has(FLAG_FINISHED) {
-            Some(r.u64()?)
-        } else {
-            None
-        };
         let run_id = r.text()?;
         let adapter = r.text()?;
         let target = r.text()?;
@@ -396,12 +382,68 @@ impl RunRecord {
         record.validate()?;
         Ok(record)
     }
+
+    /// The run id of a value written by [`RunRecord::encode`], read in place
+    /// (no allocation, the other fields not read): what pruning needs of
+    /// each record it drops.
+    pub fn decode_run_id(bytes: &[u8]) -> Result<&str, RecordError> {
+        let (_, mut r) = Head::read(bytes)?;
+        let run_id = r.str()?;
+        if run_id.len() > MAX_ID_LEN {
+            return Err(RecordError::TooLong("run_id", run_id.len()));
+        }
+        Ok(run_id)
+    }
+}
+
+/// An encoded record's fixed part, before its texts.
+struct Head {
+    status: RunStatus,
+    flags: u8,
+    created_at_ms: u64,
+    started_at_ms: Option<u64>,
+    finished_at_ms: Option<u64>,
+}
+
+impl Head {
+    /// The head of `bytes`, and a reader at the first text.
+    fn read(bytes: &[u8]) -> Result<(Head, Reader<'_>), RecordError> {
+        let (&format, rest) = bytes.split_first().ok_or(RecordError::Empty)?;
+        if format != FORMAT_V1 {
+            return Err(RecordError::UnknownFormat(format));
+        }
+        let mut r = Reader(rest);
+        let code = r.u8()?;
+        let status = RunStatus::from_code(code).ok_or(RecordError::BadStatus(code))?;
+        let flags = r.u8()?;
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(RecordError::BadFlags(flags & !KNOWN_FLAGS));
+        }
+        let created_at_ms = r.u64()?;
+        let mut time = |bit: u8| {
+            if flags & bit != 0 {
+                r.u64().map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let started_at_ms = time(FLAG_STARTED)?;
+        let finished_at_ms = time(FLAG_FINISHED)?;
+        let head = Head {
+            status,
+            flags,
+            created_at_ms,
+            started_at_ms,
+            finished_at_ms,
+        };
+        Ok((head, r))
+    }
 }
 
 struct Reader<'a>(&'a [u8]);
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], RecordError> {
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
         if self.0.len() < n {
             return Err(RecordError::Truncated);
         }
@@ -421,10 +463,14 @@ impl Reader<'_> {
     }
 
     fn text(&mut self) -> Result<String, RecordError> {
+        self.str().map(str::to_owned)
+    }
+
+    fn str(&mut self) -> Result<&'a str, RecordError> {
         let mut b = [0; 2];
         b.copy_from_slice(self.take(2)?);
         let len = usize::from(u16::from_le_bytes(b));
         let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::BadUtf8)
+        std::str::from_utf8(bytes).map_err(|_| RecordError::BadUtf8)
     }
 }

@@ -28,6 +28,16 @@ fn update(id: &str, transition: Transition) -> StoreUpdate {
     }
 }
 
+/// The encoded length of what follows a record's run id.
+fn record_texts_after_run_id(record: &RunRecord) -> usize {
+    [Some(&record.adapter), Some(&record.target)]
+        .into_iter()
+        .chain([record.session_id.as_ref(), record.error.as_ref()])
+        .flatten()
+        .map(|text| 2 + text.len())
+        .sum()
+}
+
 fn status_strategy() -> impl Strategy<Value = RunStatus> {
     prop::sample::select(RunStatus::ALL.to_vec())
 }
@@ -73,6 +83,74 @@ proptest! {
         for cut in 0..bytes.len() {
             prop_assert!(RunRecord::decode(&bytes[..cut]).is_err(), "prefix {cut} decoded");
         }
+    }
+
+    /// Pruning's read of the run id alone agrees with the whole decode, and
+    /// refuses a value cut before the run id ends.
+    #[test]
+    fn the_run_id_reads_in_place_as_decoded(record in record_strategy()) {
+        let bytes = record.encode().unwrap();
+        prop_assert_eq!(RunRecord::decode_run_id(&bytes).unwrap(), record.run_id.as_str());
+        let id_end = bytes.len() - record_texts_after_run_id(&record);
+        for cut in 0..id_end {
+            prop_assert!(RunRecord::decode_run_id(&bytes[..cut]).is_err(), "prefix {cut} read");
+        }
+        prop_assert_eq!(RunRecord::decode_run_id(&bytes[..id_end]).unwrap(), record.run_id.as_str());
+    }
+
+    /// The writer's batches against a model: updates of a pool of runs
+    /// (one run id too long to keep, one empty), flushed at random points,
+    /// give the records the model's transitions give, in first-seen order,
+    /// and an index that names each record once.
+    #[test]
+    fn the_writer_merges_steps_as_a_model_does(
+        steps in prop::collection::vec((0usize..6, 0u8..6, any::<bool>()), 1..40),
+    ) {
+        let (dir, store) = temp_store(1_000);
+        let writer = StoreWriter::spawn(store, WriterConfig::default()).unwrap();
+        let ids: Vec<String> = (0..4)
+            .map(|i| format!("run-{i}"))
+            .chain([String::new(), "x".repeat(MAX_ID_LEN + 1)])
+            .collect();
+        let mut model: Vec<RunRecord> = Vec::new();
+        let mut invalid = 0;
+        for (at, &(id, step, flush)) in steps.iter().enumerate() {
+            let at_ms = at as u64;
+            let transition = match step {
+                0 => Transition::Queued,
+                1 => Transition::Started { at_ms },
+                2 => Transition::Completed { at_ms },
+                3 => Transition::Failed { at_ms, error: format!("e{at}") },
+                4 => Transition::Cancelled { at_ms },
+                _ => Transition::Rejected { at_ms, error: "no".repeat(400) },
+            };
+            let run = info(&ids[id]);
+            if id >= 4 {
+                invalid += 1;
+            } else {
+                let i = match model.iter().position(|r| r.run_id == run.run_id) {
+                    Some(i) => i,
+                    None => {
+                        model.push(RunRecord::new(&run));
+                        model.len() - 1
+                    }
+                };
+                model[i].apply(&transition);
+            }
+            let update = StoreUpdate { run: Arc::new(run), transition };
+            prop_assert!(writer.record(update));
+            if flush {
+                writer.flush().unwrap();
+            }
+        }
+        writer.flush().unwrap();
+        let stats = writer.stats();
+        prop_assert_eq!((stats.invalid, stats.write_errors), (invalid, 0));
+        drop(writer);
+        let store = RunStore::open(dir.path(), StoreConfig::default()).unwrap();
+        prop_assert_eq!(store.verify().unwrap(), model.len() as u64);
+        model.reverse();
+        prop_assert_eq!(store.recent(100).unwrap(), model);
     }
 
     #[test]

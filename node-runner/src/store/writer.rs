@@ -35,7 +35,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashMapExt};
 
 use super::StoreError;
-use super::lmdb::RunStore;
+use super::lmdb::{Claim, Place, RunStore};
 use super::priority::StorePriority;
 use super::record::{RunInfo, RunRecord, Transition};
 
@@ -391,39 +391,53 @@ impl Taken {
 
 /// Writes `updates` in one transaction. A run's updates in the batch (a
 /// short request's queued, running and terminal steps usually arrive
-/// together) are merged first: its record is read once, every update is
-/// applied in order, and it is validated and written once.
+/// together) are merged first: its place is claimed once
+/// ([`Batch::claim`]: a new run id is indexed without a lookup first, the
+/// common case; a stored run's record is read), every update is applied in
+/// order, and it is written once. A run id no record may have (too long,
+/// or empty) is skipped, and its updates counted as invalid, before it is
+/// claimed.
+///
+/// [`Batch::claim`]: super::Batch::claim
 fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
     let result = store.write(|batch| {
         // Runs in first-seen order (a new run's place in the store's order
-        // is its first write), each with its merged record and how many
-        // updates it took.
-        let mut runs: Vec<(RunRecord, u64)> = Vec::with_capacity(updates.len());
+        // is its first write), each with its place (`None`: skipped as
+        // invalid), its merged record and how many updates it took.
+        let mut runs: Vec<(Option<Place>, RunRecord, u64)> = Vec::with_capacity(updates.len());
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(updates.len());
         for u in updates {
             let at = match index.get(u.run.run_id.as_str()) {
                 Some(&at) => at,
                 None => {
-                    let record = match batch.get(&u.run.run_id)? {
-                        Some(record) => record,
-                        None => RunRecord::new(&u.run),
+                    let fresh = RunRecord::new(&u.run);
+                    // LMDB cannot index an empty key: without this check
+                    // one empty run id would fail the whole transaction.
+                    let run = if fresh.validate().is_err() || fresh.run_id.is_empty() {
+                        (None, fresh, 0)
+                    } else {
+                        match batch.claim(&u.run.run_id)? {
+                            Claim::New(place) => (Some(place), fresh, 0),
+                            Claim::Stored(place, stored) => (Some(place), stored, 0),
+                        }
                     };
-                    runs.push((record, 0));
+                    runs.push(run);
                     index.insert(&u.run.run_id, runs.len() - 1);
                     runs.len() - 1
                 }
             };
-            let (record, count) = &mut runs[at];
+            let (_, record, count) = &mut runs[at];
             record.apply(&u.transition);
             *count += 1;
         }
         let mut invalid = 0;
-        for (record, count) in &runs {
-            if record.validate().is_err() {
-                invalid += count;
-                continue;
+        for (place, record, count) in &runs {
+            // Applying steps keeps a valid record valid (an error is bounded
+            // as it is applied), so a claimed place is always written.
+            match place {
+                Some(place) => batch.write(*place, record)?,
+                None => invalid += count,
             }
-            batch.upsert(record)?;
         }
         Ok(invalid)
     });
