@@ -275,6 +275,8 @@ fn common_bodies_are_routed_by_the_quick_reader_as_serde_reads_them() {
         "{\n  \"model\": \"m\",\n  \"stream\": null,\n  \"input\": \"\\u00e9\"\n}\n",
         r#"{"model":"a","model":"b","stream":false}"#,
         r#"{"model":7,"stream":"yes"}"#,
+        r#"{"model":"gpt\u002d4o \"x\"","stream":true,"stream_options":null}"#,
+        r#"{"model":"","stream":[true],"stream_options":"no"}"#,
         r#"{}"#,
     ] {
         let quick = quick_routing_fields(body).unwrap_or_else(|| panic!("declined {body}"));
