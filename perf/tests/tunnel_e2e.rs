@@ -140,6 +140,19 @@ fn a_tunnelled_stream_is_the_providers_own_bytes() {
             })
             .expect("output tokens");
         assert!(line.ends_with(" 20"), "5 tokens × 4 requests: {line}");
+        // The Node recorded each tunnel as a run, under the id the Edge gave
+        // the tunnel.
+        wait_until("four completed tunnels in the run store", || {
+            let runs = stack.stored_runs();
+            runs.len() == 4
+                && runs.iter().all(|r| {
+                    r["status"] == "completed"
+                        && r["target"] == "m"
+                        && r["run_id"]
+                            .as_str()
+                            .is_some_and(|id| id.starts_with("run-"))
+                })
+        });
     }
 }
 

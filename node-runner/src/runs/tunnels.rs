@@ -80,14 +80,7 @@ impl RunManager {
         stream_id: u64,
         mut request: ProviderTunnelRequest,
     ) {
-        let info = Arc::new(RunInfo {
-            run_id: request.tunnel_id.clone(),
-            adapter: request.adapter.clone(),
-            target: request.target.clone(),
-            session_id: None,
-            background: false,
-            created_at_ms: unix_ms(),
-        });
+        let created_at_ms = unix_ms();
         let admitted = self.admit_tunnel(stream_id, &request).and_then(|admitted| {
             // F29: the lease opens only now, after admission and right
             // before the provider call; a refusal drops the capacity unit.
@@ -99,6 +92,16 @@ impl RunManager {
                 sealed: &request.credential_lease,
             })?;
             Ok((admitted, credential))
+        });
+        // The tunnel id is the record's run id: moved there, as nothing
+        // reads it from the request after admission.
+        let info = Arc::new(RunInfo {
+            run_id: std::mem::take(&mut request.tunnel_id),
+            adapter: request.adapter.clone(),
+            target: request.target.clone(),
+            session_id: None,
+            background: false,
+            created_at_ms,
         });
         let ((adapter, request_timeout_ms, lease), credential) = match admitted {
             Ok(admitted) => admitted,
