@@ -76,3 +76,19 @@ fn a_dir_without_a_store_fails_naming_the_path_and_creates_nothing() {
     assert!(stderr.contains(&path.display().to_string()), "{stderr}");
     assert!(!path.exists());
 }
+
+/// The store's gather is bounded: 0 would commit on every update and a
+/// gather past a minute would hold records longer than anyone waits.
+#[test]
+fn a_commit_interval_out_of_range_is_refused_at_start() {
+    for ms in ["0", "60001", "soon"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_iop-node"))
+            .args(["--run-store-commit-ms", ms, "--data-dir", "/nonexistent"])
+            .env("IOP_NODE_TOKEN", "t")
+            .output()
+            .expect("run iop-node");
+        assert_eq!(out.status.code(), Some(2), "{ms}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--run-store-commit-ms"), "{ms}: {stderr}");
+    }
+}

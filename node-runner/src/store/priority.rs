@@ -1,8 +1,9 @@
 //! [`StorePriority`]: how the run store's thread is scheduled against the
 //! threads that carry requests.
 //!
-//! The store thread commits a batch every 20 ms: a burst of B-tree work,
-//! page writes and a sync, hundreds of microseconds of CPU on a busy node.
+//! The store thread commits a batch after its gather (100 ms by default)
+//! or once it is full: a burst of B-tree work, page writes and a sync,
+//! hundreds of microseconds of CPU on a busy node.
 //! Under the normal policy a link or run thread woken on the CPU the burst
 //! holds may wait for the burst's time slice to end, and the request it
 //! carries waits with it. Under Linux's `SCHED_IDLE` any runnable thread of

@@ -50,7 +50,15 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 65_536;
 pub const DEFAULT_MAX_BATCH: usize = 1024;
 
 /// Default time a batch gathers after its first update (see [`WriterConfig`]).
-pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(20);
+///
+/// A commit costs the store thread 100–150 µs of CPU whatever it carries
+/// (its page writes and data sync, on the 2-vCPU bench VM;
+/// `cargo bench -p node-runner --bench run_store`), against ~3 µs a run.
+/// At 20 ms a Node at 200 small requests/s spent 50–55 µs of store CPU a
+/// request, at 1,000/s 14–15, at 5,000/s 4.4; at 100 ms 10–15, 4–5 and 2.2
+/// (`bench-results/run-store.md`). The price: a record shows up to 100 ms
+/// after its step, and a killed Node loses at most that long's updates.
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How a [`StoreWriter`] queues and batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
