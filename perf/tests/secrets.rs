@@ -115,17 +115,26 @@ model_groups:
         assert!(node_metrics.starts_with("HTTP/1.1 200"), "{node_metrics}");
         seen.push(("the Node's /metrics", node_metrics));
 
-        // The run store, as `iop-node runs` prints it (the node must have
-        // flushed: stop it first).
-        drop(node.process);
-        let runs = Command::new(bin("iop-node"))
-            .args(["runs", "--json", "--data-dir", data_dir.to_str().unwrap()])
-            .output()
-            .expect("iop-node runs");
-        let runs = String::from_utf8_lossy(&runs.stdout).into_owned()
-            + &String::from_utf8_lossy(&runs.stderr);
-        // The served run (and the refused ones never reached the node).
+        // The run store, as `iop-node runs` prints it: the served run (the
+        // refused ones never reached the node) once the node committed it
+        // (its store gathers updates for up to 100 ms), then the node
+        // stopped, so every file below is as it left them.
+        let list_runs = || {
+            let runs = Command::new(bin("iop-node"))
+                .args(["runs", "--json", "--data-dir", data_dir.to_str().unwrap()])
+                .output()
+                .expect("iop-node runs");
+            String::from_utf8_lossy(&runs.stdout).into_owned()
+                + &String::from_utf8_lossy(&runs.stderr)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut runs = list_runs();
+        while !runs.contains("\"run_id\"") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            runs = list_runs();
+        }
         assert!(runs.contains("\"run_id\""), "{runs}");
+        drop(node.process);
         seen.push(("the run store", runs));
         // And the raw bytes of every file in the Node's data dir (LMDB).
         let mut raw = Vec::new();
