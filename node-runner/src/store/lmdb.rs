@@ -337,8 +337,8 @@ impl Batch<'_> {
     pub fn upsert(&mut self, record: &RunRecord) -> Result<(), StoreError> {
         let value = self.encode(record)?;
         let place = match self.claim_seq(&record.run_id)? {
-            Ok(new) => Place::New(new),
-            Err(()) => Place::Stored(self.stored_seq(&record.run_id)?),
+            Some(new) => Place::New(new),
+            None => Place::Stored(self.stored_seq(&record.run_id)?),
         };
         self.put(place, &value)
     }
@@ -351,8 +351,8 @@ impl Batch<'_> {
     /// record may have ([`RunRecord::validate`]).
     pub fn claim(&mut self, run_id: &str) -> Result<Claim, StoreError> {
         match self.claim_seq(run_id)? {
-            Ok(new) => Ok(Claim::New(Place::New(new))),
-            Err(()) => {
+            Some(new) => Ok(Claim::New(Place::New(new))),
+            None => {
                 let s = self.store;
                 let seq = self.stored_seq(run_id)?;
                 let value = s
@@ -383,9 +383,9 @@ impl Batch<'_> {
         })
     }
 
-    /// `Ok(seq)`: `run_id` was new and is now indexed at `seq`, the next
-    /// sequence; `Err(())`: it is stored already.
-    fn claim_seq(&mut self, run_id: &str) -> Result<Result<u64, ()>, StoreError> {
+    /// `Some(seq)`: `run_id` was new and is now indexed at `seq`, the next
+    /// sequence; `None`: it is stored already.
+    fn claim_seq(&mut self, run_id: &str) -> Result<Option<u64>, StoreError> {
         let s = self.store;
         let next = self.next_seq()?;
         match s.run_ids.put_with_flags(
@@ -396,9 +396,9 @@ impl Batch<'_> {
         ) {
             Ok(()) => {
                 self.next_seq = Some(next + 1);
-                Ok(Ok(next))
+                Ok(Some(next))
             }
-            Err(heed::Error::Mdb(MdbError::KeyExist)) => Ok(Err(())),
+            Err(heed::Error::Mdb(MdbError::KeyExist)) => Ok(None),
             Err(source) => Err(s.err("put")(source)),
         }
     }

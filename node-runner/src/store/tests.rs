@@ -98,6 +98,25 @@ proptest! {
         prop_assert_eq!(RunRecord::decode_run_id(&bytes[..id_end]).unwrap(), record.run_id.as_str());
     }
 
+    #[test]
+    fn bounded_text_is_bounded_and_printable(
+        text in "\\PC*|[\\x00-\\x1f]*|[ -~]{0,40}|[\\x00-\\x7f]{0,40}",
+        max in 0usize..40,
+    ) {
+        let out = bounded_text(&text, max);
+        prop_assert!(out.len() <= max);
+        prop_assert!(!out.chars().any(char::is_control));
+        // Printable text that fits is kept as it is.
+        if text.len() <= max && !text.chars().any(char::is_control) {
+            prop_assert_eq!(out, text);
+        }
+    }
+}
+
+proptest! {
+    // Every case starts a writer and syncs at each flush.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
     /// The writer's batches against a model: updates of a pool of runs
     /// (one run id too long to keep, one empty), flushed at random points,
     /// give the records the model's transitions give, in first-seen order,
@@ -151,20 +170,6 @@ proptest! {
         prop_assert_eq!(store.verify().unwrap(), model.len() as u64);
         model.reverse();
         prop_assert_eq!(store.recent(100).unwrap(), model);
-    }
-
-    #[test]
-    fn bounded_text_is_bounded_and_printable(
-        text in "\\PC*|[\\x00-\\x1f]*|[ -~]{0,40}|[\\x00-\\x7f]{0,40}",
-        max in 0usize..40,
-    ) {
-        let out = bounded_text(&text, max);
-        prop_assert!(out.len() <= max);
-        prop_assert!(!out.chars().any(char::is_control));
-        // Printable text that fits is kept as it is.
-        if text.len() <= max && !text.chars().any(char::is_control) {
-            prop_assert_eq!(out, text);
-        }
     }
 }
 
