@@ -148,7 +148,7 @@ fn the_recovery_probe_of_a_keyed_provider_carries_its_own_lease() {
         Err(SubmitError::Lease(_))
     ));
     assert_eq!(models(), 3, "no provider call after the genuine one");
-    assert_no_secret(&stack);
+    assert_no_secret(&stack, 0);
 }
 
 /// Whether `keyed-stall` is selectable on the node's current generation.
@@ -206,5 +206,5 @@ fn the_edges_own_recovery_probe_restores_a_keyed_provider() {
     wait_until("the recovery probe to restore the provider", || {
         keyed_eligible(&stack)
     });
-    assert_no_secret(&stack);
+    assert_no_secret(&stack, 1);
 }
