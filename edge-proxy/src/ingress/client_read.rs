@@ -21,7 +21,7 @@
 //! - **Bytes likely waiting are taken at once.** On io_uring, a read that
 //!   follows one that filled its buffer (the watching read's 64 bytes of a
 //!   longer request, as a rule) is a `recv(2)` of what the socket holds
-//!   ([`crate::recv_now`]), not one more trip through the ring; nothing
+//!   ([`crate::at_once::recv_now`]), not one more trip through the ring; nothing
 //!   waiting, it reads through the ring as any other.
 
 use std::cell::Cell;

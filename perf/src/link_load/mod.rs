@@ -10,7 +10,7 @@
 //! - [`heap`]: a counting global allocator, for `iop-link-load heap`, which
 //!   runs the Edge in-process and breaks its live heap per node down by
 //!   allocation size;
-//! - [`run`]: connects a fleet and samples the Edge's `/proc` entry around a
+//! - [`run()`]: connects a fleet and samples the Edge's `/proc` entry around a
 //!   quiet window, the first heartbeat burst and a steady window of two
 //!   heartbeat periods; [`Report`] is the result (JSON and a summary).
 //!
