@@ -14,7 +14,7 @@ use std::process::Command;
 use managed::pki::{self, Ca, TRUST_DOMAIN};
 use managed::{Scratch, chat, http, mock, start_edge, start_node};
 use support::process::bin;
-use support::stack::drivers;
+use support::stack::{drivers, wait_until};
 
 const API_KEY: &str = "sk-SENTINEL-api-key-7f3c9e1d5a";
 const WRONG_API_KEY: &str = "sk-SENTINEL-wrong-key-2b8d4f60";
@@ -127,13 +127,11 @@ model_groups:
             String::from_utf8_lossy(&runs.stdout).into_owned()
                 + &String::from_utf8_lossy(&runs.stderr)
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut runs = list_runs();
-        while !runs.contains("\"run_id\"") && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut runs = String::new();
+        wait_until("the served run in the run store", || {
             runs = list_runs();
-        }
-        assert!(runs.contains("\"run_id\""), "{runs}");
+            runs.contains("\"run_id\"")
+        });
         drop(node.process);
         seen.push(("the run store", runs));
         // And the raw bytes of every file in the Node's data dir (LMDB).

@@ -286,12 +286,11 @@ fn routing_value(cursor: &mut framing::json_quick::Cursor<'_, true>) -> Option<V
     use framing::json_quick::{MAX_SKIP_DEPTH, Scalar};
     if let Some(b'"' | b't' | b'f' | b'n') = cursor.peek() {
         let mut read = cursor.clone();
-        let value = match read.scalar() {
-            Some(Scalar::Flag(flag)) => Some(Value::Bool(flag)),
-            Some(Scalar::Null) => Some(Value::Null),
-            Some(text) => text.text().map(|text| Value::String(text.into_owned())),
-            None => None,
-        };
+        let value = read.scalar().and_then(|scalar| match scalar {
+            Scalar::Flag(flag) => Some(Value::Bool(flag)),
+            Scalar::Null => Some(Value::Null),
+            text => text.text().map(|text| Value::String(text.into_owned())),
+        });
         if value.is_some() {
             *cursor = read;
             return value;

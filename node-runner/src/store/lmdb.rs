@@ -295,15 +295,6 @@ pub enum Place {
     Stored(u64),
 }
 
-/// What [`Batch::claim`] found for a run id.
-#[derive(Debug)]
-pub enum Claim {
-    /// A new run id, indexed now; its record is still to be written.
-    New(Place),
-    /// A stored run id, with its record as stored.
-    Stored(Place, RunRecord),
-}
-
 /// One open write transaction on a [`RunStore`] (see [`RunStore::write`]).
 /// Reads see the batch's own earlier writes.
 pub struct Batch<'s> {
@@ -345,13 +336,13 @@ impl Batch<'_> {
 
     /// Claims `run_id`'s place in the order, before its record is known: a
     /// new run id is indexed at the next sequence (one B-tree write, no
-    /// lookup); a stored one is looked up, with its record. Whoever claims
-    /// a new place must [`write`](Self::write) a record there, or the index
-    /// would name a record that does not exist: `run_id` must be one a
-    /// record may have ([`RunRecord::validate`]).
-    pub fn claim(&mut self, run_id: &str) -> Result<Claim, StoreError> {
+    /// lookup; no record with it); a stored one is looked up, with its
+    /// record. Whoever claims a new place must [`write`](Self::write) a
+    /// record there, or the index would name a record that does not exist:
+    /// `run_id` must be one a record may have ([`RunRecord::validate`]).
+    pub fn claim(&mut self, run_id: &str) -> Result<(Place, Option<RunRecord>), StoreError> {
         match self.claim_seq(run_id)? {
-            Some(new) => Ok(Claim::New(Place::New(new))),
+            Some(new) => Ok((Place::New(new), None)),
             None => {
                 let s = self.store;
                 let seq = self.stored_seq(run_id)?;
@@ -365,7 +356,7 @@ impl Batch<'_> {
                             format!("run_ids has {run_id:?} but runs has no record"),
                         )
                     })?;
-                Ok(Claim::Stored(Place::Stored(seq), s.decode(seq, value)?))
+                Ok((Place::Stored(seq), Some(s.decode(seq, value)?)))
             }
         }
     }

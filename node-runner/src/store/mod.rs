@@ -39,7 +39,7 @@ mod tests;
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
-pub use lmdb::{Batch, Claim, Place, RunStore, STORE_DIR_NAME, StoreConfig};
+pub use lmdb::{Batch, Place, RunStore, STORE_DIR_NAME, StoreConfig};
 pub use priority::StorePriority;
 pub use record::{RecordError, RunInfo, RunRecord, RunStatus, Transition};
 pub use replay::{REPLAY_DIR_NAME, ReplayError, ReplayStore};

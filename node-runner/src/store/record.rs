@@ -201,6 +201,8 @@ pub enum RecordError {
     BadUtf8,
     /// A field is longer than its bound (field name, length in bytes).
     TooLong(&'static str, usize),
+    /// The run id is empty (the store's index cannot key a record by it).
+    EmptyRunId,
 }
 
 impl fmt::Display for RecordError {
@@ -214,6 +216,7 @@ impl fmt::Display for RecordError {
             RecordError::BadFlags(b) => write!(f, "unknown flag bits {b:#04x}"),
             RecordError::BadUtf8 => f.write_str("text field is not UTF-8"),
             RecordError::TooLong(field, n) => write!(f, "{field} is {n} bytes, over its bound"),
+            RecordError::EmptyRunId => f.write_str("the run id is empty"),
         }
     }
 }
@@ -286,10 +289,11 @@ impl RunRecord {
         true
     }
 
-    /// Checks every field against its bound.
+    /// Checks every field against its bound, and that the run id, the
+    /// store's key, is not empty.
     pub fn validate(&self) -> Result<(), RecordError> {
+        check_run_id(&self.run_id)?;
         let ids = [
-            ("run_id", Some(&self.run_id)),
             ("adapter", Some(&self.adapter)),
             ("target", Some(&self.target)),
             ("session_id", self.session_id.as_ref()),
@@ -389,10 +393,18 @@ impl RunRecord {
     pub fn decode_run_id(bytes: &[u8]) -> Result<&str, RecordError> {
         let (_, mut r) = Head::read(bytes)?;
         let run_id = r.str()?;
-        if run_id.len() > MAX_ID_LEN {
-            return Err(RecordError::TooLong("run_id", run_id.len()));
-        }
+        check_run_id(run_id)?;
         Ok(run_id)
+    }
+}
+
+/// A run id a record may have: not empty (LMDB cannot key by it), at most
+/// [`MAX_ID_LEN`] bytes.
+fn check_run_id(run_id: &str) -> Result<(), RecordError> {
+    match run_id.len() {
+        0 => Err(RecordError::EmptyRunId),
+        n if n > MAX_ID_LEN => Err(RecordError::TooLong("run_id", n)),
+        _ => Ok(()),
     }
 }
 

@@ -44,7 +44,7 @@ fn status_strategy() -> impl Strategy<Value = RunStatus> {
 
 fn record_strategy() -> impl Strategy<Value = RunRecord> {
     (
-        ("[a-z0-9-]{0,40}", "\\PC{0,20}", "\\PC{0,20}"),
+        ("[a-z0-9-]{1,40}", "\\PC{0,20}", "\\PC{0,20}"),
         (
             prop::option::of("\\PC{0,20}"),
             any::<bool>(),
@@ -335,6 +335,17 @@ fn a_full_queue_drops_and_counts_without_blocking() {
     assert!(!handle.record(update("late", Transition::Queued)));
     assert_eq!(handle.stats().dropped_closed, 1);
     assert!(matches!(handle.flush(), Err(StoreError::WriterClosed)));
+}
+
+#[test]
+fn an_empty_run_id_is_refused_as_invalid_not_by_lmdb() {
+    let record = RunRecord::new(&info(""));
+    assert_eq!(record.validate(), Err(RecordError::EmptyRunId));
+    let (_dir, store) = temp_store(100);
+    assert!(matches!(
+        store.upsert(&record),
+        Err(StoreError::InvalidRecord { .. })
+    ));
 }
 
 #[test]

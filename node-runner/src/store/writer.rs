@@ -35,7 +35,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashMapExt};
 
 use super::StoreError;
-use super::lmdb::{Claim, Place, RunStore};
+use super::lmdb::{Place, RunStore};
 use super::priority::StorePriority;
 use super::record::{RunInfo, RunRecord, Transition};
 
@@ -418,16 +418,14 @@ fn write_batch(store: &RunStore, updates: &[StoreUpdate], counters: &Counters) {
             let at = match index.get(u.run.run_id.as_str()) {
                 Some(&at) => at,
                 None => {
+                    // Checked before the claim: an id LMDB cannot key (an
+                    // empty one) would fail the whole transaction there.
                     let fresh = RunRecord::new(&u.run);
-                    // LMDB cannot index an empty key: without this check
-                    // one empty run id would fail the whole transaction.
-                    let run = if fresh.validate().is_err() || fresh.run_id.is_empty() {
+                    let run = if fresh.validate().is_err() {
                         (None, fresh, 0)
                     } else {
-                        match batch.claim(&u.run.run_id)? {
-                            Claim::New(place) => (Some(place), fresh, 0),
-                            Claim::Stored(place, stored) => (Some(place), stored, 0),
-                        }
+                        let (place, stored) = batch.claim(&u.run.run_id)?;
+                        (Some(place), stored.unwrap_or(fresh), 0)
                     };
                     runs.push(run);
                     index.insert(&u.run.run_id, runs.len() - 1);
