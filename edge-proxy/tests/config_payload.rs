@@ -74,6 +74,7 @@ fn every_field_is_mapped() {
         // F29: set at registration by the lease authority, not here.
         lease_verifying_key: Default::default(),
         lease_revocations: vec![],
+        tunnel_batches: true,
     };
     assert_eq!(payload, expected);
     assert_eq!(node.providers[1].effective_stall_timeout_ms(), 300_000);

@@ -42,6 +42,8 @@ pub const TUNNEL_FRAME_HEADERS_FIELD: u32 = 2;
 pub const TUNNEL_FRAME_END_FIELD: u32 = 4;
 /// Field number of `ProviderTunnelFrame.usage`.
 pub const TUNNEL_FRAME_USAGE_FIELD: u32 = 6;
+/// Field number of `ProviderTunnelFrame.batch`.
+pub const TUNNEL_FRAME_BATCH_FIELD: u32 = 7;
 /// Field number of `TunnelHeaders.headers`.
 pub const TUNNEL_HEADERS_LIST_FIELD: u32 = 1;
 /// Field number of `Header.name`.

@@ -94,6 +94,9 @@ impl NodeRecord {
             max_frame_len: link.max_frame_len,
             initial_stream_window: link.initial_stream_window,
             max_body_chunk: link.max_body_chunk,
+            // This Edge hands a batch to the relay frame by frame
+            // (`dispatch::TunnelStream`).
+            tunnel_batches: true,
             // F29: filled in at registration by the lease authority.
             ..NodeConfigPayload::default()
         };

@@ -305,7 +305,11 @@ impl<D: NodeDirectory> Dispatcher<D> {
             Some(Arc::clone(&tunnel_id)),
             Msg::ProviderTunnelRequest(Box::new(request)),
         )?;
-        Ok(TunnelStream { handle, tunnel_id })
+        Ok(TunnelStream {
+            handle,
+            tunnel_id,
+            batch: None,
+        })
     }
 
     /// The node and core of a lease, if its generation is still current.

@@ -1,4 +1,5 @@
-//! The dispatcher's run ids and a run stream's credit grants.
+//! The dispatcher's run ids, a run stream's credit grants, and a tunnel
+//! stream's batches.
 
 use super::stream::{
     GRANT_AT_LEAST, grant_due, grant_threshold, grant_threshold_of, tunnel_grant_threshold,
@@ -6,7 +7,12 @@ use super::stream::{
 use super::*;
 use crate::link::streams::{StreamItem, stream_channel};
 use crate::runtime::{IoDriver, block_on};
-use proto::v1::{ProviderTunnelRequest, RunEvent, RunEventKind, RunRequest, WindowUpdate};
+use bytes::Bytes;
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{
+    ProviderTunnelFrame, ProviderTunnelRequest, RunEvent, RunEventKind, RunRequest, TunnelBatch,
+    TunnelEnd, TunnelHeaders, TunnelStatus, WindowUpdate,
+};
 
 fn event(seq: u64, kind: RunEventKind, text: &str) -> StreamItem {
     let mut event = RunEvent {
@@ -206,4 +212,98 @@ fn run_ids_count_up_and_the_longest_fits() {
         &*longest.next(),
         format!("run-ffffffffffffffff-{}", u64::MAX)
     );
+}
+
+/// A tunnel stream (id 9) fed by the returned sink.
+fn tunnel_stream() -> (Sink, TunnelStream) {
+    let (sink, rx) = stream_channel();
+    let (inbox, _sent) = tokio::sync::mpsc::unbounded_channel();
+    let stream = TunnelStream {
+        handle: StreamHandle {
+            node_id: "n1".into(),
+            generation: 1,
+            stream_id: 9,
+            rx,
+            inbox,
+            ended: false,
+            taken: 0,
+            grant_at: GRANT_AT_LEAST,
+        },
+        tunnel_id: "t".into(),
+        batch: None,
+    };
+    (sink, stream)
+}
+
+fn tunnel_item(frame: Frame) -> StreamItem {
+    StreamItem::Frame(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+        frame: Some(frame),
+    }))
+}
+
+#[test]
+fn a_batch_is_handed_out_as_the_frames_it_holds_in_their_order() {
+    let (sink, mut stream) = tunnel_stream();
+    let headers = TunnelHeaders::copied(&[(b"content-type", b"application/json")]);
+    let end = TunnelEnd {
+        usage: Some(proto::v1::Usage {
+            input_tokens: 3,
+            ..Default::default()
+        }),
+    };
+    sink.send(tunnel_item(Frame::Batch(Box::new(TunnelBatch {
+        status: Some(TunnelStatus { code: 200 }),
+        headers: Some(headers.clone()),
+        ..TunnelBatch::default()
+    }))));
+    // An empty batch holds no frame, and is skipped.
+    sink.send(tunnel_item(Frame::Batch(Box::default())));
+    sink.send(tunnel_item(Frame::Usage(proto::v1::Usage::default())));
+    sink.send(tunnel_item(Frame::Batch(Box::new(TunnelBatch {
+        end: Some(end),
+        body: Bytes::from_static(b"{}"),
+        ..TunnelBatch::default()
+    }))));
+    // Nothing follows a batch's end, even what the link would still pass.
+    sink.send(tunnel_item(Frame::Body(Bytes::from_static(b"late"))));
+    block_on(IoDriver::Epoll, async {
+        assert_eq!(
+            stream.next().await,
+            Some(Frame::Status(TunnelStatus { code: 200 }))
+        );
+        assert_eq!(stream.try_next(), Some(Frame::Headers(headers)));
+        assert!(stream.batch.is_none(), "a spent batch is let go of");
+        assert_eq!(
+            stream.next().await,
+            Some(Frame::Usage(proto::v1::Usage::default()))
+        );
+        assert_eq!(
+            stream.next().await,
+            Some(Frame::Body(Bytes::from_static(b"{}")))
+        );
+        assert_eq!(stream.try_next(), Some(Frame::End(end)));
+        assert!(stream.handle.ended, "the batch's end is the terminal");
+        assert_eq!(stream.next().await, None);
+        assert_eq!(stream.try_next(), None);
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_batch_without_a_body_goes_from_its_headers_to_its_end() {
+    let (sink, mut stream) = tunnel_stream();
+    sink.send(tunnel_item(Frame::Batch(Box::new(TunnelBatch {
+        status: Some(TunnelStatus { code: 204 }),
+        end: Some(TunnelEnd::default()),
+        ..TunnelBatch::default()
+    }))));
+    block_on(IoDriver::Epoll, async {
+        assert_eq!(
+            stream.next().await,
+            Some(Frame::Status(TunnelStatus { code: 204 }))
+        );
+        assert_eq!(stream.next().await, Some(Frame::End(TunnelEnd::default())));
+        assert_eq!(stream.next().await, None);
+    })
+    .unwrap();
 }

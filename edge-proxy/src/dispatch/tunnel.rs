@@ -1,11 +1,13 @@
 //! The caller's end of a raw provider tunnel (F16): the node's frames in
 //! order — `status`, `headers`, `body`…, `usage` candidates — ending with
-//! exactly one `end` or `error`.
+//! exactly one `end` or `error`. A `batch` frame (several frames the Node
+//! had ready together) is handed out as the frames it holds, so the caller
+//! never sees one.
 
 use std::sync::Arc;
 
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, envelope::Msg};
+use proto::v1::{CancelKind, CancelRequest, ProviderTunnelFrame, TunnelBatch, envelope::Msg};
 
 use super::stream::{StreamHandle, ended_early};
 use crate::link::streams::StreamItem;
@@ -21,6 +23,8 @@ pub struct TunnelStream {
     pub(crate) handle: StreamHandle,
     /// Shared with the stream table's entry (one allocation for both).
     pub(crate) tunnel_id: Arc<str>,
+    /// What is left of the last batch frame, handed out frame by frame.
+    pub(crate) batch: Option<Box<TunnelBatch>>,
 }
 
 impl TunnelStream {
@@ -37,6 +41,9 @@ impl TunnelStream {
 
     /// The next frame; `None` after the terminal.
     pub async fn next(&mut self) -> Option<Frame> {
+        if let Some(frame) = self.next_of_batch() {
+            return Some(frame);
+        }
         while !self.handle.ended {
             let item = self.handle.rx.recv().await;
             if let Some(frame) = self.frame_of(item) {
@@ -49,6 +56,9 @@ impl TunnelStream {
     /// The next frame if one has already arrived (never waits): lets the
     /// caller write every frame that is ready in one go.
     pub fn try_next(&mut self) -> Option<Frame> {
+        if let Some(frame) = self.next_of_batch() {
+            return Some(frame);
+        }
         while !self.handle.ended {
             let item = self.handle.try_item()?;
             if let Some(frame) = self.frame_of(item) {
@@ -64,6 +74,12 @@ impl TunnelStream {
     fn frame_of(&mut self, item: Option<StreamItem>) -> Option<Frame> {
         let frame = match item {
             Some(StreamItem::Frame(msg)) => match msg {
+                Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                    frame: Some(Frame::Batch(batch)),
+                }) => {
+                    self.batch = Some(batch);
+                    return self.next_of_batch();
+                }
                 Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) }) => frame,
                 _ => return None,
             },
@@ -73,6 +89,33 @@ impl TunnelStream {
             self.handle.ended = true;
         }
         Some(frame)
+    }
+
+    /// The next frame the last batch holds, in the order they would have
+    /// come apart: `status`, `headers`, `body` (when not empty), `end` (the
+    /// terminal). `None` once it holds none (an empty batch is skipped).
+    fn next_of_batch(&mut self) -> Option<Frame> {
+        let batch = self.batch.as_deref_mut()?;
+        let frame = if let Some(status) = batch.status.take() {
+            Some(Frame::Status(status))
+        } else if let Some(headers) = batch.headers.take() {
+            Some(Frame::Headers(headers))
+        } else if !batch.body.is_empty() {
+            Some(Frame::Body(std::mem::take(&mut batch.body)))
+        } else if let Some(end) = batch.end.take() {
+            self.handle.ended = true;
+            Some(Frame::End(end))
+        } else {
+            None
+        };
+        let spent = batch.status.is_none()
+            && batch.headers.is_none()
+            && batch.body.is_empty()
+            && batch.end.is_none();
+        if spent {
+            self.batch = None;
+        }
+        frame
     }
 
     /// Gives the node `bytes` more credit for this stream's body (the

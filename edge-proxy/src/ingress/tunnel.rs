@@ -328,6 +328,8 @@ async fn relay_frame(
             *credit = credit.saturating_add(len);
         }
         Frame::Usage(usage) => state.last_usage = Some(usage),
+        // Never here: `TunnelStream` hands a batch out as the frames it holds.
+        Frame::Batch(_) => {}
         Frame::End(end) => {
             if let Some(usage) = end.usage.as_ref().or(state.last_usage.as_ref()) {
                 super::record_usage(ctx.shared, lease, usage);

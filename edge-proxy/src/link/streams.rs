@@ -62,10 +62,11 @@ impl StreamKind {
             (Self::Run, Msg::CancelResponse(_)) => Some(false),
             (Self::Command, Msg::NodeCommandResponse(response)) => Some(response.r#final),
             (Self::Cancel, Msg::CancelResponse(_)) => Some(true),
-            (Self::Tunnel, Msg::ProviderTunnelFrame(frame)) => Some(matches!(
-                frame.frame,
-                Some(TunnelFrame::End(_) | TunnelFrame::Error(_))
-            )),
+            (Self::Tunnel, Msg::ProviderTunnelFrame(frame)) => Some(match &frame.frame {
+                Some(TunnelFrame::End(_) | TunnelFrame::Error(_)) => true,
+                Some(TunnelFrame::Batch(batch)) => batch.end.is_some(),
+                _ => false,
+            }),
             (Self::Tunnel, Msg::CancelResponse(_)) => Some(false),
             _ => None,
         }
@@ -264,7 +265,9 @@ impl StreamTable {
 
 #[cfg(test)]
 mod tests {
-    use proto::v1::{CancelResponse, NodeCommandResponse, RunEvent};
+    use proto::v1::{
+        CancelResponse, NodeCommandResponse, ProviderTunnelFrame, RunEvent, TunnelBatch, TunnelEnd,
+    };
 
     use super::*;
 
@@ -364,12 +367,29 @@ mod tests {
             Delivered::Open { .. }
         ));
 
-        let cancel = open(&mut table, &ids, StreamKind::Cancel, tx, None);
+        let cancel = open(&mut table, &ids, StreamKind::Cancel, tx.clone(), None);
         let answer = Envelope {
             stream_id: cancel,
             ..cancel_answer
         };
         assert!(matches!(table.deliver(answer), Delivered::Terminal { .. }));
+
+        // A tunnel's batch is its terminal when it holds the `end`.
+        let tunnel = open(&mut table, &ids, StreamKind::Tunnel, tx, None);
+        let batch = |end: Option<TunnelEnd>| Envelope {
+            stream_id: tunnel,
+            msg: Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                frame: Some(TunnelFrame::Batch(Box::new(TunnelBatch {
+                    end,
+                    ..TunnelBatch::default()
+                }))),
+            })),
+        };
+        assert!(matches!(table.deliver(batch(None)), Delivered::Open { .. }));
+        assert!(matches!(
+            table.deliver(batch(Some(TunnelEnd::default()))),
+            Delivered::Terminal { .. }
+        ));
     }
 
     /// The channel keeps one node of this size per open stream at rest

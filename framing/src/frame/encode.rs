@@ -127,14 +127,28 @@ impl FrameEncoder {
         msg_field: u32,
         msg: &impl Fields,
     ) -> Result<Bytes, FrameError> {
+        self.encode_fields_trailing(stream_id, msg_field, msg, 0)
+    }
+
+    /// [`encode_fields`](Self::encode_fields) of a message whose last
+    /// `trailing` bytes (a field written with `Out::trailing`) are not
+    /// written: the frame's head, which they follow as their own slices.
+    pub(super) fn encode_fields_trailing(
+        &mut self,
+        stream_id: u64,
+        msg_field: u32,
+        msg: &impl Fields,
+        trailing: usize,
+    ) -> Result<Bytes, FrameError> {
         let msg_len = len_of(msg);
         let len = envelope_len(stream_id, msg_field, msg_len);
         self.check_len(len)?;
-        self.reserve(LENGTH_PREFIX_LEN + len);
+        let head_len = LENGTH_PREFIX_LEN + len - trailing;
+        self.reserve(head_len);
         self.put_prefix(len);
         self.put_envelope_head(stream_id, msg_field, msg_len);
         msg.fields(&mut self.scratch);
-        debug_assert_eq!(self.scratch.len(), LENGTH_PREFIX_LEN + len);
+        debug_assert_eq!(self.scratch.len(), head_len);
         Ok(self.scratch.split().freeze())
     }
 

@@ -57,6 +57,7 @@ mod decode;
 mod encode;
 mod pieces;
 mod run_request;
+mod tunnel_batch;
 mod tunnel_decode;
 mod tunnel_encode;
 mod tunnel_headers;

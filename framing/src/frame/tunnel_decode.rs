@@ -1,7 +1,8 @@
 //! A tunnel's frames decoded without prost's generic walk.
 //!
 //! A small tunnelled request is one `ProviderTunnelRequest` on the Node and
-//! four `ProviderTunnelFrame`s on the Edge (status, headers, body, end).
+//! four `ProviderTunnelFrame`s on the Edge (status, headers, body, end; or
+//! two batches of them, `tunnel_batch.rs`).
 //! prost's generated merge read them in ~3.3k instructions on the Node and
 //! ~3.9k on the Edge (`bench-results/profiles.md`, round 38): a call, a key
 //! check and a `Buf` step for every field, at every level. [`decode`] reads
@@ -22,14 +23,14 @@ use std::ops::Range;
 use bytes::Bytes;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
-    Header, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus,
-    Usage,
+    Header, ProviderTunnelFrame, ProviderTunnelRequest, TunnelBatch, TunnelEnd, TunnelHeaders,
+    TunnelStatus, Usage,
 };
 use proto::{
     ENVELOPE_STREAM_ID_FIELD, ENVELOPE_TUNNEL_FRAME_FIELD, ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope,
-    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, Msg, TUNNEL_FRAME_BODY_FIELD, TUNNEL_FRAME_END_FIELD,
-    TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD, TUNNEL_FRAME_USAGE_FIELD,
-    TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
+    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, Msg, TUNNEL_FRAME_BATCH_FIELD, TUNNEL_FRAME_BODY_FIELD,
+    TUNNEL_FRAME_END_FIELD, TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD,
+    TUNNEL_FRAME_USAGE_FIELD, TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
 };
 
 use super::tunnel_encode::field;
@@ -194,12 +195,36 @@ fn tunnel_frame(frame: &Bytes, range: Range<usize>) -> Read<ProviderTunnelFrame>
         TUNNEL_FRAME_HEADERS_FIELD => Frame::Headers(headers(frame, value.bytes()?)?),
         TUNNEL_FRAME_END_FIELD => Frame::End(end(frame, value.bytes()?)?),
         TUNNEL_FRAME_USAGE_FIELD => Frame::Usage(usage(frame, value.bytes()?)?),
+        TUNNEL_FRAME_BATCH_FIELD => Frame::Batch(Box::new(batch(frame, value.bytes()?)?)),
         _ => return Err(Decline),
     };
     if fields.next()?.is_some() {
         return Err(Decline);
     }
     Ok(ProviderTunnelFrame { frame: Some(one) })
+}
+
+/// A `TunnelBatch`: each of its messages at most once (prost would merge
+/// a second), its body a slice of the frame.
+fn batch(frame: &Bytes, range: Range<usize>) -> Read<TunnelBatch> {
+    let mut out = TunnelBatch::default();
+    let mut fields = FieldReader::of(frame, range);
+    while let Some((field, value)) = fields.next()? {
+        match field {
+            TUNNEL_FRAME_STATUS_FIELD if out.status.is_none() => {
+                out.status = Some(status(frame, value.bytes()?)?);
+            }
+            TUNNEL_FRAME_HEADERS_FIELD if out.headers.is_none() => {
+                out.headers = Some(headers(frame, value.bytes()?)?);
+            }
+            TUNNEL_FRAME_END_FIELD if out.end.is_none() => {
+                out.end = Some(end(frame, value.bytes()?)?);
+            }
+            TUNNEL_FRAME_BODY_FIELD => out.body = frame.slice(value.bytes()?),
+            _ => return Err(Decline),
+        }
+    }
+    Ok(out)
 }
 
 fn status(frame: &[u8], range: Range<usize>) -> Read<TunnelStatus> {

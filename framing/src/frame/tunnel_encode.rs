@@ -13,12 +13,16 @@
 use bytes::BytesMut;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{Header, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage};
-use proto::{
-    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, TUNNEL_FRAME_END_FIELD, TUNNEL_FRAME_HEADERS_FIELD,
-    TUNNEL_FRAME_STATUS_FIELD, TUNNEL_FRAME_USAGE_FIELD, TUNNEL_HEADERS_LIST_FIELD,
-    TUNNEL_REQUEST_BODY_FIELD,
+use proto::v1::{
+    Header, ProviderTunnelRequest, TunnelBatch, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
 };
+use proto::{
+    HEADER_NAME_FIELD, HEADER_VALUE_FIELD, TUNNEL_FRAME_BATCH_FIELD, TUNNEL_FRAME_END_FIELD,
+    TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD, TUNNEL_FRAME_USAGE_FIELD,
+    TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
+};
+
+use super::tunnel_batch::{BatchBody, BatchFields};
 
 /// Field numbers of the messages read and written here besides those
 /// `proto` names, as `runtime.proto` numbers them (a wrong one fails the
@@ -61,6 +65,10 @@ pub(super) trait Out: Sized {
     fn bytes_present(&mut self, field: u32, bytes: &[u8]);
     /// A nested message, always written.
     fn message(&mut self, field: u32, message: &impl Fields);
+    /// A length-delimited field of `len` bytes whose bytes are not written
+    /// here: they follow the frame's head as their own slices. So it is the
+    /// last field of its message, and that message the last of the frame.
+    fn trailing(&mut self, field: u32, len: usize);
 
     /// A proto3 varint: left out when 0, as prost leaves it out.
     fn varint(&mut self, field: u32, value: u64) {
@@ -106,6 +114,10 @@ impl Out for Len {
         let len = len_of(message);
         self.0 += key_len(field) + encoded_len_varint(len as u64) + len;
     }
+
+    fn trailing(&mut self, field: u32, len: usize) {
+        self.0 += key_len(field) + encoded_len_varint(len as u64) + len;
+    }
 }
 
 impl Out for BytesMut {
@@ -124,6 +136,11 @@ impl Out for BytesMut {
         encode_key(field, WireType::LengthDelimited, self);
         encode_varint(len_of(message) as u64, self);
         message.fields(self);
+    }
+
+    fn trailing(&mut self, field: u32, len: usize) {
+        encode_key(field, WireType::LengthDelimited, self);
+        encode_varint(len as u64, self);
     }
 }
 
@@ -199,6 +216,7 @@ pub(super) fn frame_fields(frame: &Frame) -> Option<OneOf<'_>> {
         Frame::Headers(headers) => OneOf::Headers(headers),
         Frame::End(end) => OneOf::End(end),
         Frame::Usage(usage) => OneOf::Usage(usage),
+        Frame::Batch(batch) => OneOf::Batch(batch),
         Frame::Body(_) | Frame::Error(_) => return None,
     })
 }
@@ -211,10 +229,12 @@ pub(super) enum OneOf<'a> {
     HeaderPairs(&'a [(&'a [u8], &'a [u8])]),
     End(&'a TunnelEnd),
     Usage(&'a Usage),
+    /// A whole batch, its body copied into the frame.
+    Batch(&'a TunnelBatch),
 }
 
 /// One borrowed `(name, value)` pair as a `Header`.
-struct HeaderPair<'a>(&'a [u8], &'a [u8]);
+pub(super) struct HeaderPair<'a>(pub(super) &'a [u8], pub(super) &'a [u8]);
 
 impl Fields for HeaderPair<'_> {
     fn fields<O: Out>(&self, out: &mut O) {
@@ -224,7 +244,7 @@ impl Fields for HeaderPair<'_> {
 }
 
 /// Borrowed pairs as a `TunnelHeaders`.
-struct HeaderPairs<'a>(&'a [(&'a [u8], &'a [u8])]);
+pub(super) struct HeaderPairs<'a>(pub(super) &'a [(&'a [u8], &'a [u8])]);
 
 impl Fields for HeaderPairs<'_> {
     fn fields<O: Out>(&self, out: &mut O) {
@@ -245,6 +265,15 @@ impl Fields for OneOf<'_> {
             }
             OneOf::End(end) => out.message(TUNNEL_FRAME_END_FIELD, *end),
             OneOf::Usage(usage) => out.message(TUNNEL_FRAME_USAGE_FIELD, *usage),
+            OneOf::Batch(batch) => out.message(
+                TUNNEL_FRAME_BATCH_FIELD,
+                &BatchFields {
+                    status: batch.status.as_ref().map(|s| s.code),
+                    headers: batch.headers.as_ref(),
+                    end: batch.end.as_ref(),
+                    body: BatchBody::Inline(&batch.body),
+                },
+            ),
         }
     }
 }

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use prost::Message;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
-    ExecutionFailure, Header, HeartbeatPing, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd,
-    TunnelHeaders, TunnelStatus, Usage,
+    ExecutionFailure, Header, HeartbeatPing, ProviderTunnelFrame, ProviderTunnelRequest,
+    TunnelBatch, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
 };
 use proto::{Envelope, Msg};
 
@@ -100,6 +100,18 @@ fn a_tunnels_messages_read_and_write_as_prosts() {
         on(7, tunnel_frame(Frame::End(TunnelEnd::default()))),
         on(7, tunnel_frame(Frame::Usage(usage))),
         on(7, tunnel_frame(Frame::Usage(Usage::default()))),
+        on(
+            7,
+            tunnel_frame(Frame::Batch(Box::new(TunnelBatch {
+                status: Some(TunnelStatus { code: 200 }),
+                headers: Some(TunnelHeaders {
+                    headers: vec![header("content-type", "application/json")],
+                }),
+                end: Some(TunnelEnd { usage: Some(usage) }),
+                body: Bytes::from_static(b"{}"),
+            }))),
+        ),
+        on(7, tunnel_frame(Frame::Batch(Box::default()))),
     ];
     let mut encoder = FrameEncoder::default();
     for envelope in cases {
@@ -211,7 +223,7 @@ fn any_header() -> impl Strategy<Value = Header> {
     (any_bytes(24), any_bytes(64)).prop_map(|(name, value)| Header { name, value })
 }
 
-fn any_usage() -> impl Strategy<Value = Usage> {
+pub(super) fn any_usage() -> impl Strategy<Value = Usage> {
     (
         any::<u64>(),
         any::<u64>(),
@@ -259,7 +271,24 @@ fn any_tunnel_msg() -> impl Strategy<Value = Msg> {
         proptest::option::of(any_usage())
             .prop_map(|usage| tunnel_frame(Frame::End(TunnelEnd { usage }))),
         any_usage().prop_map(|usage| tunnel_frame(Frame::Usage(usage))),
+        any_batch().prop_map(|batch| tunnel_frame(Frame::Batch(Box::new(batch)))),
     ]
+}
+
+prop_compose! {
+    fn any_batch()(
+        code in proptest::option::of(any::<u32>()),
+        headers in proptest::option::of(proptest::collection::vec(any_header(), 0..4)),
+        end in proptest::option::of(proptest::option::of(any_usage())),
+        body in any_bytes(256),
+    ) -> TunnelBatch {
+        TunnelBatch {
+            status: code.map(|code| TunnelStatus { code }),
+            headers: headers.map(|headers| TunnelHeaders { headers }),
+            end: end.map(|usage| TunnelEnd { usage }),
+            body,
+        }
+    }
 }
 
 proptest! {
