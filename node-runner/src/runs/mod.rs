@@ -59,6 +59,8 @@ mod stall_admission_tests;
 mod stall_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tunnel_batch_tests;
 mod tunnels;
 
 use std::cell::{Cell, RefCell};

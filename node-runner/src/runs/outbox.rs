@@ -8,8 +8,8 @@ use bytes::Bytes;
 use framing::frame::{FrameEncoder, FrameError};
 use framing::link::Outgoing;
 use proto::Envelope;
-use proto::v1::RunEvent;
 use proto::v1::envelope::Msg;
+use proto::v1::{RunEvent, TunnelEnd};
 
 /// The connection writer's queue: `Send`, so every core can feed it. Each
 /// command names its stream (0: the link's own), so that the writer can take
@@ -75,6 +75,34 @@ impl Outbox {
             .encode_tunnel_headers(stream_id, headers);
         logged(frame, stream_id, "tunnel headers frame")
             .is_some_and(|frame| self.send_frame(stream_id, frame))
+    }
+
+    /// Queues a tunnel's `status` and `headers` as one `batch` frame,
+    /// encoded from the borrowed fields (for an Edge that takes batches).
+    pub fn send_tunnel_head(&self, stream_id: u64, code: u32, headers: &[(&[u8], &[u8])]) -> bool {
+        let frame = self
+            .encoder
+            .borrow_mut()
+            .encode_tunnel_head(stream_id, code, headers);
+        logged(frame, stream_id, "tunnel head")
+            .is_some_and(|frame| self.send_frame(stream_id, frame))
+    }
+
+    /// Queues a tunnel's last body (`body` then each of `more`, uncopied)
+    /// and its `end` as one `batch` frame (for an Edge that takes batches).
+    pub fn send_tunnel_last(
+        &self,
+        stream_id: u64,
+        body: Bytes,
+        more: Vec<Bytes>,
+        end: &TunnelEnd,
+    ) -> bool {
+        let frame = self
+            .encoder
+            .borrow_mut()
+            .encode_tunnel_last(stream_id, body, more, end);
+        logged(frame, stream_id, "tunnel end")
+            .is_some_and(|frame| self.tx.send((stream_id, Outgoing::Body(frame))).is_ok())
     }
 
     /// Queues a tunnel body frame whose body is `body` then each of `more`:

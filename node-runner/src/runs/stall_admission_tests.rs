@@ -18,7 +18,7 @@ use super::*;
 use crate::provider_http::ProviderClientConfig;
 use crate::stall::testkit::{Harness, block_on};
 
-const MAX_FRAME: usize = 1 << 20;
+pub(super) const MAX_FRAME: usize = 1 << 20;
 
 fn payload(base_url: String) -> NodeConfigPayload {
     NodeConfigPayload {
@@ -34,19 +34,26 @@ fn payload(base_url: String) -> NodeConfigPayload {
 }
 
 fn manager(h: &Harness, base_url: String) -> (Rc<RunManager>, UnboundedReceiver<(u64, Outgoing)>) {
-    let payload = payload(base_url);
+    manager_with(h, &payload(base_url))
+}
+
+/// A run manager on core 0 for `payload`, and what it sends to the Edge.
+pub(super) fn manager_with(
+    h: &Harness,
+    payload: &NodeConfigPayload,
+) -> (Rc<RunManager>, UnboundedReceiver<(u64, Outgoing)>) {
     let identity = LinkIdentity {
         node_id: "n".into(),
         generation: 1,
         connected_since_unix_ms: 0,
     };
-    let shared = GenShared::new(identity, &payload);
+    let shared = GenShared::new(identity, payload);
     let (tx, rx) = unbounded_channel();
     let (done, _) = unbounded_channel();
     let client = ProviderClient::new(ProviderClientConfig::default());
     let manager = RunManager::new(
         0,
-        &payload,
+        payload,
         shared,
         &client,
         None,

@@ -17,14 +17,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
-    FailureCode, FailureSide, ProviderTunnelFrame, ProviderTunnelRequest, envelope::Msg,
+    FailureCode, FailureSide, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, envelope::Msg,
 };
 
 use super::{ActiveRun, Outbox, Outcome, RunManager, unix_ms};
 use crate::adapter::failure;
 use crate::store::{RunInfo, Transition};
 use crate::tunnel::{
-    Credit, TunnelOutcome, TunnelSink, TunnelTarget, effective_stall_timeout_ms, run_tunnel_watched,
+    Credit, TunnelOutcome, TunnelSink, TunnelTarget, effective_stall_timeout_ms, head_apart,
+    last_apart, run_tunnel_watched,
 };
 
 /// Upper bound on the spawned task of one tunnel, in bytes (checked in
@@ -50,6 +51,9 @@ struct FrameSink<'a> {
     outbox: &'a Outbox,
     stream_id: u64,
     closed: &'a Cell<bool>,
+    /// The Edge takes a tunnel's head, and its last body with its end, as
+    /// one `batch` frame each ([`TunnelLimits::batches`](crate::tunnel::TunnelLimits)).
+    batches: bool,
 }
 
 impl TunnelSink for FrameSink<'_> {
@@ -69,6 +73,26 @@ impl TunnelSink for FrameSink<'_> {
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if !self.closed.get() {
             self.outbox.send_body(self.stream_id, body, more);
+        }
+    }
+
+    fn head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) {
+        if !self.batches {
+            head_apart(self, code, headers);
+        } else if !self.closed.get() {
+            self.outbox.send_tunnel_head(self.stream_id, code, headers);
+        }
+    }
+
+    fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
+        match body {
+            Some((body, more)) if self.batches => {
+                if !self.closed.get() {
+                    self.outbox
+                        .send_tunnel_last(self.stream_id, body, more, &end);
+                }
+            }
+            body => last_apart(self, body, end),
         }
     }
 }
@@ -159,6 +183,7 @@ impl RunManager {
                 outbox: &manager.outbox,
                 stream_id,
                 closed: &manager.closed,
+                batches: manager.tunnel_limits.batches,
             };
             let cancel = async {
                 let _ = cancel_rx.await;

@@ -27,6 +27,13 @@
 //! 5. exactly one terminal: `end` (with the last usage seen) or `error`
 //!    (a typed `ExecutionFailure`). Nothing follows it.
 //!
+//! To an Edge that takes batches ([`TunnelLimits::batches`]) frames that are
+//! ready together go as one `batch` frame: `status` with `headers` always
+//! ([`TunnelSink::head`]), and the last body frame with `end` when the read
+//! that brought those bytes also ended the body ([`TunnelSink::last`]) — so
+//! a small answer is two frames, not four. The Edge hands a batch on as
+//! the frames it holds, in the order above.
+//!
 //! Validation failures produce a lone `error` terminal, before any provider
 //! call: unknown adapter (`UNKNOWN_ADAPTER`), an adapter that is not
 //! OpenAI-compatible or has `supports_tunnel` off (`UNSUPPORTED`), a target
@@ -111,7 +118,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use proto::v1::{
     AdapterKind, ExecutionFailure, FailureCode, FailureSide, NodeConfigPayload,
-    ProviderTunnelFrame, ProviderTunnelRequest, TunnelHeaders, Usage, provider_tunnel_frame::Frame,
+    ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
+    provider_tunnel_frame::Frame,
 };
 
 pub use credit::{Credit, RESUME_AT_MOST};
@@ -153,10 +161,48 @@ pub trait TunnelSink {
     /// provider bytes, uncopied. The frame's body is their concatenation;
     /// `body` is never empty.
     fn body(&mut self, body: Bytes, more: Vec<Bytes>);
+    /// The `status` and `headers` frames, which the relay always has
+    /// together. By default [`frame`](Self::frame) then
+    /// [`headers`](Self::headers); a sink for an Edge that takes batches
+    /// sends them as one frame.
+    fn head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) {
+        head_apart(self, code, headers);
+    }
+    /// The terminal `end`, after the last body frame when the relay had
+    /// one gathered (the bytes of the read that ended the body). By
+    /// default [`body`](Self::body) then [`frame`](Self::frame); a sink for
+    /// an Edge that takes batches sends them as one frame.
+    fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
+        last_apart(self, body, end);
+    }
     /// The tunnel waits for credit (`true`) or got it again (`false`): the
     /// client, not the provider, holds the stream, so the stall watchdog
     /// is held too.
     fn hold(&mut self, _waiting: bool) {}
+}
+
+/// [`TunnelSink::head`] as its two frames, for a sink whose Edge takes no
+/// batches.
+pub(crate) fn head_apart<S: TunnelSink + ?Sized>(
+    sink: &mut S,
+    code: u32,
+    headers: &[(&[u8], &[u8])],
+) {
+    sink.frame(frame(Frame::Status(TunnelStatus { code })));
+    sink.headers(headers);
+}
+
+/// [`TunnelSink::last`] as its frames, for a sink whose Edge takes no
+/// batches.
+pub(crate) fn last_apart<S: TunnelSink + ?Sized>(
+    sink: &mut S,
+    body: Option<(Bytes, Vec<Bytes>)>,
+    end: TunnelEnd,
+) {
+    if let Some((body, more)) = body {
+        sink.body(body, more);
+    }
+    sink.frame(frame(Frame::End(end)));
 }
 
 /// Per-connection tunnel settings, from the `NodeConfigPayload`.
@@ -166,6 +212,9 @@ pub struct TunnelLimits {
     pub initial_window: u32,
     /// Largest body slice handed to the sink.
     pub max_body_chunk: usize,
+    /// The Edge takes frames that were ready together as one `batch`
+    /// frame (`NodeConfigPayload.tunnel_batches`; off for an older Edge).
+    pub batches: bool,
 }
 
 impl Default for TunnelLimits {
@@ -173,6 +222,7 @@ impl Default for TunnelLimits {
         Self {
             initial_window: DEFAULT_INITIAL_WINDOW,
             max_body_chunk: DEFAULT_MAX_BODY_CHUNK,
+            batches: false,
         }
     }
 }
@@ -194,6 +244,7 @@ impl TunnelLimits {
             max_body_chunk: chunk
                 .min(max_frame_len.saturating_sub(BODY_FRAME_OVERHEAD))
                 .max(1),
+            batches: config.tunnel_batches,
         }
     }
 
@@ -458,6 +509,18 @@ impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
         if self.passes() {
             self.sink.body(body, more);
+        }
+    }
+
+    fn head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) {
+        if self.passes() {
+            self.sink.head(code, headers);
+        }
+    }
+
+    fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
+        if self.passes() {
+            self.sink.last(body, end);
         }
     }
 

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use framing::frame::MAX_BODY_PARTS;
-use proto::v1::{TunnelEnd, TunnelStatus, provider_tunnel_frame::Frame};
+use proto::v1::{TunnelEnd, provider_tunnel_frame::Frame};
 
 use super::request::Prepared;
 use super::response_head::{Tap, UsageWants, choose_tap, relayed_headers};
@@ -48,11 +48,11 @@ impl<S: TunnelSink> Relay<'_, S> {
         };
         let status = response.status();
         let mut tap = choose_tap(&response, wants);
-        sink.frame(frame(Frame::Status(TunnelStatus {
-            code: u32::from(status),
-        })));
         let cuts = matches!(tap, Tap::Sse(_)) && wants.strip_usage_event;
-        sink.headers(&relayed_headers(response.headers(), cuts));
+        sink.head(
+            u32::from(status),
+            &relayed_headers(response.headers(), cuts),
+        );
         let mut send = Sender {
             sink,
             credit,
@@ -127,7 +127,7 @@ impl<S: TunnelSink> Relay<'_, S> {
             }
         };
         drop(response);
-        send.flushed().frame(frame(Frame::End(TunnelEnd { usage })));
+        send.finish(TunnelEnd { usage });
         TunnelOutcome::Completed { status, usage }
     }
 }
@@ -192,6 +192,14 @@ impl<S: TunnelSink> Sender<'_, S> {
     fn flushed(&mut self) -> &mut S {
         self.flush();
         self.sink
+    }
+
+    /// Sends the terminal `end`, with the frame being gathered (the bytes
+    /// of the read that ended the body), if any: the sink may send both as
+    /// one frame ([`TunnelSink::last`]).
+    fn finish(self, end: TunnelEnd) {
+        let body = self.first.map(|first| (first, self.more));
+        self.sink.last(body, end);
     }
 
     /// Sends the frame being gathered, if any.

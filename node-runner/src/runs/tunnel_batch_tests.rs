@@ -1,0 +1,178 @@
+//! A tunnel's frames on the link: batched for an Edge that takes batches
+//! (`NodeConfigPayload.tunnel_batches`), apart for one that does not, and
+//! the same frames either way once a batch is taken apart.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use bytes::{Bytes, BytesMut};
+use framing::frame::FrameDecoder;
+use framing::link::Outgoing;
+use proto::Envelope;
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{
+    AdapterKind, NodeConfigPayload, ProviderConfig, ProviderTunnelFrame, ProviderTunnelRequest,
+    TunnelEnd, TunnelHeaders, TunnelStatus, Usage, envelope::Msg,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::stall_admission_tests::{MAX_FRAME, manager_with};
+use crate::stall::testkit::{Harness, block_on};
+
+const BODY: &str = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
+
+/// A provider that answers one request with a small JSON body, head and
+/// body in one write (so the Node reads them in one read).
+fn provider() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("accept");
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.ends_with(b"{}") {
+            let n = conn.read(&mut buf).expect("read");
+            assert!(n > 0, "the request ended early");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+            BODY.len()
+        );
+        conn.write_all(answer.as_bytes()).expect("write");
+        // Held open: the pool keeps it.
+        let _ = conn.read(&mut buf);
+    });
+    base
+}
+
+fn payload(base_url: String, tunnel_batches: bool) -> NodeConfigPayload {
+    NodeConfigPayload {
+        providers: vec![ProviderConfig {
+            adapter: "chat".into(),
+            kind: AdapterKind::OpenaiCompat as i32,
+            base_url,
+            max_concurrency: 4,
+            supports_tunnel: true,
+            ..ProviderConfig::default()
+        }],
+        tunnel_batches,
+        ..NodeConfigPayload::default()
+    }
+}
+
+fn tunnel() -> Envelope {
+    Envelope {
+        stream_id: 3,
+        msg: Some(Msg::ProviderTunnelRequest(Box::new(
+            ProviderTunnelRequest {
+                tunnel_id: "t".into(),
+                adapter: "chat".into(),
+                target: "m".into(),
+                method: "POST".into(),
+                path: "/v1/chat/completions".into(),
+                body: Bytes::from_static(b"{}"),
+                extract_usage: true,
+                ..ProviderTunnelRequest::default()
+            },
+        ))),
+    }
+}
+
+/// The tunnel frames sent, each as the Edge decodes it.
+fn sent(rx: &mut UnboundedReceiver<(u64, Outgoing)>) -> Vec<Frame> {
+    let mut wire = BytesMut::new();
+    while let Ok((_, outgoing)) = rx.try_recv() {
+        match outgoing {
+            Outgoing::Frame(frame) => wire.extend_from_slice(&frame),
+            Outgoing::Body(frame) => {
+                wire.extend_from_slice(&frame.head);
+                frame.parts().for_each(|part| wire.extend_from_slice(part));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut decoder = FrameDecoder::new(MAX_FRAME);
+    let mut frames = Vec::new();
+    while let Some(envelope) = decoder.decode(&mut wire).expect("well framed") {
+        assert_eq!(envelope.stream_id, 3);
+        let Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) =
+            envelope.msg
+        else {
+            panic!("not a tunnel frame: {envelope:?}");
+        };
+        frames.push(frame);
+    }
+    assert!(wire.is_empty());
+    frames
+}
+
+/// The frames a tunnel of `payload` sends, once it has ended.
+fn relayed(tunnel_batches: bool) -> Vec<Frame> {
+    let h = Harness::new();
+    block_on(async {
+        let (manager, mut rx) = manager_with(&h, &payload(provider(), tunnel_batches));
+        manager.handle(tunnel());
+        for _ in 0..5_000 {
+            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+            if manager.active_runs() == 0 {
+                break;
+            }
+        }
+        assert_eq!(manager.active_runs(), 0, "the tunnel ended");
+        sent(&mut rx)
+    })
+}
+
+fn status() -> TunnelStatus {
+    TunnelStatus { code: 200 }
+}
+
+fn headers() -> TunnelHeaders {
+    let length = BODY.len().to_string();
+    TunnelHeaders::copied(&[
+        (b"content-type", b"application/json"),
+        (b"content-length", length.as_bytes()),
+    ])
+}
+
+fn end() -> TunnelEnd {
+    TunnelEnd {
+        usage: Some(Usage {
+            input_tokens: 3,
+            output_tokens: 5,
+            ..Usage::default()
+        }),
+    }
+}
+
+#[test]
+fn a_small_answer_is_two_batches_to_an_edge_that_takes_them() {
+    let frames = relayed(true);
+    let Frame::Batch(head) = &frames[0] else {
+        panic!("{frames:?}");
+    };
+    assert_eq!(head.status, Some(status()));
+    assert_eq!(head.headers, Some(headers()));
+    assert!(head.body.is_empty() && head.end.is_none());
+    let Frame::Batch(last) = &frames[1] else {
+        panic!("{frames:?}");
+    };
+    assert_eq!(last.body, BODY.as_bytes());
+    assert_eq!(last.end, Some(end()));
+    assert!(last.status.is_none() && last.headers.is_none());
+    assert_eq!(frames.len(), 2, "{frames:?}");
+}
+
+#[test]
+fn a_small_answer_is_four_frames_to_an_edge_that_takes_no_batches() {
+    assert_eq!(
+        relayed(false),
+        [
+            Frame::Status(status()),
+            Frame::Headers(headers()),
+            Frame::Body(Bytes::from_static(BODY.as_bytes())),
+            Frame::End(end()),
+        ]
+    );
+}
