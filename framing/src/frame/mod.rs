@@ -68,6 +68,7 @@ pub use decode::FrameDecoder;
 pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
 pub use pieces::{GATHERED_FRAMES, message_field};
 pub use run_request::{has_long_texts, unescape_content};
+pub use tunnel_batch::TunnelHead;
 
 /// Bytes of the big-endian `u32` length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;

@@ -3,19 +3,19 @@
 //! A small answer is four frames on the link — `status`, `headers`, `body`,
 //! `end` — and each costs the Node an encode and a queue, and the Edge a
 //! decode, a delivery and a channel message. A `TunnelBatch` carries
-//! several of them in one frame (two frames a small answer: ~1.0k fewer
-//! instructions on the Edge, 1.2–1.9k on the Node;
-//! `bench-results/profiles.md`, round 46), to an Edge that takes batches
-//! (`NodeConfigPayload.tunnel_batches`):
-//! [`FrameEncoder::encode_tunnel_head`] writes a tunnel's `status` and
-//! `headers` together, and [`FrameEncoder::encode_tunnel_last`] its last
-//! body bytes with its `end`, the body following the head as its own
-//! slices, as [`FrameEncoder::encode_tunnel_body_parts`] does. Both are
-//! byte-identical to prost's encoding of the envelope holding the same
+//! several of them in one frame, to an Edge that takes batches
+//! (`NodeConfigPayload.tunnel_batches`; `bench-results/profiles.md`, round
+//! 46, for what it saves). A sink encodes a tunnel's head first
+//! ([`FrameEncoder::tunnel_head`]: the batch's `status` and `headers`
+//! fields) and holds it until it knows what goes with it; then
+//! [`FrameEncoder::encode_tunnel_batch`] writes the frame: that head, the
+//! `end`, the body, each when given, the body following the frame's head as
+//! its own slices (as [`FrameEncoder::encode_tunnel_body_parts`]'s do).
+//! Byte-identical to prost's encoding of the envelope holding the same
 //! batch (property-tested).
 
 use bytes::Bytes;
-use proto::v1::{TunnelEnd, TunnelHeaders, TunnelStatus};
+use proto::v1::{TunnelEnd, TunnelStatus};
 use proto::{
     ENVELOPE_TUNNEL_FRAME_FIELD, TUNNEL_FRAME_BATCH_FIELD, TUNNEL_FRAME_BODY_FIELD,
     TUNNEL_FRAME_END_FIELD, TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD,
@@ -30,6 +30,9 @@ use super::{BodyFrame, FrameEncoder, FrameError};
 pub(super) struct BatchFields<'a, H> {
     pub(super) status: Option<u32>,
     pub(super) headers: Option<&'a H>,
+    /// `status` and `headers` already encoded (a [`TunnelHead`]'s bytes),
+    /// in their place.
+    pub(super) head: &'a [u8],
     pub(super) end: Option<&'a TunnelEnd>,
     pub(super) body: BatchBody<'a>,
 }
@@ -51,6 +54,7 @@ impl<H: Fields> Fields for BatchFields<'_, H> {
         if let Some(headers) = self.headers {
             out.message(TUNNEL_FRAME_HEADERS_FIELD, headers);
         }
+        out.raw(self.head);
         if let Some(end) = self.end {
             out.message(TUNNEL_FRAME_END_FIELD, end);
         }
@@ -70,36 +74,43 @@ impl<H: Fields> Fields for InFrame<'_, H> {
     }
 }
 
+/// A tunnel's `status` and `headers`, encoded as the first fields of a
+/// batch, for a sink to hold until it knows what is ready to go with
+/// them ([`FrameEncoder::encode_tunnel_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelHead(Bytes);
+
 impl FrameEncoder {
-    /// Encodes `ProviderTunnelFrame{batch: {status: {code}, headers}}` on
-    /// `stream_id`, each header a borrowed `(name, value)` pair: a tunnel's
-    /// head in one frame, for an Edge that takes batches.
-    pub fn encode_tunnel_head(
-        &mut self,
-        stream_id: u64,
-        code: u32,
-        headers: &[(&[u8], &[u8])],
-    ) -> Result<Bytes, FrameError> {
-        let batch = BatchFields {
+    /// A tunnel's head, `status: {code}` and `headers` (each a borrowed
+    /// `(name, value)` pair), encoded for a later batch. Its size is
+    /// checked with the frame it goes in.
+    pub fn tunnel_head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) -> TunnelHead {
+        let fields = BatchFields {
             status: Some(code),
             headers: Some(&HeaderPairs(headers)),
+            head: &[],
             end: None,
             body: BatchBody::Inline(&[]),
         };
-        self.encode_fields(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, &InFrame(batch))
+        self.reserve(super::tunnel_encode::len_of(&fields));
+        fields.fields(&mut self.scratch);
+        TunnelHead(self.scratch.split().freeze())
     }
 
-    /// Encodes `ProviderTunnelFrame{batch: {end, body}}` on `stream_id`, the
-    /// body being `body` then each of `more`: a tunnel's last body bytes
-    /// and its end in one frame, for an Edge that takes batches. Only the
-    /// head is written; the slices follow it, never copied.
-    pub fn encode_tunnel_last(
+    /// Encodes `ProviderTunnelFrame{batch: {status, headers, end, body}}` on
+    /// `stream_id`: `head`'s status and headers, `end`, and the body
+    /// `(body, more)` (`body` then each of `more`), each when given. Only
+    /// the frame's head is written; the body's slices follow it, never
+    /// copied. With no body (or an empty one) the frame's head is the whole
+    /// frame, and the returned slices are empty.
+    pub fn encode_tunnel_batch(
         &mut self,
         stream_id: u64,
-        body: Bytes,
-        more: Vec<Bytes>,
-        end: &TunnelEnd,
+        head: Option<&TunnelHead>,
+        body: Option<(Bytes, Vec<Bytes>)>,
+        end: Option<&TunnelEnd>,
     ) -> Result<BodyFrame, FrameError> {
+        let (body, more) = body.unwrap_or_default();
         if more.len() >= MAX_BODY_PARTS {
             return Err(FrameError::TooManyParts {
                 parts: more.len() + 1,
@@ -107,10 +118,11 @@ impl FrameEncoder {
             });
         }
         let body_len = body.len() + more.iter().map(Bytes::len).sum::<usize>();
-        let batch = BatchFields {
+        let fields = BatchFields {
             status: None,
-            headers: None::<&TunnelHeaders>,
-            end: Some(end),
+            headers: None::<&HeaderPairs<'_>>,
+            head: head.map_or(&[][..], |head| &head.0[..]),
+            end,
             body: match body_len {
                 0 => BatchBody::Inline(&[]),
                 len => BatchBody::Trailing(len),
@@ -119,7 +131,7 @@ impl FrameEncoder {
         let head = self.encode_fields_trailing(
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,
-            &InFrame(batch),
+            &InFrame(fields),
             body_len,
         )?;
         Ok(BodyFrame { head, body, more })
@@ -137,6 +149,8 @@ mod tests {
     use super::super::tunnel_tests::{any_usage, frame_by_prost};
     use super::super::{BodyFrame, FrameDecoder, FrameEncoder, FrameError, MAX_BODY_PARTS};
 
+    type Pairs<'a> = [(&'a [u8], &'a [u8])];
+
     fn batch_envelope(stream_id: u64, batch: TunnelBatch) -> Envelope {
         Envelope {
             stream_id,
@@ -146,7 +160,7 @@ mod tests {
         }
     }
 
-    /// A body frame's head and slices, joined as the writer sends them.
+    /// A frame's head and slices, joined as the writer sends them.
     fn joined(frame: &BodyFrame) -> Bytes {
         let mut wire = BytesMut::from(&frame.head[..]);
         frame.parts().for_each(|part| wire.extend_from_slice(part));
@@ -163,61 +177,80 @@ mod tests {
         envelope
     }
 
-    #[test]
-    fn a_head_is_prosts_batch_of_status_and_headers() {
-        let fields: [(&[u8], &[u8]); 2] = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"17"),
-        ];
-        let ours = FrameEncoder::default()
-            .encode_tunnel_head(7, 200, &fields)
+    /// What our encoder writes of a batch, and what prost writes of it.
+    fn both(
+        stream_id: u64,
+        head: Option<(u32, &Pairs<'_>)>,
+        body: Option<(Bytes, Vec<Bytes>)>,
+        end: Option<TunnelEnd>,
+    ) -> (BodyFrame, Envelope) {
+        let mut encoder = FrameEncoder::default();
+        let held = head.map(|(code, fields)| encoder.tunnel_head(code, fields));
+        let whole: Vec<u8> = body
+            .iter()
+            .flat_map(|(body, more)| std::iter::once(body).chain(more))
+            .flat_map(|part| part.iter().copied())
+            .collect();
+        let frame = encoder
+            .encode_tunnel_batch(stream_id, held.as_ref(), body, end.as_ref())
             .unwrap();
-        let expected = batch_envelope(
-            7,
-            TunnelBatch {
-                status: Some(TunnelStatus { code: 200 }),
-                headers: Some(TunnelHeaders::copied(&fields)),
-                ..TunnelBatch::default()
-            },
-        );
-        assert_eq!(ours, frame_by_prost(&expected));
-        assert_eq!(decoded(&ours), expected);
+        let batch = TunnelBatch {
+            status: head.map(|(code, _)| TunnelStatus { code }),
+            headers: head.map(|(_, fields)| TunnelHeaders::copied(fields)),
+            end,
+            body: Bytes::from(whole),
+        };
+        (frame, batch_envelope(stream_id, batch))
     }
 
+    const FIELDS: [(&[u8], &[u8]); 2] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"12"),
+    ];
+
     #[test]
-    fn a_last_frame_is_prosts_batch_of_end_and_body_with_the_body_uncopied() {
+    fn a_small_answer_is_one_batch_of_prosts_bytes_with_the_body_uncopied() {
         let body = Bytes::from_static(b"{\"usage\":{}}");
-        let more = vec![Bytes::from_static(b"\n"), Bytes::from_static(b"tail")];
-        let end = TunnelEnd::default();
-        let frame = FrameEncoder::default()
-            .encode_tunnel_last(9, body.clone(), more.clone(), &end)
-            .unwrap();
-        assert_eq!(frame.body.as_ptr(), body.as_ptr(), "not copied");
-        let expected = batch_envelope(
-            9,
-            TunnelBatch {
-                end: Some(end),
-                body: Bytes::from_static(b"{\"usage\":{}}\ntail"),
-                ..TunnelBatch::default()
-            },
+        let (frame, expected) = both(
+            7,
+            Some((200, &FIELDS)),
+            Some((body.clone(), Vec::new())),
+            Some(TunnelEnd::default()),
         );
+        assert_eq!(frame.body.as_ptr(), body.as_ptr(), "not copied");
         let wire = joined(&frame);
         assert_eq!(wire, frame_by_prost(&expected));
         assert_eq!(decoded(&wire), expected);
     }
 
     #[test]
-    fn an_empty_last_body_is_left_out_as_prost_leaves_it() {
-        let end = TunnelEnd::default();
-        let frame = FrameEncoder::default()
-            .encode_tunnel_last(1, Bytes::new(), vec![Bytes::new()], &end)
-            .unwrap();
-        let expected = batch_envelope(
+    fn a_head_alone_is_its_frame_s_head() {
+        let (frame, expected) = both(7, Some((200, &FIELDS)), None, None);
+        assert!(frame.body.is_empty() && frame.more.is_empty());
+        assert_eq!(frame.head, frame_by_prost(&expected));
+        assert_eq!(decoded(&frame.head), expected);
+    }
+
+    #[test]
+    fn a_last_body_in_slices_with_its_end_is_prosts_batch() {
+        let parts = vec![Bytes::from_static(b"\n"), Bytes::from_static(b"tail")];
+        let (frame, expected) = both(
+            9,
+            None,
+            Some((Bytes::from_static(b"data"), parts)),
+            Some(TunnelEnd::default()),
+        );
+        assert_eq!(joined(&frame), frame_by_prost(&expected));
+        assert_eq!(decoded(&joined(&frame)), expected);
+    }
+
+    #[test]
+    fn an_empty_body_is_left_out_as_prost_leaves_it() {
+        let (frame, expected) = both(
             1,
-            TunnelBatch {
-                end: Some(end),
-                ..TunnelBatch::default()
-            },
+            None,
+            Some((Bytes::new(), vec![Bytes::new()])),
+            Some(TunnelEnd::default()),
         );
         assert_eq!(joined(&frame), frame_by_prost(&expected));
     }
@@ -227,24 +260,24 @@ mod tests {
         let end = TunnelEnd::default();
         let more = vec![Bytes::from_static(b"x"); MAX_BODY_PARTS];
         assert!(matches!(
-            FrameEncoder::default().encode_tunnel_last(1, Bytes::new(), more, &end),
+            FrameEncoder::default().encode_tunnel_batch(1, None, Some((Bytes::new(), more)), None),
             Err(FrameError::TooManyParts { .. })
         ));
         let body = Bytes::from(vec![b'x'; 2048]);
         assert!(matches!(
-            FrameEncoder::new(1024).encode_tunnel_last(1, body, Vec::new(), &end),
+            FrameEncoder::new(1024).encode_tunnel_batch(1, None, Some((body, vec![])), Some(&end)),
             Err(FrameError::TooLarge { .. })
         ));
         let value = vec![b'v'; 2048];
+        let mut encoder = FrameEncoder::new(1024);
+        let head = encoder.tunnel_head(200, &[(b"x", &value[..])]);
         assert!(matches!(
-            FrameEncoder::new(1024).encode_tunnel_head(1, 200, &[(b"x", &value[..])]),
+            encoder.encode_tunnel_batch(1, Some(&head), None, None),
             Err(FrameError::TooLarge { .. })
         ));
     }
 
-    type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
-
-    fn any_pairs() -> impl Strategy<Value = Pairs> {
+    fn any_pairs() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {
         proptest::collection::vec(
             (
                 proptest::collection::vec(any::<u8>(), 0..24),
@@ -259,46 +292,34 @@ mod tests {
     }
 
     proptest! {
+        /// Any head, body and end, each given or not, are written as
+        /// prost writes their batch, and read back as it.
         #[test]
-        fn any_head_is_written_as_prost_writes_it(
+        fn any_batch_is_written_as_prost_writes_it(
             stream_id in any::<u64>(),
-            code in any::<u32>(),
-            pairs in any_pairs(),
+            head in proptest::option::of((any::<u32>(), any_pairs())),
+            slices in proptest::option::of(any_slices()),
+            end in proptest::option::of(proptest::option::of(any_usage())),
         ) {
-            let fields: Vec<(&[u8], &[u8])> =
-                pairs.iter().map(|(n, v)| (&n[..], &v[..])).collect();
-            let ours = FrameEncoder::default().encode_tunnel_head(stream_id, code, &fields).unwrap();
-            let expected = batch_envelope(stream_id, TunnelBatch {
-                status: Some(TunnelStatus { code }),
-                headers: Some(TunnelHeaders::copied(&fields)),
-                ..TunnelBatch::default()
+            let fields = head.as_ref().map(|(code, pairs)| {
+                let pairs: Vec<(&[u8], &[u8])> =
+                    pairs.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+                (*code, pairs)
             });
-            prop_assert_eq!(ours, frame_by_prost(&expected));
-        }
-
-        #[test]
-        fn any_last_frame_is_written_as_prost_writes_it(
-            stream_id in any::<u64>(),
-            slices in any_slices(),
-            usage in proptest::option::of(any_usage()),
-        ) {
-            let mut parts = slices.into_iter().map(Bytes::from);
-            let body = parts.next().unwrap_or_default();
-            let more: Vec<Bytes> = parts.collect();
-            let whole: Vec<u8> = std::iter::once(&body)
-                .chain(&more)
-                .flat_map(|b| b.iter().copied())
-                .collect();
-            let end = TunnelEnd { usage };
-            let frame = FrameEncoder::default()
-                .encode_tunnel_last(stream_id, body, more, &end)
-                .unwrap();
-            let expected = batch_envelope(stream_id, TunnelBatch {
-                end: Some(end),
-                body: Bytes::from(whole),
-                ..TunnelBatch::default()
+            let body = slices.map(|slices| {
+                let mut parts = slices.into_iter().map(Bytes::from);
+                let first = parts.next().unwrap_or_default();
+                (first, parts.collect())
             });
-            prop_assert_eq!(joined(&frame), frame_by_prost(&expected));
+            let (frame, expected) = both(
+                stream_id,
+                fields.as_ref().map(|(code, pairs)| (*code, &pairs[..])),
+                body,
+                end.map(|usage| TunnelEnd { usage }),
+            );
+            let wire = joined(&frame);
+            prop_assert_eq!(&wire, &frame_by_prost(&expected));
+            prop_assert_eq!(decoded(&wire), expected);
         }
     }
 }

@@ -69,6 +69,8 @@ pub(super) trait Out: Sized {
     /// here: they follow the frame's head as their own slices. So it is the
     /// last field of its message, and that message the last of the frame.
     fn trailing(&mut self, field: u32, len: usize);
+    /// Fields already encoded, as they are.
+    fn raw(&mut self, fields: &[u8]);
 
     /// A proto3 varint: left out when 0, as prost leaves it out.
     fn varint(&mut self, field: u32, value: u64) {
@@ -118,6 +120,10 @@ impl Out for Len {
     fn trailing(&mut self, field: u32, len: usize) {
         self.0 += key_len(field) + encoded_len_varint(len as u64) + len;
     }
+
+    fn raw(&mut self, fields: &[u8]) {
+        self.0 += fields.len();
+    }
 }
 
 impl Out for BytesMut {
@@ -141,6 +147,10 @@ impl Out for BytesMut {
     fn trailing(&mut self, field: u32, len: usize) {
         encode_key(field, WireType::LengthDelimited, self);
         encode_varint(len as u64, self);
+    }
+
+    fn raw(&mut self, fields: &[u8]) {
+        self.extend_from_slice(fields);
     }
 }
 
@@ -270,6 +280,7 @@ impl Fields for OneOf<'_> {
                 &BatchFields {
                     status: batch.status.as_ref().map(|s| s.code),
                     headers: batch.headers.as_ref(),
+                    head: &[],
                     end: batch.end.as_ref(),
                     body: BatchBody::Inline(&batch.body),
                 },

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use framing::frame::{FrameEncoder, FrameError};
+use framing::frame::{FrameEncoder, FrameError, TunnelHead};
 use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::envelope::Msg;
@@ -77,32 +77,34 @@ impl Outbox {
             .is_some_and(|frame| self.send_frame(stream_id, frame))
     }
 
-    /// Queues a tunnel's `status` and `headers` as one `batch` frame,
-    /// encoded from the borrowed fields (for an Edge that takes batches).
-    pub fn send_tunnel_head(&self, stream_id: u64, code: u32, headers: &[(&[u8], &[u8])]) -> bool {
-        let frame = self
-            .encoder
-            .borrow_mut()
-            .encode_tunnel_head(stream_id, code, headers);
-        logged(frame, stream_id, "tunnel head")
-            .is_some_and(|frame| self.send_frame(stream_id, frame))
+    /// A tunnel's `status` and `headers`, encoded for a batch frame
+    /// ([`send_tunnel_batch`](Self::send_tunnel_batch)) from the borrowed
+    /// fields.
+    pub fn tunnel_head(&self, code: u32, headers: &[(&[u8], &[u8])]) -> TunnelHead {
+        self.encoder.borrow_mut().tunnel_head(code, headers)
     }
 
-    /// Queues a tunnel's last body (`body` then each of `more`, uncopied)
-    /// and its `end` as one `batch` frame (for an Edge that takes batches).
-    pub fn send_tunnel_last(
+    /// Queues one `batch` frame of a tunnel's `head`, `body` (`body` then
+    /// each of `more`, uncopied) and `end`, each when given (for an Edge
+    /// that takes batches).
+    pub fn send_tunnel_batch(
         &self,
         stream_id: u64,
-        body: Bytes,
-        more: Vec<Bytes>,
-        end: &TunnelEnd,
+        head: Option<&TunnelHead>,
+        body: Option<(Bytes, Vec<Bytes>)>,
+        end: Option<&TunnelEnd>,
     ) -> bool {
         let frame = self
             .encoder
             .borrow_mut()
-            .encode_tunnel_last(stream_id, body, more, end);
-        logged(frame, stream_id, "tunnel end")
-            .is_some_and(|frame| self.tx.send((stream_id, Outgoing::Body(frame))).is_ok())
+            .encode_tunnel_batch(stream_id, head, body, end);
+        logged(frame, stream_id, "tunnel batch").is_some_and(|frame| {
+            if frame.body.is_empty() && frame.more.is_empty() {
+                self.send_frame(stream_id, frame.head)
+            } else {
+                self.tx.send((stream_id, Outgoing::Body(frame))).is_ok()
+            }
+        })
     }
 
     /// Queues a tunnel body frame whose body is `body` then each of `more`:

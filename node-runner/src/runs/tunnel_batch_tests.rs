@@ -21,9 +21,10 @@ use crate::stall::testkit::{Harness, block_on};
 
 const BODY: &str = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
 
-/// A provider that answers one request with a small JSON body, head and
-/// body in one write (so the Node reads them in one read).
-fn provider() -> String {
+/// A provider that answers one request with a small JSON body: its head
+/// and body in one write (so the Node reads them in one read), or, given
+/// a gate, the head first and the body once the gate opens.
+fn provider(gate: Option<std::sync::mpsc::Receiver<()>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     std::thread::spawn(move || {
@@ -35,11 +36,20 @@ fn provider() -> String {
             assert!(n > 0, "the request ended early");
             request.extend_from_slice(&buf[..n]);
         }
-        let answer = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             BODY.len()
         );
-        conn.write_all(answer.as_bytes()).expect("write");
+        match gate {
+            None => conn
+                .write_all(format!("{head}{BODY}").as_bytes())
+                .expect("write"),
+            Some(gate) => {
+                conn.write_all(head.as_bytes()).expect("write");
+                gate.recv().expect("the gate opens");
+                conn.write_all(BODY.as_bytes()).expect("write");
+            }
+        }
         // Held open: the pool keeps it.
         let _ = conn.read(&mut buf);
     });
@@ -107,19 +117,25 @@ fn sent(rx: &mut UnboundedReceiver<(u64, Outgoing)>) -> Vec<Frame> {
     frames
 }
 
-/// The frames a tunnel of `payload` sends, once it has ended.
+/// Waits (a real millisecond at a time, at most 5 s) until `done`.
+async fn until(mut done: impl FnMut() -> bool) {
+    for _ in 0..5_000 {
+        if done() {
+            return;
+        }
+        monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("not within 5 s");
+}
+
+/// The frames a tunnel sends to an Edge that takes batches or not, once
+/// it has ended; the provider answers in one write.
 fn relayed(tunnel_batches: bool) -> Vec<Frame> {
     let h = Harness::new();
     block_on(async {
-        let (manager, mut rx) = manager_with(&h, &payload(provider(), tunnel_batches));
+        let (manager, mut rx) = manager_with(&h, &payload(provider(None), tunnel_batches));
         manager.handle(tunnel());
-        for _ in 0..5_000 {
-            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
-            if manager.active_runs() == 0 {
-                break;
-            }
-        }
-        assert_eq!(manager.active_runs(), 0, "the tunnel ended");
+        until(|| manager.active_runs() == 0).await;
         sent(&mut rx)
     })
 }
@@ -147,21 +163,15 @@ fn end() -> TunnelEnd {
 }
 
 #[test]
-fn a_small_answer_is_two_batches_to_an_edge_that_takes_them() {
+fn a_small_answer_is_one_batch_to_an_edge_that_takes_them() {
     let frames = relayed(true);
-    let Frame::Batch(head) = &frames[0] else {
+    let [Frame::Batch(batch)] = &frames[..] else {
         panic!("{frames:?}");
     };
-    assert_eq!(head.status, Some(status()));
-    assert_eq!(head.headers, Some(headers()));
-    assert!(head.body.is_empty() && head.end.is_none());
-    let Frame::Batch(last) = &frames[1] else {
-        panic!("{frames:?}");
-    };
-    assert_eq!(last.body, BODY.as_bytes());
-    assert_eq!(last.end, Some(end()));
-    assert!(last.status.is_none() && last.headers.is_none());
-    assert_eq!(frames.len(), 2, "{frames:?}");
+    assert_eq!(batch.status, Some(status()));
+    assert_eq!(batch.headers, Some(headers()));
+    assert_eq!(batch.body, BODY.as_bytes());
+    assert_eq!(batch.end, Some(end()));
 }
 
 #[test]
@@ -175,4 +185,32 @@ fn a_small_answer_is_four_frames_to_an_edge_that_takes_no_batches() {
             Frame::End(end()),
         ]
     );
+}
+
+#[test]
+fn a_head_that_came_alone_goes_before_the_wait_and_the_body_with_the_end() {
+    let (open, gate) = std::sync::mpsc::channel();
+    let h = Harness::new();
+    let (first, rest) = block_on(async {
+        let (manager, mut rx) = manager_with(&h, &payload(provider(Some(gate)), true));
+        manager.handle(tunnel());
+        // The body is not written until the head has reached the link.
+        until(|| !rx.is_empty()).await;
+        let first = sent(&mut rx);
+        open.send(()).expect("the provider waits");
+        until(|| manager.active_runs() == 0).await;
+        (first, sent(&mut rx))
+    });
+    let [Frame::Batch(head)] = &first[..] else {
+        panic!("{first:?}");
+    };
+    assert_eq!(head.status, Some(status()));
+    assert_eq!(head.headers, Some(headers()));
+    assert!(head.body.is_empty() && head.end.is_none());
+    let [Frame::Batch(last)] = &rest[..] else {
+        panic!("{rest:?}");
+    };
+    assert!(last.status.is_none() && last.headers.is_none());
+    assert_eq!(last.body, BODY.as_bytes());
+    assert_eq!(last.end, Some(end()));
 }

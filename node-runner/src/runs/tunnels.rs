@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use framing::frame::TunnelHead;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
     FailureCode, FailureSide, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, envelope::Msg,
@@ -51,13 +52,18 @@ struct FrameSink<'a> {
     outbox: &'a Outbox,
     stream_id: u64,
     closed: &'a Cell<bool>,
-    /// The Edge takes a tunnel's head, and its last body with its end, as
-    /// one `batch` frame each ([`TunnelLimits::batches`](crate::tunnel::TunnelLimits)).
+    /// The Edge takes frames that are ready together as one `batch` frame
+    /// ([`TunnelLimits::batches`](crate::tunnel::TunnelLimits)).
     batches: bool,
+    /// With batches: the tunnel's head, held until what goes with it is
+    /// known — the first body frame, the end, or the relay's first wait
+    /// ([`TunnelSink::flush`]), whichever comes first.
+    head: Option<TunnelHead>,
 }
 
 impl TunnelSink for FrameSink<'_> {
     fn frame(&mut self, frame: ProviderTunnelFrame) {
+        self.flush();
         if !self.closed.get() {
             self.outbox
                 .send_msg(self.stream_id, Msg::ProviderTunnelFrame(frame));
@@ -71,28 +77,49 @@ impl TunnelSink for FrameSink<'_> {
     }
 
     fn body(&mut self, body: Bytes, more: Vec<Bytes>) {
-        if !self.closed.get() {
-            self.outbox.send_body(self.stream_id, body, more);
+        if self.closed.get() {
+            return;
+        }
+        match self.head.take() {
+            Some(head) => {
+                self.outbox.send_tunnel_batch(
+                    self.stream_id,
+                    Some(&head),
+                    Some((body, more)),
+                    None,
+                );
+            }
+            None => {
+                self.outbox.send_body(self.stream_id, body, more);
+            }
         }
     }
 
     fn head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) {
-        if !self.batches {
+        if self.batches {
+            self.head = Some(self.outbox.tunnel_head(code, headers));
+        } else {
             head_apart(self, code, headers);
-        } else if !self.closed.get() {
-            self.outbox.send_tunnel_head(self.stream_id, code, headers);
         }
     }
 
     fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
-        match body {
-            Some((body, more)) if self.batches => {
-                if !self.closed.get() {
-                    self.outbox
-                        .send_tunnel_last(self.stream_id, body, more, &end);
-                }
-            }
-            body => last_apart(self, body, end),
+        if !self.batches || (self.head.is_none() && body.is_none()) {
+            return last_apart(self, body, end);
+        }
+        if !self.closed.get() {
+            let head = self.head.take();
+            self.outbox
+                .send_tunnel_batch(self.stream_id, head.as_ref(), body, Some(&end));
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(head) = self.head.take()
+            && !self.closed.get()
+        {
+            self.outbox
+                .send_tunnel_batch(self.stream_id, Some(&head), None, None);
         }
     }
 }
@@ -184,6 +211,7 @@ impl RunManager {
                 stream_id,
                 closed: &manager.closed,
                 batches: manager.tunnel_limits.batches,
+                head: None,
             };
             let cancel = async {
                 let _ = cancel_rx.await;

@@ -28,11 +28,14 @@
 //!    (a typed `ExecutionFailure`). Nothing follows it.
 //!
 //! To an Edge that takes batches ([`TunnelLimits::batches`]) frames that are
-//! ready together go as one `batch` frame: `status` with `headers` always
-//! ([`TunnelSink::head`]), and the last body frame with `end` when the read
-//! that brought those bytes also ended the body ([`TunnelSink::last`]) — so
-//! a small answer is two frames, not four. The Edge hands a batch on as
-//! the frames it holds, in the order above.
+//! ready together go as one `batch` frame: the `status` and `headers`
+//! ([`TunnelSink::head`]) with the first body frame or the `end`, whichever
+//! comes before the relay's first wait ([`TunnelSink::flush`]), and the
+//! last body frame with `end` when the read that brought those bytes also
+//! ended the body ([`TunnelSink::last`]). A small answer whose head and
+//! body came in one read is then one frame, not four; nothing waits for a
+//! later byte. The Edge hands a batch on as the frames it holds, in the
+//! order above.
 //!
 //! Validation failures produce a lone `error` terminal, before any provider
 //! call: unknown adapter (`UNKNOWN_ADAPTER`), an adapter that is not
@@ -164,17 +167,22 @@ pub trait TunnelSink {
     /// The `status` and `headers` frames, which the relay always has
     /// together. By default [`frame`](Self::frame) then
     /// [`headers`](Self::headers); a sink for an Edge that takes batches
-    /// sends them as one frame.
+    /// may hold them, to send with what follows, until the next
+    /// [`flush`](Self::flush).
     fn head(&mut self, code: u32, headers: &[(&[u8], &[u8])]) {
         head_apart(self, code, headers);
     }
     /// The terminal `end`, after the last body frame when the relay had
     /// one gathered (the bytes of the read that ended the body). By
     /// default [`body`](Self::body) then [`frame`](Self::frame); a sink for
-    /// an Edge that takes batches sends them as one frame.
+    /// an Edge that takes batches sends them (and a head it holds) as one
+    /// frame.
     fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
         last_apart(self, body, end);
     }
+    /// The relay is about to wait (for the provider or for credit): a sink
+    /// that holds anything sends it now, so nothing waits on a later byte.
+    fn flush(&mut self) {}
     /// The tunnel waits for credit (`true`) or got it again (`false`): the
     /// client, not the provider, holds the stream, so the stall watchdog
     /// is held too.
@@ -521,6 +529,13 @@ impl<S: TunnelSink> TunnelSink for Watched<'_, S> {
     fn last(&mut self, body: Option<(Bytes, Vec<Bytes>)>, end: TunnelEnd) {
         if self.passes() {
             self.sink.last(body, end);
+        }
+    }
+
+    fn flush(&mut self) {
+        // Not progress: what it sends was already counted.
+        if !self.fenced.get() {
+            self.sink.flush();
         }
     }
 

@@ -202,11 +202,13 @@ impl<S: TunnelSink> Sender<'_, S> {
         self.sink.last(body, end);
     }
 
-    /// Sends the frame being gathered, if any.
+    /// Sends the frame being gathered, if any, and whatever the sink
+    /// holds: every wait comes after a flush.
     fn flush(&mut self) {
         if let Some(first) = self.first.take() {
             self.len = 0;
             self.sink.body(first, std::mem::take(&mut self.more));
         }
+        self.sink.flush();
     }
 }
