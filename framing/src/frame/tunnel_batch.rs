@@ -118,24 +118,49 @@ impl FrameEncoder {
             });
         }
         let body_len = body.len() + more.iter().map(Bytes::len).sum::<usize>();
-        let fields = BatchFields {
-            status: None,
-            headers: None::<&HeaderPairs<'_>>,
-            head: head.map_or(&[][..], |head| &head.0[..]),
-            end,
-            body: match body_len {
-                0 => BatchBody::Inline(&[]),
-                len => BatchBody::Trailing(len),
-            },
-        };
         let head = self.encode_fields_trailing(
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,
-            &InFrame(fields),
+            &batch(head, body_len, end),
             body_len,
         )?;
         Ok(BodyFrame { head, body, more })
     }
+
+    /// Whether the batch of `head`, `body_len` body bytes and `end` on
+    /// `stream_id` fits a frame ([`max_frame_len`](Self::max_frame_len)):
+    /// a head held for the first body frame may make that frame too long,
+    /// and then goes alone.
+    pub fn tunnel_batch_fits(
+        &self,
+        stream_id: u64,
+        head: Option<&TunnelHead>,
+        body_len: usize,
+        end: Option<&TunnelEnd>,
+    ) -> bool {
+        let msg_len = super::tunnel_encode::len_of(&batch(head, body_len, end));
+        let len = super::encode::envelope_len(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, msg_len);
+        len <= self.max_frame_len()
+    }
+}
+
+/// The batch of `head`, `body_len` trailing body bytes and `end`, as the
+/// one field of its `ProviderTunnelFrame`.
+fn batch<'a>(
+    head: Option<&'a TunnelHead>,
+    body_len: usize,
+    end: Option<&'a TunnelEnd>,
+) -> InFrame<'a, HeaderPairs<'a>> {
+    InFrame(BatchFields {
+        status: None,
+        headers: None,
+        head: head.map_or(&[][..], |head| &head.0[..]),
+        end,
+        body: match body_len {
+            0 => BatchBody::Inline(&[]),
+            len => BatchBody::Trailing(len),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -275,6 +300,35 @@ mod tests {
             encoder.encode_tunnel_batch(1, Some(&head), None, None),
             Err(FrameError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn whether_a_batch_fits_is_whether_it_encodes() {
+        let value = vec![b'v'; 300];
+        let end = TunnelEnd::default();
+        let mut encoder = FrameEncoder::new(1024);
+        let head = encoder.tunnel_head(200, &[(b"x-long", &value[..])]);
+        let mut seen = [false; 2];
+        for body_len in [0, 1, 600, 650, 690, 700, 720, 1024] {
+            for (head, end) in [
+                (Some(&head), None),
+                (Some(&head), Some(&end)),
+                (None, Some(&end)),
+            ] {
+                let body = (body_len > 0).then(|| (Bytes::from(vec![b'b'; body_len]), Vec::new()));
+                let fits = encoder.tunnel_batch_fits(7, head, body_len, end);
+                let encoded = encoder.encode_tunnel_batch(7, head, body, end);
+                assert_eq!(
+                    fits,
+                    encoded.is_ok(),
+                    "{body_len} {:?} {:?}",
+                    head.is_some(),
+                    end
+                );
+                seen[usize::from(fits)] = true;
+            }
+        }
+        assert_eq!(seen, [true, true], "both sides of the limit");
     }
 
     fn any_pairs() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {

@@ -9,7 +9,8 @@ use framing::frame::{FrameEncoder, FrameError, TunnelHead};
 use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::envelope::Msg;
-use proto::v1::{RunEvent, TunnelEnd};
+use proto::v1::provider_tunnel_frame::Frame;
+use proto::v1::{ProviderTunnelFrame, RunEvent, TunnelEnd};
 
 /// The connection writer's queue: `Send`, so every core can feed it. Each
 /// command names its stream (0: the link's own), so that the writer can take
@@ -86,8 +87,51 @@ impl Outbox {
 
     /// Queues one `batch` frame of a tunnel's `head`, `body` (`body` then
     /// each of `more`, uncopied) and `end`, each when given (for an Edge
-    /// that takes batches).
+    /// that takes batches). What would make the frame too long goes apart,
+    /// in order: the head first, then the body, then the end (a body frame
+    /// is sized to fit alone, not with a head or an end's usage).
     pub fn send_tunnel_batch(
+        &self,
+        stream_id: u64,
+        head: Option<&TunnelHead>,
+        body: Option<(Bytes, Vec<Bytes>)>,
+        end: Option<&TunnelEnd>,
+    ) -> bool {
+        let body_len = body.as_ref().map_or(0, |(body, more)| {
+            body.len() + more.iter().map(Bytes::len).sum::<usize>()
+        });
+        let fits = |head, end| {
+            self.encoder
+                .borrow()
+                .tunnel_batch_fits(stream_id, head, body_len, end)
+        };
+        if fits(head, end) {
+            return self.send_batch(stream_id, head, body, end);
+        }
+        if let Some(head) = head
+            && !self.send_batch(stream_id, Some(head), None, None)
+        {
+            return false;
+        }
+        match (body, end) {
+            (Some(body), Some(end)) if fits(None, Some(end)) => {
+                self.send_batch(stream_id, None, Some(body), Some(end))
+            }
+            (body, end) => {
+                body.is_none_or(|(body, more)| self.send_body(stream_id, body, more))
+                    && end.is_none_or(|end| {
+                        self.send_msg(
+                            stream_id,
+                            Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                                frame: Some(Frame::End(*end)),
+                            }),
+                        )
+                    })
+            }
+        }
+    }
+
+    fn send_batch(
         &self,
         stream_id: u64,
         head: Option<&TunnelHead>,
@@ -179,7 +223,7 @@ fn logged<T>(encoded: Result<T, FrameError>, stream_id: u64, what: &str) -> Opti
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use bytes::{Bytes, BytesMut};
     use framing::frame::FrameDecoder;
     use framing::link::Outgoing;
@@ -209,6 +253,100 @@ mod tests {
         let envelope = FrameDecoder::default().decode(&mut wire).unwrap().unwrap();
         assert!(wire.is_empty());
         (envelope, own_slice)
+    }
+
+    /// What the writer was given so far, joined as it writes it.
+    pub(in crate::runs) fn wire(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, Outgoing)>,
+    ) -> BytesMut {
+        let mut wire = BytesMut::new();
+        while let Ok((_, outgoing)) = rx.try_recv() {
+            match outgoing {
+                Outgoing::Frame(frame) => wire.extend_from_slice(&frame),
+                Outgoing::Body(frame) => {
+                    wire.extend_from_slice(&frame.head);
+                    frame.parts().for_each(|part| wire.extend_from_slice(part));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        wire
+    }
+
+    #[test]
+    fn a_head_that_would_make_its_batch_too_long_goes_first_alone() {
+        use proto::v1::provider_tunnel_frame::Frame;
+        use proto::v1::{ProviderTunnelFrame, TunnelEnd};
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let outbox = Outbox::new(tx, 1024);
+        let value = vec![b'v'; 300];
+        let end = TunnelEnd::default();
+        let send = |body_len: usize| {
+            let head = outbox.tunnel_head(200, &[(b"x-long", &value[..])]);
+            let body = Bytes::from(vec![b'b'; body_len]);
+            assert!(outbox.send_tunnel_batch(3, Some(&head), Some((body, vec![])), Some(&end)));
+        };
+        let batches = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<_>| {
+            let mut wire = wire(rx);
+            let mut decoder = FrameDecoder::new(1024);
+            let mut shapes = Vec::new();
+            while let Some(envelope) = decoder.decode(&mut wire).unwrap() {
+                let Some(proto::Msg::ProviderTunnelFrame(ProviderTunnelFrame {
+                    frame: Some(Frame::Batch(batch)),
+                })) = envelope.msg
+                else {
+                    panic!("not a batch");
+                };
+                shapes.push((
+                    batch.status.is_some(),
+                    batch.body.len(),
+                    batch.end.is_some(),
+                ));
+            }
+            shapes
+        };
+        send(100);
+        assert_eq!(batches(&mut rx), [(true, 100, true)], "one frame");
+        send(700);
+        assert_eq!(
+            batches(&mut rx),
+            [(true, 0, false), (false, 700, true)],
+            "the head alone, then the body with the end"
+        );
+    }
+
+    #[test]
+    fn a_full_body_frame_and_an_end_with_usage_go_apart() {
+        use proto::v1::provider_tunnel_frame::Frame;
+        use proto::v1::{ProviderTunnelFrame, TunnelEnd, Usage};
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let outbox = Outbox::new(tx, 1024);
+        let end = TunnelEnd {
+            usage: Some(Usage {
+                input_tokens: u64::MAX,
+                output_tokens: u64::MAX,
+                reasoning_tokens: Some(u64::MAX),
+                cached_input_tokens: Some(u64::MAX),
+            }),
+        };
+        // As long as a body frame may be (`tunnel::BODY_FRAME_OVERHEAD`).
+        let body = Bytes::from(vec![b'b'; 1024 - 64]);
+        assert!(outbox.send_tunnel_batch(u64::MAX, None, Some((body, vec![])), Some(&end)));
+        let mut wire = wire(&mut rx);
+        let mut decoder = FrameDecoder::new(1024);
+        let mut frames = Vec::new();
+        while let Some(envelope) = decoder.decode(&mut wire).unwrap() {
+            let Some(proto::Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) =
+                envelope.msg
+            else {
+                panic!("not a tunnel frame");
+            };
+            frames.push(frame);
+        }
+        assert!(
+            matches!(&frames[..], [Frame::Body(body), Frame::End(e)] if body.len() == 960 && *e == end),
+            "{frames:?}"
+        );
     }
 
     #[test]

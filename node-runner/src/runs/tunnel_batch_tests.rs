@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use framing::frame::FrameDecoder;
 use framing::link::Outgoing;
 use proto::Envelope;
@@ -16,6 +16,7 @@ use proto::v1::{
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::outbox::tests::wire;
 use super::stall_admission_tests::{MAX_FRAME, manager_with};
 use crate::stall::testkit::{Harness, block_on};
 
@@ -91,17 +92,7 @@ fn tunnel() -> Envelope {
 
 /// The tunnel frames sent, each as the Edge decodes it.
 fn sent(rx: &mut UnboundedReceiver<(u64, Outgoing)>) -> Vec<Frame> {
-    let mut wire = BytesMut::new();
-    while let Ok((_, outgoing)) = rx.try_recv() {
-        match outgoing {
-            Outgoing::Frame(frame) => wire.extend_from_slice(&frame),
-            Outgoing::Body(frame) => {
-                wire.extend_from_slice(&frame.head);
-                frame.parts().for_each(|part| wire.extend_from_slice(part));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    let mut wire = wire(rx);
     let mut decoder = FrameDecoder::new(MAX_FRAME);
     let mut frames = Vec::new();
     while let Some(envelope) = decoder.decode(&mut wire).expect("well framed") {
