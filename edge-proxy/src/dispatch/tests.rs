@@ -104,6 +104,30 @@ fn a_tunnel_grants_in_halves_of_its_window_and_a_run_in_quarters() {
 
 type Sink = crate::link::streams::StreamSink;
 
+/// A stream's handle on node `n1` (`stream_id`), the sink that feeds it,
+/// and what it sends to the link.
+fn handle(
+    stream_id: u64,
+) -> (
+    Sink,
+    StreamHandle,
+    tokio::sync::mpsc::UnboundedReceiver<CoreMsg>,
+) {
+    let (sink, rx) = stream_channel();
+    let (inbox, sent) = tokio::sync::mpsc::unbounded_channel();
+    let handle = StreamHandle {
+        node_id: "n1".into(),
+        generation: 1,
+        stream_id,
+        rx,
+        inbox,
+        ended: false,
+        taken: 0,
+        grant_at: GRANT_AT_LEAST,
+    };
+    (sink, handle, sent)
+}
+
 /// A run stream (id 7, run `r`) fed by the returned sink, and what it sends
 /// to the link.
 fn run_stream() -> (
@@ -111,19 +135,9 @@ fn run_stream() -> (
     tokio::sync::mpsc::UnboundedReceiver<CoreMsg>,
     RunStream,
 ) {
-    let (sink, rx) = stream_channel();
-    let (inbox, sent) = tokio::sync::mpsc::unbounded_channel();
+    let (sink, handle, sent) = handle(7);
     let stream = RunStream {
-        handle: StreamHandle {
-            node_id: "n1".into(),
-            generation: 1,
-            stream_id: 7,
-            rx,
-            inbox,
-            ended: false,
-            taken: 0,
-            grant_at: GRANT_AT_LEAST,
-        },
+        handle,
         run_id: "r".into(),
         last_seq: 0,
     };
@@ -216,19 +230,9 @@ fn run_ids_count_up_and_the_longest_fits() {
 
 /// A tunnel stream (id 9) fed by the returned sink.
 fn tunnel_stream() -> (Sink, TunnelStream) {
-    let (sink, rx) = stream_channel();
-    let (inbox, _sent) = tokio::sync::mpsc::unbounded_channel();
+    let (sink, handle, _sent) = handle(9);
     let stream = TunnelStream {
-        handle: StreamHandle {
-            node_id: "n1".into(),
-            generation: 1,
-            stream_id: 9,
-            rx,
-            inbox,
-            ended: false,
-            taken: 0,
-            grant_at: GRANT_AT_LEAST,
-        },
+        handle,
         tunnel_id: "t".into(),
         batch: None,
     };

@@ -185,13 +185,7 @@ impl FrameEncoder {
         body: Bytes,
         more: Vec<Bytes>,
     ) -> Result<BodyFrame, FrameError> {
-        if more.len() >= MAX_BODY_PARTS {
-            return Err(FrameError::TooManyParts {
-                parts: more.len() + 1,
-                max: MAX_BODY_PARTS,
-            });
-        }
-        let body_len = body.len() + more.iter().map(Bytes::len).sum::<usize>();
+        let body_len = body_parts_len(&body, &more)?;
         let head = self.encode_head(
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,
@@ -295,6 +289,18 @@ impl FrameEncoder {
 /// The encoded length of the envelope `{stream_id, <msg_field>: msg}`
 /// whose message is `msg_len` bytes (see
 /// [`FrameEncoder::put_envelope_head`]).
+/// The length of a body of `body` then each of `more`; more than
+/// [`MAX_BODY_PARTS`] slices are refused.
+pub(super) fn body_parts_len(body: &Bytes, more: &[Bytes]) -> Result<usize, FrameError> {
+    if more.len() >= MAX_BODY_PARTS {
+        return Err(FrameError::TooManyParts {
+            parts: more.len() + 1,
+            max: MAX_BODY_PARTS,
+        });
+    }
+    Ok(body.len() + more.iter().map(Bytes::len).sum::<usize>())
+}
+
 pub(super) fn envelope_len(stream_id: u64, msg_field: u32, msg_len: usize) -> usize {
     let stream_len = if stream_id == 0 {
         0

@@ -21,7 +21,7 @@ use proto::{
     TUNNEL_FRAME_END_FIELD, TUNNEL_FRAME_HEADERS_FIELD, TUNNEL_FRAME_STATUS_FIELD,
 };
 
-use super::encode::MAX_BODY_PARTS;
+use super::encode::body_parts_len;
 use super::tunnel_encode::{Fields, HeaderPairs, Out};
 use super::{BodyFrame, FrameEncoder, FrameError};
 
@@ -111,13 +111,7 @@ impl FrameEncoder {
         end: Option<&TunnelEnd>,
     ) -> Result<BodyFrame, FrameError> {
         let (body, more) = body.unwrap_or_default();
-        if more.len() >= MAX_BODY_PARTS {
-            return Err(FrameError::TooManyParts {
-                parts: more.len() + 1,
-                max: MAX_BODY_PARTS,
-            });
-        }
-        let body_len = body.len() + more.iter().map(Bytes::len).sum::<usize>();
+        let body_len = body_parts_len(&body, &more)?;
         let head = self.encode_fields_trailing(
             stream_id,
             ENVELOPE_TUNNEL_FRAME_FIELD,

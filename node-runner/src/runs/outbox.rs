@@ -105,17 +105,30 @@ impl Outbox {
                 .borrow()
                 .tunnel_batch_fits(stream_id, head, body_len, end)
         };
+        let send_batch = |head, body, end| {
+            let frame = self
+                .encoder
+                .borrow_mut()
+                .encode_tunnel_batch(stream_id, head, body, end);
+            logged(frame, stream_id, "tunnel batch").is_some_and(|frame| {
+                if frame.body.is_empty() && frame.more.is_empty() {
+                    self.send_frame(stream_id, frame.head)
+                } else {
+                    self.tx.send((stream_id, Outgoing::Body(frame))).is_ok()
+                }
+            })
+        };
         if fits(head, end) {
-            return self.send_batch(stream_id, head, body, end);
+            return send_batch(head, body, end);
         }
         if let Some(head) = head
-            && !self.send_batch(stream_id, Some(head), None, None)
+            && !send_batch(Some(head), None, None)
         {
             return false;
         }
         match (body, end) {
             (Some(body), Some(end)) if fits(None, Some(end)) => {
-                self.send_batch(stream_id, None, Some(body), Some(end))
+                send_batch(None, Some(body), Some(end))
             }
             (body, end) => {
                 body.is_none_or(|(body, more)| self.send_body(stream_id, body, more))
@@ -129,26 +142,6 @@ impl Outbox {
                     })
             }
         }
-    }
-
-    fn send_batch(
-        &self,
-        stream_id: u64,
-        head: Option<&TunnelHead>,
-        body: Option<(Bytes, Vec<Bytes>)>,
-        end: Option<&TunnelEnd>,
-    ) -> bool {
-        let frame = self
-            .encoder
-            .borrow_mut()
-            .encode_tunnel_batch(stream_id, head, body, end);
-        logged(frame, stream_id, "tunnel batch").is_some_and(|frame| {
-            if frame.body.is_empty() && frame.more.is_empty() {
-                self.send_frame(stream_id, frame.head)
-            } else {
-                self.tx.send((stream_id, Outgoing::Body(frame))).is_ok()
-            }
-        })
     }
 
     /// Queues a tunnel body frame whose body is `body` then each of `more`:

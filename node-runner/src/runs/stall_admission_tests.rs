@@ -20,13 +20,15 @@ use crate::stall::testkit::{Harness, block_on};
 
 pub(super) const MAX_FRAME: usize = 1 << 20;
 
-fn payload(base_url: String) -> NodeConfigPayload {
+/// One OpenAI-compatible adapter, `chat`, at `base_url` (tunnels allowed).
+pub(super) fn payload(base_url: String) -> NodeConfigPayload {
     NodeConfigPayload {
         providers: vec![ProviderConfig {
             adapter: "chat".into(),
             kind: AdapterKind::OpenaiCompat as i32,
             base_url,
             max_concurrency: 4,
+            supports_tunnel: true,
             ..ProviderConfig::default()
         }],
         ..NodeConfigPayload::default()

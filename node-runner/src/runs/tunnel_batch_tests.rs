@@ -11,13 +11,13 @@ use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
-    AdapterKind, NodeConfigPayload, ProviderConfig, ProviderTunnelFrame, ProviderTunnelRequest,
-    TunnelEnd, TunnelHeaders, TunnelStatus, Usage, envelope::Msg,
+    NodeConfigPayload, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders,
+    TunnelStatus, Usage, envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::outbox::tests::wire;
-use super::stall_admission_tests::{MAX_FRAME, manager_with};
+use super::stall_admission_tests::{self, MAX_FRAME, manager_with};
 use crate::stall::testkit::{Harness, block_on};
 
 const BODY: &str = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
@@ -59,16 +59,8 @@ fn provider(gate: Option<std::sync::mpsc::Receiver<()>>) -> String {
 
 fn payload(base_url: String, tunnel_batches: bool) -> NodeConfigPayload {
     NodeConfigPayload {
-        providers: vec![ProviderConfig {
-            adapter: "chat".into(),
-            kind: AdapterKind::OpenaiCompat as i32,
-            base_url,
-            max_concurrency: 4,
-            supports_tunnel: true,
-            ..ProviderConfig::default()
-        }],
         tunnel_batches,
-        ..NodeConfigPayload::default()
+        ..stall_admission_tests::payload(base_url)
     }
 }
 
