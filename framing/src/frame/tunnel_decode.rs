@@ -1,8 +1,8 @@
 //! A tunnel's frames decoded without prost's generic walk.
 //!
 //! A small tunnelled request is one `ProviderTunnelRequest` on the Node and
-//! four `ProviderTunnelFrame`s on the Edge (status, headers, body, end; or
-//! two batches of them, `tunnel_batch.rs`).
+//! four `ProviderTunnelFrame`s on the Edge (status, headers, body, end; to
+//! an Edge that takes batches, one `batch` of them, `tunnel_batch.rs`).
 //! prost's generated merge read them in ~3.3k instructions on the Node and
 //! ~3.9k on the Edge (`bench-results/profiles.md`, round 38): a call, a key
 //! check and a `Buf` step for every field, at every level. [`decode`] reads
