@@ -121,17 +121,22 @@ impl FrameEncoder {
         Ok(BodyFrame { head, body, more })
     }
 
-    /// Whether the batch of `head`, `body_len` body bytes and `end` on
-    /// `stream_id` fits a frame ([`max_frame_len`](Self::max_frame_len)):
-    /// a head held for the first body frame may make that frame too long,
-    /// and then goes alone.
+    /// Whether [`encode_tunnel_batch`](Self::encode_tunnel_batch) of the
+    /// same parts would succeed: the frame is within
+    /// [`max_frame_len`](Self::max_frame_len) and the body within
+    /// [`MAX_BODY_PARTS`](super::MAX_BODY_PARTS) slices. A head held for
+    /// the first body frame may make that frame too long, and then goes
+    /// alone.
     pub fn tunnel_batch_fits(
         &self,
         stream_id: u64,
         head: Option<&TunnelHead>,
-        body_len: usize,
+        body: Option<&(Bytes, Vec<Bytes>)>,
         end: Option<&TunnelEnd>,
     ) -> bool {
+        let Ok(body_len) = body.map_or(Ok(0), |(body, more)| body_parts_len(body, more)) else {
+            return false;
+        };
         let msg_len = super::tunnel_encode::len_of(&batch(head, body_len, end));
         let len = super::encode::envelope_len(stream_id, ENVELOPE_TUNNEL_FRAME_FIELD, msg_len);
         len <= self.max_frame_len()
@@ -310,7 +315,7 @@ mod tests {
                 (None, Some(&end)),
             ] {
                 let body = (body_len > 0).then(|| (Bytes::from(vec![b'b'; body_len]), Vec::new()));
-                let fits = encoder.tunnel_batch_fits(7, head, body_len, end);
+                let fits = encoder.tunnel_batch_fits(7, head, body.as_ref(), end);
                 let encoded = encoder.encode_tunnel_batch(7, head, body, end);
                 assert_eq!(
                     fits,

@@ -108,7 +108,7 @@ pub mod pool;
 mod request;
 mod response;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod tls;
 #[cfg(test)]
 mod tls_tests;

@@ -28,7 +28,7 @@ pub(super) fn each_driver<Fut: Future<Output = ()>>(test: impl Fn() -> Fut) {
 }
 
 /// Runs `script` on a thread with a listener on a free loopback port.
-pub(super) fn serve<T: Send + 'static>(
+pub(crate) fn serve<T: Send + 'static>(
     script: impl FnOnce(TcpListener) -> T + Send + 'static,
 ) -> (BaseUrl, JoinHandle<T>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -36,14 +36,14 @@ pub(super) fn serve<T: Send + 'static>(
     (base, std::thread::spawn(move || script(listener)))
 }
 
-pub(super) fn accept(listener: &TcpListener) -> TcpStream {
+pub(crate) fn accept(listener: &TcpListener) -> TcpStream {
     let (stream, _) = listener.accept().unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     stream
 }
 
 /// Reads one request (head and `Content-Length` body); empty at EOF.
-pub(super) fn read_request(stream: &mut TcpStream) -> Vec<u8> {
+pub(crate) fn read_request(stream: &mut TcpStream) -> Vec<u8> {
     let mut data = Vec::new();
     let mut byte = [0u8; 1];
     while !data.ends_with(b"\r\n\r\n") {

@@ -97,13 +97,10 @@ impl Outbox {
         body: Option<(Bytes, Vec<Bytes>)>,
         end: Option<&TunnelEnd>,
     ) -> bool {
-        let body_len = body.as_ref().map_or(0, |(body, more)| {
-            body.len() + more.iter().map(Bytes::len).sum::<usize>()
-        });
-        let fits = |head, end| {
+        let fits = |head: Option<&TunnelHead>, body: Option<&(Bytes, Vec<Bytes>)>, end| {
             self.encoder
                 .borrow()
-                .tunnel_batch_fits(stream_id, head, body_len, end)
+                .tunnel_batch_fits(stream_id, head, body, end)
         };
         let send_batch = |head, body, end| {
             let frame = self
@@ -118,7 +115,7 @@ impl Outbox {
                 }
             })
         };
-        if fits(head, end) {
+        if fits(head, body.as_ref(), end) {
             return send_batch(head, body, end);
         }
         if let Some(head) = head
@@ -127,7 +124,7 @@ impl Outbox {
             return false;
         }
         match (body, end) {
-            (Some(body), Some(end)) if fits(None, Some(end)) => {
+            (Some(body), Some(end)) if fits(None, Some(&body), Some(end)) => {
                 send_batch(None, Some(body), Some(end))
             }
             (body, end) => {

@@ -3,7 +3,6 @@
 //! the same frames either way once a batch is taken apart.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
 
 use bytes::Bytes;
 use framing::frame::FrameDecoder;
@@ -18,6 +17,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::outbox::tests::wire;
 use super::stall_admission_tests::{self, MAX_FRAME, manager_with};
+use crate::provider_http::tests::{accept, read_request, serve};
 use crate::stall::testkit::{Harness, block_on};
 
 const BODY: &str = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
@@ -26,17 +26,9 @@ const BODY: &str = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_token
 /// and body in one write (so the Node reads them in one read), or, given
 /// a gate, the head first and the body once the gate opens.
 fn provider(gate: Option<std::sync::mpsc::Receiver<()>>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().expect("accept");
-        let mut request = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !request.ends_with(b"{}") {
-            let n = conn.read(&mut buf).expect("read");
-            assert!(n > 0, "the request ended early");
-            request.extend_from_slice(&buf[..n]);
-        }
+    let (base, _) = serve(move |listener| {
+        let mut conn = accept(&listener);
+        read_request(&mut conn);
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             BODY.len()
@@ -52,9 +44,9 @@ fn provider(gate: Option<std::sync::mpsc::Receiver<()>>) -> String {
             }
         }
         // Held open: the pool keeps it.
-        let _ = conn.read(&mut buf);
+        let _ = conn.read(&mut [0u8; 1]);
     });
-    base
+    base.to_string()
 }
 
 fn payload(base_url: String, tunnel_batches: bool) -> NodeConfigPayload {
