@@ -201,7 +201,7 @@ enum Ended {
 /// bytes while they are sent, not the held fields (every quiet stream's
 /// task is as large as the largest future it awaits).
 fn write_head(head: HeldHead, responder: &mut Responder) -> impl Future<Output = ()> + '_ {
-    let fields = head.fields.iter().map(|(n, v)| (&n[..], &v[..]));
+    let fields = head.fields.iter().map(|h| (&h.name[..], &h.value[..]));
     let bytes = match head.length() {
         Some(length) => responder.sized_head(head.status, fields, length),
         None => responder.stream_head(head.status, fields),
@@ -309,12 +309,8 @@ async fn relay_frame(
             )
             .ok()
             .flatten();
-            let fields = headers
-                .headers
-                .into_iter()
-                .filter(|h| relayed(&h.name))
-                .map(|h| (h.name, h.value))
-                .collect();
+            let mut fields = headers.headers;
+            fields.retain(|h| relayed(&h.name));
             commit.headers(fields, length);
         }
         Frame::Body(body) => {

@@ -9,16 +9,16 @@
 //!   first output (a delta or `complete`); `start` and `usage` write
 //!   nothing.
 
-use bytes::Bytes;
-use proto::v1::RunEventKind;
+use proto::v1::{Header, RunEventKind};
 
 /// A provider head held back until the commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HeldHead {
     /// The status to answer (502 when the provider's was missing or bad).
     pub(crate) status: u16,
-    /// The relayed header fields, in the provider's order.
-    pub(crate) fields: Vec<(Bytes, Bytes)>,
+    /// The relayed header fields, in the provider's order: the `headers`
+    /// frame's own vector, filtered in place (no copy of the fields).
+    pub(crate) fields: Vec<Header>,
     /// The body's length, when `sized`.
     length: u32,
     /// The provider framed the body with a `Content-Length` and it is
@@ -86,14 +86,15 @@ impl TunnelCommit {
     /// Node sends one only when its body frames add up to it (it drops it
     /// from a body it may cut), and the Edge's responder cuts the answer if
     /// they do not.
-    pub(crate) fn headers(&mut self, fields: Vec<(Bytes, Bytes)>, length: Option<u64>) {
+    pub(crate) fn headers(&mut self, fields: Vec<Header>, length: Option<u64>) {
         let status = if (100..=999).contains(&self.status) {
             self.status
         } else {
             502
         };
-        self.event_stream = fields.iter().any(|(name, value)| {
-            name.eq_ignore_ascii_case(b"content-type") && value.starts_with(b"text/event-stream")
+        self.event_stream = fields.iter().any(|h| {
+            h.name.eq_ignore_ascii_case(b"content-type")
+                && h.value.starts_with(b"text/event-stream")
         });
         let has_body = status >= 200 && status != 204 && status != 304;
         let length = length
@@ -179,12 +180,17 @@ pub(crate) fn run_event_commits(kind: RunEventKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
-    fn sse_head() -> Vec<(Bytes, Bytes)> {
-        vec![(
-            Bytes::from_static(b"content-type"),
-            Bytes::from_static(b"text/event-stream; charset=utf-8"),
-        )]
+    fn field(name: &'static str, value: &'static str) -> Header {
+        Header {
+            name: Bytes::from_static(name.as_bytes()),
+            value: Bytes::from_static(value.as_bytes()),
+        }
+    }
+
+    fn sse_head() -> Vec<Header> {
+        vec![field("content-type", "text/event-stream; charset=utf-8")]
     }
 
     #[test]
@@ -238,13 +244,7 @@ mod tests {
         assert_eq!(sse.failure_ending(), FailureEnding::Cut);
         let mut json = TunnelCommit::default();
         json.status(200);
-        json.headers(
-            vec![(
-                "Content-Type".into(),
-                Bytes::from_static(b"application/json"),
-            )],
-            None,
-        );
+        json.headers(vec![field("Content-Type", "application/json")], None);
         json.body();
         assert_eq!(json.stall_ending(), FailureEnding::Cut);
         let fresh = TunnelCommit::default();
@@ -253,18 +253,13 @@ mod tests {
 
     #[test]
     fn a_length_is_kept_only_for_a_body_that_is_not_an_event_stream() {
-        let held = |status: u32, fields: Vec<(Bytes, Bytes)>| {
+        let held = |status: u32, fields: Vec<Header>| {
             let mut commit = TunnelCommit::default();
             commit.status(status);
             commit.headers(fields, Some(427));
             commit.body().expect("the first byte commits").length()
         };
-        let json = || {
-            vec![(
-                Bytes::from_static(b"content-type"),
-                Bytes::from_static(b"application/json"),
-            )]
-        };
+        let json = || vec![field("content-type", "application/json")];
         assert_eq!(held(200, json()), Some(427));
         assert_eq!(held(400, json()), Some(427), "an error body keeps it");
         assert_eq!(held(200, Vec::new()), Some(427), "no content type");
