@@ -289,13 +289,25 @@ impl Router {
         // Boxed: rare, and it is held across every attempt's answer.
         let mut stalled: Option<Box<ApiError>> = None;
         loop {
-            // Boxed: a short step (see `http::serve`).
-            let admission = Box::pin(shared.pools.acquire_preferring(
-                &parsed.model,
-                &shared.registry,
-                &preference,
-            ));
-            let lease = match admission.await {
+            // A free unit is taken at once; only a full model queues, in a
+            // boxed short step (see `http::serve`): its future holds a timer.
+            let now =
+                shared
+                    .pools
+                    .try_acquire_preferring(&parsed.model, &shared.registry, &preference);
+            let admission = match now {
+                Ok(None) => {
+                    Box::pin(shared.pools.acquire_preferring(
+                        &parsed.model,
+                        &shared.registry,
+                        &preference,
+                    ))
+                    .await
+                }
+                Ok(Some(lease)) => Ok(lease),
+                Err(error) => Err(error),
+            };
+            let lease = match admission {
                 Ok(lease) => lease,
                 Err(error) => {
                     let error = match stalled.take() {

@@ -483,6 +483,22 @@ impl Pools {
         }
     }
 
+    /// The first look of [`Pools::acquire_preferring`], without a wait: a
+    /// lease when a candidate has a free unit now, `None` when every one is
+    /// full (then [`Pools::acquire_preferring`] queues; it registers for
+    /// releases before it looks again, so none is missed in between). A
+    /// caller that takes this first keeps the queue's future, its timer
+    /// and its registration off the usual path (the ingress:
+    /// `bench-results/profiles.md`, round 47).
+    pub fn try_acquire_preferring<D: NodeDirectory>(
+        &self,
+        model: &str,
+        registry: &NodeRegistry<D>,
+        preference: &Preference,
+    ) -> Result<Option<Lease>, AcquireError> {
+        self.try_model(model, registry, preference)
+    }
+
     /// One admission pass for `model` against the current table.
     fn try_model<D: NodeDirectory>(
         &self,

@@ -461,3 +461,26 @@ fn a_mismatched_lease_or_reception_is_ignored() {
         .unwrap();
     assert_eq!(detached.handoff_stall(&lease, ("n1", g1), &evidence), None);
 }
+
+#[test]
+fn the_first_look_takes_a_free_unit_and_never_queues() {
+    let w = World::new();
+    let look = || {
+        w.pools
+            .try_acquire_preferring("m", &w.registry, &Preference::default())
+    };
+    // Two providers of two units each: four leases, then none, never queued.
+    let leases: Vec<Lease> = (0..4)
+        .map(|_| look().unwrap().expect("a free unit"))
+        .collect();
+    assert!(look().unwrap().is_none(), "every unit is taken");
+    assert_eq!(w.pools.waiting(), 0, "a look is not a place in the queue");
+    assert_eq!(
+        w.pools
+            .try_acquire_preferring("nope", &w.registry, &Preference::default())
+            .unwrap_err(),
+        AcquireError::UnknownModel("nope".into())
+    );
+    drop(leases);
+    assert!(look().unwrap().is_some(), "a released unit is free again");
+}
