@@ -34,6 +34,7 @@
 //!   clean end.
 
 use bytes::Bytes;
+use framing::http::NameSet;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{ExecutionFailure, FailureCode, Header, ProviderTunnelRequest};
 
@@ -48,7 +49,7 @@ use crate::pool::Lease;
 
 /// Provider response headers never relayed: hop-by-hop fields (RFC 9110
 /// §7.6.1) and the framing the Edge redoes itself.
-const DROPPED_HEADERS: [&str; 10] = [
+const DROPPED_HEADERS: NameSet = NameSet::new(&[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -59,13 +60,11 @@ const DROPPED_HEADERS: [&str; 10] = [
     "content-length",
     "server",
     "date",
-];
+]);
 
 /// Whether a provider response header reaches the client.
 pub(crate) fn relayed(name: &[u8]) -> bool {
-    !DROPPED_HEADERS
-        .iter()
-        .any(|dropped| name.eq_ignore_ascii_case(dropped.as_bytes()))
+    !DROPPED_HEADERS.contains(name)
 }
 
 /// Serves one attempt of a request through a raw tunnel.

@@ -51,6 +51,7 @@ mod body;
 mod chunked;
 mod fields;
 mod head;
+mod name_set;
 mod write;
 
 pub use body::{BodyDecoder, BodyFraming, BodyItem, ChunkedItem, ContentLengthDecoder};
@@ -64,6 +65,7 @@ pub use head::{
     MAX_HEADERS_CEILING, Method, RequestHead, ResponseHead, Version, parse_request_head,
     parse_response_head,
 };
+pub use name_set::NameSet;
 pub use write::{is_token, reason_phrase, write_request_head, write_response_head};
 
 #[cfg(doc)]

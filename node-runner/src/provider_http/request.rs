@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use framing::http::write_request_head;
+use framing::http::{NameSet, write_request_head};
 use rustls::pki_types::ServerName;
 
 use super::error::ProviderError;
@@ -19,7 +19,7 @@ pub const INLINE_BODY_MAX: usize = 16 * 1024;
 
 /// Hop-by-hop and framing fields the client sets itself; caller headers
 /// with these names are dropped.
-const OWN_FIELDS: &[&str] = &[
+const OWN_FIELDS: NameSet = NameSet::new(&[
     "host",
     "content-length",
     "transfer-encoding",
@@ -28,7 +28,7 @@ const OWN_FIELDS: &[&str] = &[
     "proxy-connection",
     "te",
     "upgrade",
-];
+]);
 
 /// How a provider is reached: the base URL's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -380,10 +380,7 @@ impl ProviderRequest {
             (b"Connection", b"keep-alive"),
         ];
         let caller = self.headers.iter().filter_map(|(name, value)| {
-            let own = OWN_FIELDS
-                .iter()
-                .any(|f| f.as_bytes().eq_ignore_ascii_case(name));
-            (!own).then_some((&name[..], &value[..]))
+            (!OWN_FIELDS.contains(name)).then_some((&name[..], &value[..]))
         });
         let length = length.map(|l| (&b"Content-Length"[..], l.as_bytes()));
         let fields = own.into_iter().chain(length).chain(caller);

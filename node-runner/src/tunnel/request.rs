@@ -2,7 +2,7 @@
 //! request, before any byte goes to the provider (F16, F20).
 
 use bytes::Bytes;
-use framing::http::is_token;
+use framing::http::{NameSet, is_token};
 use proto::v1::{AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderTunnelRequest};
 
 use super::TunnelTarget;
@@ -23,7 +23,7 @@ const MAX_PATH_LEN: usize = 8 * 1024;
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1) and the fields the HTTP client frames
 /// the message with: never forwarded in either direction.
-const HOP_BY_HOP: &[&str] = &[
+const HOP_BY_HOP: NameSet = NameSet::new(&[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -33,13 +33,11 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
     "host",
     "content-length",
-];
+]);
 
 /// Whether `name` is a hop-by-hop or framing field.
 pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
-    HOP_BY_HOP
-        .iter()
-        .any(|h| h.as_bytes().eq_ignore_ascii_case(name))
+    HOP_BY_HOP.contains(name)
 }
 
 /// A checked request, ready to send.
