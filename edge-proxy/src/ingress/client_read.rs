@@ -109,19 +109,11 @@ impl ClientRead {
     /// bytes land later.
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         if self.in_flight.is_none() {
-            if self.buf.capacity() < FULL_READ {
-                // A fresh buffer for the watching read's small one (its 64
-                // bytes of the request copied over), not the same one grown:
-                // growing it was a `realloc` across jemalloc's size classes,
-                // ~600 instructions a request against ~100 for an
-                // allocation, the copy and a free (`bench-results/
-                // profiles.md`, round 37).
-                let mut bigger = BytesMut::with_capacity(self.buf.len() + FULL_READ);
-                bigger.extend_from_slice(&self.buf);
-                self.buf = bigger;
-            } else {
-                self.buf.reserve(FULL_READ);
-            }
+            // For the watching read's small buffer, a fresh one with its 64
+            // bytes of the request copied over, not the same one grown
+            // (`realloc` across jemalloc's size classes, ~600 instructions
+            // a request: `bench-results/profiles.md`, round 37).
+            framing::read_buf::make_room(&mut self.buf, FULL_READ);
             if self.filled && crate::runtime::on_uring() {
                 let room = self.buf.capacity() - self.buf.len();
                 if let Some(result) = recv_now(self.fd, &mut self.buf) {

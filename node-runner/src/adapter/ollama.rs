@@ -192,7 +192,7 @@ impl NdjsonParser {
         let sample = &chunk[..chunk.len().min(RESERVE_SAMPLE)];
         let lines = memchr::memchr_iter(b'\n', sample).count();
         let scale = chunk.len().div_ceil(sample.len().max(1));
-        out.reserve((lines * scale).min(MAX_RESERVED));
+        super::stream::make_room(out, (lines * scale).min(MAX_RESERVED));
         let mut done = false;
         let result = self.lines.feed(chunk, |line| {
             if !done {
