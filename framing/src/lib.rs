@@ -17,7 +17,7 @@
 //! | [`write_batch`] | link writer batching: small frames copied, tunnel bodies as their own iovec |
 //! | [`fair_queue`] | a link writer's queue: one per stream, taken in turn (deficit round robin) |
 //! | [`shared_bytes`] | a received buffer's bytes handed on as slices of it |
-//! | [`read_buf`] | room in a receive buffer, made without `realloc` |
+//! | [`room`] | room in a receive buffer or a growing text, made without `realloc` |
 //! | [`outbound`] | what a link writer sends next: heartbeats, arrival order, then turns |
 //! | `tls`      | the link's TLS record steps around a sans-IO `rustls::Connection` (F28; feature `tls`) |
 //!
@@ -54,7 +54,7 @@ pub mod json_quick;
 pub mod link;
 pub mod ndjson;
 pub mod outbound;
-pub mod read_buf;
+pub mod room;
 pub mod shared_bytes;
 pub mod sse;
 pub mod timer;

@@ -113,7 +113,7 @@ impl ClientRead {
             // bytes of the request copied over, not the same one grown
             // (`realloc` across jemalloc's size classes, ~600 instructions
             // a request: `bench-results/profiles.md`, round 37).
-            framing::read_buf::make_room(&mut self.buf, FULL_READ);
+            framing::room::make_room(&mut self.buf, FULL_READ);
             if self.filled && crate::runtime::on_uring() {
                 let room = self.buf.capacity() - self.buf.len();
                 if let Some(result) = recv_now(self.fd, &mut self.buf) {

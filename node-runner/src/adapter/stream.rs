@@ -201,12 +201,7 @@ impl EventStream {
                 .map_while(|e| delta_text(e, reasoning))
                 .map(str::len)
                 .sum();
-            if text.capacity() - text.len() < held {
-                // A new string rather than a `realloc` (see `make_room`).
-                let mut joined = String::with_capacity(text.len() + held);
-                joined.push_str(text);
-                *text = joined;
-            }
+            framing::room::reserve_str(text, held);
             while let Some(more) = self.pending.front().and_then(|e| delta_text(e, reasoning)) {
                 text.push_str(more);
                 self.pending.pop_front();

@@ -203,7 +203,7 @@ impl Connection {
             waiting = true;
         }
         if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
-            framing::read_buf::make_room(&mut self.buf, self.read_size);
+            framing::room::make_room(&mut self.buf, self.read_size);
         }
         let (len, capacity) = (self.buf.len(), self.buf.capacity());
         let start = self.buf.as_ptr() as usize + len;

@@ -251,9 +251,9 @@ impl Ids {
 /// the failure to report (if any).
 fn apply(event: &RunEvent, out: &mut Output) -> Option<Result<(), ApiError>> {
     match event.kind() {
-        RunEventKind::Delta if out.keep_text => out.text.push_str(run_event_text(event)),
+        RunEventKind::Delta if out.keep_text => push_text(&mut out.text, run_event_text(event)),
         RunEventKind::ReasoningDelta if out.keep_text => {
-            out.reasoning.push_str(run_event_text(event));
+            push_text(&mut out.reasoning, run_event_text(event));
         }
         RunEventKind::Delta | RunEventKind::ReasoningDelta => {}
         RunEventKind::Usage => out.usage = event.usage,
@@ -270,6 +270,13 @@ fn apply(event: &RunEvent, out: &mut Output) -> Option<Result<(), ApiError>> {
         RunEventKind::Start | RunEventKind::Unspecified => {}
     }
     None
+}
+
+/// Appends a delta's text to what the answer holds, grown without a
+/// `realloc` while it is small (`framing::room`).
+fn push_text(held: &mut String, text: &str) {
+    framing::room::reserve_str(held, text.len());
+    held.push_str(text);
 }
 
 /// The next event, or `None` when the client left.

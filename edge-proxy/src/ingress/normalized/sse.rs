@@ -194,7 +194,11 @@ pub(super) fn chat_body(ids: &Ids, out: &Output) -> Vec<u8> {
     } else {
         &out.finish_reason
     };
-    let mut bytes = Vec::with_capacity(256 + out.text.len() + out.reasoning.len());
+    // The members around the texts: ~350 bytes with a model name and the
+    // usage's details (256 was a `realloc` of the whole body a request),
+    // and an eighth more for the texts' escapes.
+    let texts = out.text.len() + out.reasoning.len();
+    let mut bytes = Vec::with_capacity(512 + texts + texts / 8);
     let json = &mut JsonOut(&mut bytes);
     json.raw("{\"choices\":[{\"finish_reason\":")
         .str(finish)
