@@ -218,7 +218,8 @@ impl Default for NdjsonDecoder {
 
 /// Splits NDJSON lines out of chunks seen by reference (the relay forwards
 /// the chunks untouched). A line inside one chunk is borrowed from it; only a
-/// line spanning chunks is copied (at most the limit), into a reused buffer.
+/// line spanning chunks is copied (at most the limit), into a reused buffer
+/// (grown without a `realloc` while it is small: [`crate::room`]).
 #[derive(Debug, Clone)]
 pub struct NdjsonObserver {
     lines: Lines,
@@ -255,6 +256,7 @@ impl NdjsonObserver {
         while let Some(input) = chunk.get(pos..).filter(|rest| !rest.is_empty()) {
             match self.lines.step(input)? {
                 Step::Partial => {
+                    crate::room::reserve_vec(&mut self.partial, input.len());
                     self.partial.extend_from_slice(input);
                     return Ok(());
                 }
@@ -266,6 +268,7 @@ impl NdjsonObserver {
                     if self.partial.is_empty() {
                         on_line(&input[..len]);
                     } else {
+                        crate::room::reserve_vec(&mut self.partial, end);
                         self.partial.extend_from_slice(&input[..end]);
                         on_line(&self.partial[..len]);
                         self.partial.clear();

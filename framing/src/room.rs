@@ -9,31 +9,79 @@
 //! - [`make_room`]: a receive buffer keeps the bytes it has not parsed yet
 //!   (part of a line, of a head) and reads more after them: its own space
 //!   is reclaimed when it can be, else a fresh buffer takes the kept bytes.
-//! - [`reserve_str`]: a text that accumulates (an answer's deltas) grows
-//!   into a fresh string while it is small; a large one (past
-//!   [`REALLOC_FROM`]) is `realloc`ed, which jemalloc can then do in place.
+//! - [`reserve_str`] and [`reserve_vec`]: a text or a byte buffer that
+//!   accumulates (an answer's deltas, a line that crosses reads) grows into
+//!   a fresh one while it is small; a large one (past [`REALLOC_FROM`]) is
+//!   `realloc`ed, which jemalloc can then do in place.
 
 use bytes::BytesMut;
 
-/// From this capacity on, [`reserve_str`] lets the string `realloc`:
-/// jemalloc's large size classes (16 KiB and up) can grow in place.
+/// From this capacity on, [`reserve_str`] and [`reserve_vec`] let their
+/// buffer `realloc`: jemalloc's large size classes (16 KiB and up) can grow
+/// in place.
 pub const REALLOC_FROM: usize = 16 * 1024;
+
+/// A buffer that accumulates: a `String` or a `Vec<u8>`.
+trait Accumulates: Sized {
+    fn len_and_capacity(&self) -> (usize, usize);
+    fn realloc_for(&mut self, additional: usize);
+    /// A copy of it in a fresh buffer of `capacity`.
+    fn copied_into(&self, capacity: usize) -> Self;
+}
+
+impl Accumulates for String {
+    fn len_and_capacity(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn realloc_for(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+    fn copied_into(&self, capacity: usize) -> Self {
+        let mut fresh = String::with_capacity(capacity);
+        fresh.push_str(self);
+        fresh
+    }
+}
+
+impl Accumulates for Vec<u8> {
+    fn len_and_capacity(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn realloc_for(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+    fn copied_into(&self, capacity: usize) -> Self {
+        let mut fresh = Vec::with_capacity(capacity);
+        fresh.extend_from_slice(self);
+        fresh
+    }
+}
+
+/// As `reserve` (at least double the capacity), but while the buffer is
+/// under [`REALLOC_FROM`] into a fresh one with its bytes copied over.
+fn reserve<T: Accumulates>(buf: &mut T, additional: usize) {
+    let (len, capacity) = buf.len_and_capacity();
+    if capacity - len >= additional {
+        return;
+    }
+    if capacity >= REALLOC_FROM {
+        buf.realloc_for(additional);
+        return;
+    }
+    *buf = buf.copied_into((len + additional).max(2 * capacity));
+}
 
 /// Makes `text` hold at least `additional` more bytes: as
 /// [`String::reserve`] (at least double its capacity), but while it is
 /// under [`REALLOC_FROM`] into a fresh string with its bytes copied over,
 /// not `realloc`ed (see the module docs).
 pub fn reserve_str(text: &mut String, additional: usize) {
-    if text.capacity() - text.len() >= additional {
-        return;
-    }
-    if text.capacity() >= REALLOC_FROM {
-        text.reserve(additional);
-        return;
-    }
-    let mut fresh = String::with_capacity((text.len() + additional).max(2 * text.capacity()));
-    fresh.push_str(text);
-    *text = fresh;
+    reserve(text, additional);
+}
+
+/// [`reserve_str`] for bytes.
+pub fn reserve_vec(bytes: &mut Vec<u8>, additional: usize) {
+    reserve(bytes, additional);
 }
 
 /// Makes `buf` hold at least `additional` bytes of spare capacity after
@@ -51,7 +99,7 @@ pub fn make_room(buf: &mut BytesMut, additional: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{REALLOC_FROM, make_room, reserve_str};
+    use super::{REALLOC_FROM, make_room, reserve_str, reserve_vec};
     use bytes::BytesMut;
 
     #[test]
@@ -73,6 +121,11 @@ mod tests {
         reserve_str(&mut text, 1);
         assert!(text.capacity() >= 2 * full);
         assert!(text.starts_with("abcx"));
+        // Bytes the same way.
+        let mut bytes = b"abc".to_vec();
+        reserve_vec(&mut bytes, 10);
+        assert!(bytes.capacity() - bytes.len() >= 10);
+        assert_eq!(bytes, b"abc");
         // A large one grows as `String::reserve` does.
         let mut large = String::with_capacity(REALLOC_FROM);
         large.push('z');
