@@ -29,33 +29,28 @@ trait Accumulates: Sized {
     fn copied_into(&self, capacity: usize) -> Self;
 }
 
-impl Accumulates for String {
-    fn len_and_capacity(&self) -> (usize, usize) {
-        (self.len(), self.capacity())
-    }
-    fn realloc_for(&mut self, additional: usize) {
-        self.reserve(additional);
-    }
-    fn copied_into(&self, capacity: usize) -> Self {
-        let mut fresh = String::with_capacity(capacity);
-        fresh.push_str(self);
-        fresh
-    }
+/// The one implementation for both buffers: `$append` copies a buffer's
+/// contents after another's.
+macro_rules! accumulates {
+    ($buf:ty, $append:ident) => {
+        impl Accumulates for $buf {
+            fn len_and_capacity(&self) -> (usize, usize) {
+                (self.len(), self.capacity())
+            }
+            fn realloc_for(&mut self, additional: usize) {
+                self.reserve(additional);
+            }
+            fn copied_into(&self, capacity: usize) -> Self {
+                let mut fresh = Self::with_capacity(capacity);
+                fresh.$append(self);
+                fresh
+            }
+        }
+    };
 }
 
-impl Accumulates for Vec<u8> {
-    fn len_and_capacity(&self) -> (usize, usize) {
-        (self.len(), self.capacity())
-    }
-    fn realloc_for(&mut self, additional: usize) {
-        self.reserve(additional);
-    }
-    fn copied_into(&self, capacity: usize) -> Self {
-        let mut fresh = Vec::with_capacity(capacity);
-        fresh.extend_from_slice(self);
-        fresh
-    }
-}
+accumulates!(String, push_str);
+accumulates!(Vec<u8>, extend_from_slice);
 
 /// As `reserve` (at least double the capacity), but while the buffer is
 /// under [`REALLOC_FROM`] into a fresh one with its bytes copied over.
