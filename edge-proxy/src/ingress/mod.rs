@@ -291,21 +291,19 @@ impl Router {
         loop {
             // A free unit is taken at once; only a full model queues, in a
             // boxed short step (see `http::serve`): its future holds a timer.
-            let now =
-                shared
-                    .pools
-                    .try_acquire_preferring(&parsed.model, &shared.registry, &preference);
+            let now = (shared.pools)
+                .try_acquire_preferring(&parsed.model, &shared.registry, &preference)
+                .transpose();
             let admission = match now {
-                Ok(None) => {
-                    Box::pin(shared.pools.acquire_preferring(
+                Some(looked) => looked,
+                None => {
+                    let queued = (shared.pools).acquire_preferring(
                         &parsed.model,
                         &shared.registry,
                         &preference,
-                    ))
-                    .await
+                    );
+                    Box::pin(queued).await
                 }
-                Ok(Some(lease)) => Ok(lease),
-                Err(error) => Err(error),
             };
             let lease = match admission {
                 Ok(lease) => lease,

@@ -286,9 +286,6 @@ impl FrameEncoder {
     }
 }
 
-/// The encoded length of the envelope `{stream_id, <msg_field>: msg}`
-/// whose message is `msg_len` bytes (see
-/// [`FrameEncoder::put_envelope_head`]).
 /// The length of a body of `body` then each of `more`; more than
 /// [`MAX_BODY_PARTS`] slices are refused.
 pub(super) fn body_parts_len(body: &Bytes, more: &[Bytes]) -> Result<usize, FrameError> {
@@ -301,6 +298,9 @@ pub(super) fn body_parts_len(body: &Bytes, more: &[Bytes]) -> Result<usize, Fram
     Ok(body.len() + more.iter().map(Bytes::len).sum::<usize>())
 }
 
+/// The encoded length of the envelope `{stream_id, <msg_field>: msg}`
+/// whose message is `msg_len` bytes (see
+/// [`FrameEncoder::put_envelope_head`]).
 pub(super) fn envelope_len(stream_id: u64, msg_field: u32, msg_len: usize) -> usize {
     let stream_len = if stream_id == 0 {
         0

@@ -10,7 +10,7 @@ use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::envelope::Msg;
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{ProviderTunnelFrame, RunEvent, TunnelEnd};
+use proto::v1::{RunEvent, TunnelEnd};
 
 /// The connection writer's queue: `Send`, so every core can feed it. Each
 /// command names its stream (0: the link's own), so that the writer can take
@@ -130,12 +130,8 @@ impl Outbox {
             (body, end) => {
                 body.is_none_or(|(body, more)| self.send_body(stream_id, body, more))
                     && end.is_none_or(|end| {
-                        self.send_msg(
-                            stream_id,
-                            Msg::ProviderTunnelFrame(ProviderTunnelFrame {
-                                frame: Some(Frame::End(*end)),
-                            }),
-                        )
+                        let end = crate::tunnel::frame(Frame::End(*end));
+                        self.send_msg(stream_id, Msg::ProviderTunnelFrame(end))
                     })
             }
         }
@@ -245,6 +241,28 @@ pub(super) mod tests {
         (envelope, own_slice)
     }
 
+    /// The tunnel frames the writer was given so far, each with its stream
+    /// id, as the Edge decodes them (frames of at most `max_frame_len`).
+    pub(in crate::runs) fn tunnel_frames(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, Outgoing)>,
+        max_frame_len: usize,
+    ) -> Vec<(u64, proto::v1::provider_tunnel_frame::Frame)> {
+        use proto::v1::ProviderTunnelFrame;
+        let mut wire = wire(rx);
+        let mut decoder = FrameDecoder::new(max_frame_len);
+        let mut frames = Vec::new();
+        while let Some(envelope) = decoder.decode(&mut wire).expect("well framed") {
+            let Some(proto::Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) =
+                envelope.msg
+            else {
+                panic!("not a tunnel frame: {envelope:?}");
+            };
+            frames.push((envelope.stream_id, frame));
+        }
+        assert!(wire.is_empty());
+        frames
+    }
+
     /// What the writer was given so far, joined as it writes it.
     pub(in crate::runs) fn wire(
         rx: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, Outgoing)>,
@@ -265,8 +283,8 @@ pub(super) mod tests {
 
     #[test]
     fn a_head_that_would_make_its_batch_too_long_goes_first_alone() {
+        use proto::v1::TunnelEnd;
         use proto::v1::provider_tunnel_frame::Frame;
-        use proto::v1::{ProviderTunnelFrame, TunnelEnd};
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let outbox = Outbox::new(tx, 1024);
         let value = vec![b'v'; 300];
@@ -277,23 +295,19 @@ pub(super) mod tests {
             assert!(outbox.send_tunnel_batch(3, Some(&head), Some((body, vec![])), Some(&end)));
         };
         let batches = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<_>| {
-            let mut wire = wire(rx);
-            let mut decoder = FrameDecoder::new(1024);
-            let mut shapes = Vec::new();
-            while let Some(envelope) = decoder.decode(&mut wire).unwrap() {
-                let Some(proto::Msg::ProviderTunnelFrame(ProviderTunnelFrame {
-                    frame: Some(Frame::Batch(batch)),
-                })) = envelope.msg
-                else {
-                    panic!("not a batch");
-                };
-                shapes.push((
-                    batch.status.is_some(),
-                    batch.body.len(),
-                    batch.end.is_some(),
-                ));
-            }
-            shapes
+            tunnel_frames(rx, 1024)
+                .into_iter()
+                .map(|(_, frame)| {
+                    let Frame::Batch(batch) = frame else {
+                        panic!("not a batch");
+                    };
+                    (
+                        batch.status.is_some(),
+                        batch.body.len(),
+                        batch.end.is_some(),
+                    )
+                })
+                .collect::<Vec<_>>()
         };
         send(100);
         assert_eq!(batches(&mut rx), [(true, 100, true)], "one frame");
@@ -308,7 +322,7 @@ pub(super) mod tests {
     #[test]
     fn a_full_body_frame_and_an_end_with_usage_go_apart() {
         use proto::v1::provider_tunnel_frame::Frame;
-        use proto::v1::{ProviderTunnelFrame, TunnelEnd, Usage};
+        use proto::v1::{TunnelEnd, Usage};
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let outbox = Outbox::new(tx, 1024);
         let end = TunnelEnd {
@@ -322,17 +336,10 @@ pub(super) mod tests {
         // As long as a body frame may be (`tunnel::BODY_FRAME_OVERHEAD`).
         let body = Bytes::from(vec![b'b'; 1024 - 64]);
         assert!(outbox.send_tunnel_batch(u64::MAX, None, Some((body, vec![])), Some(&end)));
-        let mut wire = wire(&mut rx);
-        let mut decoder = FrameDecoder::new(1024);
-        let mut frames = Vec::new();
-        while let Some(envelope) = decoder.decode(&mut wire).unwrap() {
-            let Some(proto::Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) =
-                envelope.msg
-            else {
-                panic!("not a tunnel frame");
-            };
-            frames.push(frame);
-        }
+        let frames: Vec<Frame> = tunnel_frames(&mut rx, 1024)
+            .into_iter()
+            .map(|(_, frame)| frame)
+            .collect();
         assert!(
             matches!(&frames[..], [Frame::Body(body), Frame::End(e)] if body.len() == 960 && *e == end),
             "{frames:?}"

@@ -5,17 +5,16 @@
 use std::io::{Read, Write};
 
 use bytes::Bytes;
-use framing::frame::FrameDecoder;
 use framing::link::Outgoing;
 use proto::Envelope;
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
-    NodeConfigPayload, ProviderTunnelFrame, ProviderTunnelRequest, TunnelEnd, TunnelHeaders,
-    TunnelStatus, Usage, envelope::Msg,
+    NodeConfigPayload, ProviderTunnelRequest, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
+    envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::outbox::tests::wire;
+use super::outbox::tests::tunnel_frames;
 use super::stall_admission_tests::{self, MAX_FRAME, manager_with};
 use crate::provider_http::tests::{accept, read_request, serve};
 use crate::stall::testkit::{Harness, block_on};
@@ -76,20 +75,13 @@ fn tunnel() -> Envelope {
 
 /// The tunnel frames sent, each as the Edge decodes it.
 fn sent(rx: &mut UnboundedReceiver<(u64, Outgoing)>) -> Vec<Frame> {
-    let mut wire = wire(rx);
-    let mut decoder = FrameDecoder::new(MAX_FRAME);
-    let mut frames = Vec::new();
-    while let Some(envelope) = decoder.decode(&mut wire).expect("well framed") {
-        assert_eq!(envelope.stream_id, 3);
-        let Some(Msg::ProviderTunnelFrame(ProviderTunnelFrame { frame: Some(frame) })) =
-            envelope.msg
-        else {
-            panic!("not a tunnel frame: {envelope:?}");
-        };
-        frames.push(frame);
-    }
-    assert!(wire.is_empty());
-    frames
+    tunnel_frames(rx, MAX_FRAME)
+        .into_iter()
+        .map(|(stream_id, frame)| {
+            assert_eq!(stream_id, 3);
+            frame
+        })
+        .collect()
 }
 
 /// Waits (a real millisecond at a time, at most 5 s) until `done`.

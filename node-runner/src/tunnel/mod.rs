@@ -567,6 +567,7 @@ fn error_frame(failure: ExecutionFailure) -> ProviderTunnelFrame {
     }
 }
 
-fn frame(frame: Frame) -> ProviderTunnelFrame {
+/// `frame` as the one field of its `ProviderTunnelFrame`.
+pub(crate) fn frame(frame: Frame) -> ProviderTunnelFrame {
     ProviderTunnelFrame { frame: Some(frame) }
 }
