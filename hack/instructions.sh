@@ -232,7 +232,8 @@ heaviest() {
       | grep -E ':(edge_proxy|node_runner|framing)::[A-Za-z_:<>]+' \
       | grep -v -E 'block_on|::run_connection|serve_core|Counted<F>' \
       | sed -E 's#^ *([0-9,]+) \([ 0-9.]+%\) +[^:]*:([^ ]+).*#\1 \2#' \
-      | awk '!seen[$2]++ { gsub(",", "", $1); print $1, $2 }'
+      | awk '!seen[$2]++ { gsub(",", "", $1); print $1, $2 }' \
+      || true # a thread of none of the product's functions (grep finds none)
   done | awk -v n="$requests" '{ sum[$2] += $1 } END { for (f in sum) printf "%d %s\n", sum[f] / n, f }' \
     | sort -k1,1nr | head -n 12 | awk '{ printf "| `%s` | %d |\n", $2, $1 }'
 }
@@ -274,7 +275,7 @@ done
   BENCH_LOADGEN="python3 http.client, 4 keep-alive clients" bench_md_header \
     "$title" "$api_env${prompt_bytes:+PROMPT_BYTES=$prompt_bytes }hack/instructions.sh $requests"
   cat <<MD
-- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included, each counted apart) while $requests $kind $api_name requests ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. The run store's thread commits every 100 ms, and whether a commit falls in the measured window moves the Node's total by up to ~7k a request from run to run (under valgrind the threads take turns, and the `SCHED_IDLE` store thread runs when it can); without it (the request path) runs of one build agree within ~1–3 %.
+- **What is counted:** user-space instructions of the process under callgrind (all its threads, the Node's run-store thread included, each counted apart) while $requests $kind $api_name requests ($prompt_desc; the mock answers 16 tokens) pass through, after 400 warm-up requests; ÷ $requests. Epoll driver (valgrind does not follow io_uring). The kernel's work is not counted. The run store's thread commits every 100 ms, and whether a commit falls in the measured window moves the Node's total by up to ~7k a request from run to run (under valgrind the threads take turns, and the \`SCHED_IDLE\` store thread runs when it can); without it (the request path) runs of one build agree within ~1–3 %.
 - **Callgrind files:** \`target/instructions/\`, one a thread (\`callgrind_annotate --inclusive=yes FILE.1-01\`)
 
 | model | process | instructions a request | of it, the request path | of it, the run store's thread | instructions in all |
