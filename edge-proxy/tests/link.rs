@@ -370,6 +370,55 @@ fn heartbeat_timeout_on_the_manual_clock_closes_with_heartbeat_timeout() {
     }
 }
 
+/// A node that stays silent and keeps its end open leaves the Edge's reader
+/// parked on the socket after the link closed: the writer's close signal
+/// must end that read, so that the Edge lets go of the socket entirely.
+#[test]
+fn a_closed_link_lets_go_of_a_silent_nodes_socket() {
+    for driver in drivers() {
+        let mut edge = start(driver);
+        let mut node = FakeNode::linked(&mut edge, "tok-a");
+        let (edge_port, node_port) = (
+            edge.server.node_addr.port(),
+            node.stream.local_addr().unwrap().port(),
+        );
+        assert!(socket_held(edge_port, node_port), "{driver:?}: linked");
+        edge.clock.advance(30_000);
+        assert!(node.recv().is_some(), "a ping after 30 s");
+        edge.clock.advance(45_000);
+        assert_eq!(edge.next_event(), heartbeat_timeout_of_node_a());
+        // The writer's shutdown: the node reads the end of the stream, and
+        // writes nothing (a write would wake the reader by itself).
+        assert!(node.recv_until_closed().is_empty());
+        let deadline = Instant::now() + PATIENCE;
+        while socket_held(edge_port, node_port) {
+            assert!(
+                Instant::now() < deadline,
+                "{driver:?}: the Edge still holds the socket"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Whether a process holds the loopback TCP socket from `local` to `remote`
+/// (ports): a socket in `/proc/net/tcp` with an inode. One its process has
+/// closed lingers there without one (or is gone).
+fn socket_held(local: u16, remote: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |address: &str| {
+        let hex = address.rsplit(':').next().unwrap_or_default();
+        u16::from_str_radix(hex, 16).ok()
+    };
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 9
+            && port(fields[1]) == Some(local)
+            && port(fields[2]) == Some(remote)
+            && fields[9] != "0"
+    })
+}
+
 /// On the production clock a core's ticker sleeps until its wheel's next
 /// expiry (`framing::timer::TickerPace`): the heartbeat armed at registration
 /// must still wake it, to ping and then to close. Real time, short timings;

@@ -10,6 +10,7 @@
 //! | [`ndjson`] | newline-delimited JSON (Ollama streams): a line splitter      |
 //! | [`http`]   | HTTP/1.1 heads (via `httparse`) and chunked transfer coding   |
 //! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
+//! | [`close`]  | a one-way close signal, and a future's race against it       |
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`json_quick`] | a one-pass JSON cursor that leaves what it does not take to serde |
 //! | [`json_members`] | a JSON object written from checked members, with an index of where each lies |
@@ -42,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod close;
 mod error;
 pub mod fair_queue;
 pub mod frame;

@@ -8,7 +8,8 @@
 //!   stream ends with an error event and a tunnel body is cut (SIGINT).
 //! - Node drain: SIGTERM mid-run (the run completes, new work goes to the
 //!   other node, the node deregisters, exit 0); past its grace; a node that
-//!   cannot reach its Edge (SIGINT).
+//!   cannot reach its Edge (SIGINT); a node whose Edge goes silent dials
+//!   again.
 //! - Reload (SIGHUP): a new model group serves without a node reconnect; an
 //!   invalid file is rejected and the old config serves; a removed node is
 //!   disconnected; a changed provider setting reaches the node on its live
@@ -370,6 +371,36 @@ fn sigint_on_a_node_that_cannot_reach_its_edge_exits_0() {
     .env("IOP_NODE_TOKEN", "tok-b");
     let mut node = Logged::spawn(cmd);
     node.wait_line("node_reconnecting");
+    node.signal("INT");
+    assert_eq!(node.exit_code(PATIENCE), Some(0));
+}
+
+/// An Edge that takes the Node's connection and then says nothing, its end
+/// left open: the registration wait (10 s) ends the link, and the Node must
+/// let go of the socket its reader is parked on and dial again, though no
+/// byte and no close ever arrives on it.
+#[test]
+fn a_node_whose_edge_goes_silent_dials_again() {
+    let ops = Ops::start("node-silent-edge", 10_000);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let edge = silent.local_addr().unwrap().to_string();
+    let mut cmd = std::process::Command::new(operations::node_bin());
+    cmd.args(["--edge", &edge, "--workers", "1", "--admin-addr", "off"])
+        .args(["--data-dir", ops.dir.join("silent").to_str().unwrap()])
+        .args(["--log-format", "json"])
+        .env("IOP_NODE_TOKEN", "tok-b");
+    let mut node = Logged::spawn(cmd);
+    let (_held, _) = silent.accept().unwrap();
+    // Past the registration wait, with room for a slow box.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while node.count("node_reconnecting") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the node never dialled again; log:\n{}",
+            node.lines().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     node.signal("INT");
     assert_eq!(node.exit_code(PATIENCE), Some(0));
 }

@@ -4,22 +4,23 @@
 //! ```text
 //!   socket ──read──▶ FrameDecoder ──▶ EdgeSession ──outputs──▶ writer queue ──write──▶ socket
 //!                                         ▲   │ events ─▶ log + event bus
-//!                   core ticker ──timer───┘   └ close ─▶ writer flushes, shuts down, cancels the read
+//!                   core ticker ──timer───┘   └ close ─▶ writer flushes, shuts down, signals the reader
 //! ```
 //!
 //! Both tasks live on the connection's home core; the session is a
 //! `RefCell` touched only between awaits, so no borrow spans a suspension.
 
 use std::cell::{Cell, RefCell};
+use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use framing::close::CloseSignal;
 use framing::frame::{FrameDecoder, FrameError};
 use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
 use framing::outbound::Outbound;
 use framing::timer::TimerKey;
-use monoio::io::Canceller;
 use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 
@@ -57,8 +58,9 @@ pub(crate) struct Conn<D> {
     /// Heartbeat frames, which the writer puts ahead of queued ones.
     urgent: local_sync::mpsc::unbounded::Tx<Bytes>,
     timer: Cell<Option<TimerKey>>,
-    canceller: RefCell<Canceller>,
-    closing: Cell<bool>,
+    /// Given by the writer when it has ended the session: the reader
+    /// parked on the socket stops.
+    closing: CloseSignal,
     registered: Cell<bool>,
     last_rtt_ms: Cell<Option<u64>>,
     streams: RefCell<StreamTable>,
@@ -92,8 +94,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             tx,
             urgent,
             timer: Cell::new(None),
-            canceller: RefCell::new(Canceller::new()),
-            closing: Cell::new(false),
+            closing: CloseSignal::new(),
             registered: Cell::new(false),
             last_rtt_ms: Cell::new(None),
             streams: RefCell::new(StreamTable::new()),
@@ -129,7 +130,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         msg: Msg,
         sink: StreamSink,
     ) -> Result<(), StreamSink> {
-        if self.closing.get() || !self.session.borrow().is_ready() {
+        if self.closing.is_closing() || !self.session.borrow().is_ready() {
             return Err(sink);
         }
         // Encoded before the stream opens: a request that does not fit a
@@ -270,14 +271,24 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         // Stop reading as soon as the session has closed (the writer flushes
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
-        while !self.closing.get() && !self.session.borrow().is_closed() {
+        while !self.closing.is_closing() && !self.session.borrow().is_closed() {
             decoder.reserve_read(&mut buf, want, want);
             // A large frame's last piece comes with what follows it.
             decoder.set_read_ahead(want);
             let room = buf.capacity() - buf.len();
-            let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).
-            let (result, returned) = read_half.read(buf, handle).await;
+            // The writer's close signal drops a read under way: it ends as
+            // a read that failed while closing.
+            let (result, returned) = self
+                .closing
+                .or_close(read_half.read(buf))
+                .await
+                .unwrap_or_else(|| {
+                    (
+                        Err(io::ErrorKind::ConnectionAborted.into()),
+                        BytesMut::new(),
+                    )
+                });
             buf = returned;
             let now = self.core.clock.refresh();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
@@ -289,7 +300,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                     .session
                     .borrow_mut()
                     .handle_closed(CloseReason::PeerClosed, &self.registrar()),
-                Err(_) if self.closing.get() => {}
+                Err(_) if self.closing.is_closing() => {}
                 Err(_) => self
                     .session
                     .borrow_mut()
@@ -403,9 +414,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             }
         }
         let _ = write_half.shutdown().await;
-        self.closing.set(true);
-        let canceller = self.canceller.replace(Canceller::new());
-        drop(canceller.cancel());
+        self.closing.signal();
     }
 
     /// Called by the core ticker when this connection's timer fired.

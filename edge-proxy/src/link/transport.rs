@@ -12,8 +12,9 @@
 //!
 //! The reader and the writer are separate tasks, as for plain TCP; they
 //! share the rustls session through a `RefCell` that is never borrowed
-//! across an await, and each owns its half of the socket. So the read stays
-//! cancelable (the writer cancels it on close) and no `unsafe` is needed —
+//! across an await, and each owns its half of the socket. So the read can
+//! be dropped mid-way (the connection's close signal ends it) and no
+//! `unsafe` is needed —
 //! unlike splitting a `monoio-rustls` stream, whose halves alias one
 //! session through an `UnsafeCell`.
 //!
@@ -39,8 +40,7 @@ use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
-    OwnedReadHalf, OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 use rustls::Connection;
@@ -153,12 +153,9 @@ pub(crate) struct LinkReader {
 
 impl LinkReader {
     /// Appends what arrives to `buf` (after its current bytes); `Ok(0)` is
-    /// the end of the stream. Cancelable through `handle`.
-    pub(crate) async fn read(
-        &mut self,
-        mut buf: BytesMut,
-        handle: CancelHandle,
-    ) -> (io::Result<usize>, BytesMut) {
+    /// the end of the stream. Dropping the future mid-way cancels the read
+    /// (the link ends it with its close signal, `framing::close`).
+    pub(crate) async fn read(&mut self, mut buf: BytesMut) -> (io::Result<usize>, BytesMut) {
         match &mut self.tls {
             None => {
                 let room = buf.capacity() - buf.len();
@@ -177,10 +174,8 @@ impl LinkReader {
                         // into the spare capacity, which would otherwise
                         // overwrite a partial frame.
                         let len = buf.len();
-                        let (result, returned) = self
-                            .half
-                            .cancelable_read(buf.slice_mut(len..len + room), handle)
-                            .await;
+                        let (result, returned) =
+                            self.half.read(buf.slice_mut(len..len + room)).await;
                         buf = returned.into_inner();
                         result
                     }
@@ -188,7 +183,7 @@ impl LinkReader {
                 self.filled = matches!(result, Ok(n) if n == room);
                 (result, buf)
             }
-            Some(tls) => tls.read(&mut self.half, buf, handle).await,
+            Some(tls) => tls.read(&mut self.half, buf).await,
         }
     }
 }
@@ -215,7 +210,6 @@ impl TlsRead {
         &mut self,
         half: &mut OwnedReadHalf<TcpStream>,
         mut buf: BytesMut,
-        handle: CancelHandle,
     ) -> (io::Result<usize>, BytesMut) {
         let start = buf.len();
         let room = (buf.capacity() - start).max(PLAIN_ROOM_MIN);
@@ -231,7 +225,7 @@ impl TlsRead {
                 Err(error) => return (Err(error), buf),
             }
             let cipher = self.input.socket_buffer();
-            let (result, returned) = half.cancelable_read(cipher, handle.clone()).await;
+            let (result, returned) = half.read(cipher).await;
             self.input.read_into(returned);
             match result {
                 Ok(0) => return (Ok(0), buf),

@@ -1,7 +1,7 @@
 //! The link transport over real loopback sockets, under both I/O drivers:
 //! over TLS, bytes arrive whole and in order across many records and past
 //! rustls' send buffer, `close_notify` is a clean end, and a pending read
-//! stays cancelable; a heartbeat overtakes a batch the socket cannot take;
+//! ends with the link's close signal; a heartbeat overtakes a batch the socket cannot take;
 //! a busy plain link takes waiting bytes at once every other read, and
 //! writes at once while its socket has room.
 
@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::runtime::{drivers, waited};
 use bytes::{Bytes, BytesMut};
+use framing::close::CloseSignal;
 use framing::io_driver::IoDriver;
-use monoio::io::Canceller;
 use monoio::net::{TcpListener, TcpStream};
 use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -84,13 +84,12 @@ fn bytes_cross_whole_and_in_order_then_close_notify_ends_the_stream() {
                 writer.write_all(slices).await.unwrap();
                 writer.shutdown().await.unwrap();
             });
-            let canceller = Canceller::new();
             let mut buf = BytesMut::new();
             loop {
                 if buf.capacity() - buf.len() < 4096 {
                     buf.reserve(4096);
                 }
-                let (result, returned) = reader.read(buf, canceller.handle()).await;
+                let (result, returned) = reader.read(buf).await;
                 buf = returned;
                 if result.unwrap() == 0 {
                     break;
@@ -105,17 +104,17 @@ fn bytes_cross_whole_and_in_order_then_close_notify_ends_the_stream() {
 }
 
 #[test]
-fn a_pending_tls_read_is_cancelable() {
+fn a_pending_tls_read_ends_with_the_close_signal() {
     for driver in drivers() {
         crate::runtime::block_on(driver, async {
             let (server, _client) = pair().await;
             let (mut reader, _writer) = server.into_split();
-            let canceller = Canceller::new();
-            let handle = canceller.handle();
+            let close = CloseSignal::new();
+            let signal = close.clone();
             // Runs once this task is parked in its read (no data is coming).
-            monoio::spawn(async move { drop(canceller.cancel()) });
-            let (result, _) = reader.read(BytesMut::with_capacity(4096), handle).await;
-            assert!(result.is_err(), "{driver:?}: a cancelled read is an error");
+            monoio::spawn(async move { signal.signal() });
+            let read = close.or_close(reader.read(BytesMut::with_capacity(4096)));
+            assert!(read.await.is_none(), "{driver:?}: the signal ends the read");
         })
         .unwrap();
     }
@@ -186,12 +185,11 @@ fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
                 let mut decoder = FrameDecoder::new(1 << 20);
                 let mut buf = BytesMut::new();
                 let mut seen = Vec::new();
-                let canceller = Canceller::new();
                 loop {
                     if buf.capacity() - buf.len() < 64 * 1024 {
                         buf.reserve(256 * 1024);
                     }
-                    let (result, returned) = reader.read(buf, canceller.handle()).await;
+                    let (result, returned) = reader.read(buf).await;
                     buf = returned;
                     // Every frame decodes: the pong went in at a boundary.
                     while let Some(envelope) = decoder.decode(&mut buf).unwrap() {
@@ -235,17 +233,13 @@ fn a_busy_link_takes_waiting_bytes_at_once_every_other_read() {
                 .write_all(vec![Bytes::from(sent.clone())])
                 .await
                 .unwrap();
-            let canceller = Canceller::new();
             // The first read waits for its turn and fills its room.
-            let (result, mut buf) = reader
-                .read(BytesMut::with_capacity(ROOM), canceller.handle())
-                .await;
+            let (result, mut buf) = reader.read(BytesMut::with_capacity(ROOM)).await;
             assert_eq!(result.unwrap(), buf.capacity(), "{driver:?}");
             let mut waits = Vec::new();
             while buf.len() < sent.len() {
                 buf.reserve(ROOM);
-                let ((result, returned), waited) =
-                    waited(reader.read(buf, canceller.handle())).await;
+                let ((result, returned), waited) = waited(reader.read(buf)).await;
                 buf = returned;
                 assert!(result.unwrap() > 0, "{driver:?}");
                 waits.push(waited);
@@ -290,11 +284,10 @@ fn link_writes_go_out_at_once_while_the_socket_has_room() {
             let big: Vec<u8> = (0..16 << 20).map(|i| (i % 251) as u8).collect();
             let expected = [&b"frame"[..], &big[..]].concat();
             let draining = monoio::spawn(async move {
-                let canceller = Canceller::new();
                 let mut buf = BytesMut::with_capacity(expected.len() + 4096);
                 while buf.len() < expected.len() {
                     buf.reserve(64 * 1024);
-                    let (result, returned) = reader.read(buf, canceller.handle()).await;
+                    let (result, returned) = reader.read(buf).await;
                     buf = returned;
                     assert!(result.unwrap() > 0, "the link ended early");
                 }
@@ -325,10 +318,7 @@ fn link_writes_go_out_at_once_while_the_socket_has_room() {
                 !waited_,
                 "{driver:?}, tls {tls}: a small write waited for its turn"
             );
-            let canceller = Canceller::new();
-            let (result, buf) = reader
-                .read(BytesMut::with_capacity(64), canceller.handle())
-                .await;
+            let (result, buf) = reader.read(BytesMut::with_capacity(64)).await;
             assert_eq!(result.unwrap(), 5, "{driver:?}, tls {tls}");
             assert_eq!(&buf[..], b"frame", "{driver:?}, tls {tls}");
         })

@@ -16,17 +16,18 @@
 //! cores.
 
 use std::cell::{Cell, RefCell};
+use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use framing::close::CloseSignal;
 use framing::frame::FrameDecoder;
 use framing::link::{CloseReason, Outgoing};
 use framing::outbound::Outbound;
 use framing::timer::{ClockSource, TimerKey};
-use monoio::io::Canceller;
 use monoio::net::TcpStream;
 use proto::v1::{
     CancelKind, CancelResponse, CancelStatus, NodeConfigPayload, RegisterRejectReason,
@@ -108,8 +109,9 @@ struct Link {
     /// The registered generation's shared state.
     shared: RefCell<Option<Arc<GenShared>>>,
     connected_since_unix_ms: u64,
-    canceller: RefCell<Canceller>,
-    closing: Cell<bool>,
+    /// Given by the writer when it has ended the session: the reader
+    /// parked on the socket stops.
+    closing: CloseSignal,
     /// F29: where lease revocations from the Edge go.
     leases: Option<Arc<crate::lease::LeaseOpener>>,
     end: RefCell<ConnectionEnd>,
@@ -173,8 +175,7 @@ pub async fn run_connection(
         connected_since_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        canceller: RefCell::new(Canceller::new()),
-        closing: Cell::new(false),
+        closing: CloseSignal::new(),
         end: RefCell::new(end),
     });
     link.pump();
@@ -240,11 +241,21 @@ impl Link {
         // Stop reading as soon as the session has closed (the writer flushes
         // and shuts the socket down); a closed socket's read returns at once,
         // and looping on it would starve the core.
-        while !self.closing.get() && !self.session.borrow().is_closed() {
+        while !self.closing.is_closing() && !self.session.borrow().is_closed() {
             decoder.reserve_read(&mut buf, READ_RESERVE / 4, READ_RESERVE);
-            let handle = self.canceller.borrow().handle();
             // Appends after a partial frame (see `transport`).
-            let (result, returned) = read_half.read(buf, handle).await;
+            // The writer's close signal drops a read under way: it ends as
+            // a read that failed while closing.
+            let (result, returned) = self
+                .closing
+                .or_close(read_half.read(buf))
+                .await
+                .unwrap_or_else(|| {
+                    (
+                        Err(io::ErrorKind::ConnectionAborted.into()),
+                        BytesMut::new(),
+                    )
+                });
             buf = returned;
             let now = self.timers.now();
             match result {
@@ -252,7 +263,7 @@ impl Link {
                     .session
                     .borrow_mut()
                     .handle_closed(CloseReason::PeerClosed),
-                Err(_) if self.closing.get() => {}
+                Err(_) if self.closing.is_closing() => {}
                 Err(error) => {
                     // Under TLS 1.3 the Edge checks this node's certificate
                     // after the node's side of the handshake is done: its
@@ -341,9 +352,7 @@ impl Link {
             }
         }
         let _ = write_half.shutdown().await;
-        self.closing.set(true);
-        let canceller = self.canceller.replace(Canceller::new());
-        drop(canceller.cancel());
+        self.closing.signal();
     }
 
     /// Moves this link's wheel entry to the session's next deadline.

@@ -12,8 +12,9 @@
 //!
 //! The reader and the writer are separate tasks, as for plain TCP; they
 //! share the rustls session through a `RefCell` that is never borrowed
-//! across an await, and each owns its half of the socket. So the read stays
-//! cancelable (the writer cancels it on close) and no `unsafe` is needed —
+//! across an await, and each owns its half of the socket. So the read can
+//! be dropped mid-way (the connection's close signal ends it) and no
+//! `unsafe` is needed —
 //! unlike splitting a `monoio-rustls` stream, whose halves alias one
 //! session through an `UnsafeCell`.
 //!
@@ -37,8 +38,7 @@ use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
-    OwnedReadHalf, OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 use rustls::Connection;
@@ -130,24 +130,18 @@ pub(crate) struct LinkReader {
 
 impl LinkReader {
     /// Appends what arrives to `buf` (after its current bytes); `Ok(0)` is
-    /// the end of the stream. Cancelable through `handle`.
-    pub(crate) async fn read(
-        &mut self,
-        buf: BytesMut,
-        handle: CancelHandle,
-    ) -> (io::Result<usize>, BytesMut) {
+    /// the end of the stream. Dropping the future mid-way cancels the read
+    /// (the link ends it with its close signal, `framing::close`).
+    pub(crate) async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
         match &mut self.tls {
             None => {
                 // monoio reads into a `BytesMut` at its start: read into the
                 // spare capacity, which would otherwise overwrite a partial frame.
                 let (len, capacity) = (buf.len(), buf.capacity());
-                let (result, returned) = self
-                    .half
-                    .cancelable_read(buf.slice_mut(len..capacity), handle)
-                    .await;
+                let (result, returned) = self.half.read(buf.slice_mut(len..capacity)).await;
                 (result, returned.into_inner())
             }
-            Some(tls) => tls.read(&mut self.half, buf, handle).await,
+            Some(tls) => tls.read(&mut self.half, buf).await,
         }
     }
 }
@@ -160,7 +154,6 @@ impl TlsRead {
         &mut self,
         half: &mut OwnedReadHalf<TcpStream>,
         mut buf: BytesMut,
-        handle: CancelHandle,
     ) -> (io::Result<usize>, BytesMut) {
         let start = buf.len();
         let room = (buf.capacity() - start).max(PLAIN_ROOM_MIN);
@@ -176,7 +169,7 @@ impl TlsRead {
                 Err(error) => return (Err(error), buf),
             }
             let cipher = self.input.socket_buffer();
-            let (result, returned) = half.cancelable_read(cipher, handle.clone()).await;
+            let (result, returned) = half.read(cipher).await;
             self.input.read_into(returned);
             match result {
                 Ok(0) => return (Ok(0), buf),

@@ -3,7 +3,6 @@
 //! runtime once it is full, and every byte arrives in order.
 
 use framing::io_driver::IoDriver;
-use monoio::io::Canceller;
 use monoio::net::TcpListener;
 
 use super::*;
@@ -40,11 +39,10 @@ fn link_writes_go_out_at_once_while_the_socket_has_room() {
             let big: Vec<u8> = (0..16 << 20).map(|i| (i % 251) as u8).collect();
             let expected = [&b"frame"[..], &big[..]].concat();
             let draining = monoio::spawn(async move {
-                let canceller = Canceller::new();
                 let mut buf = BytesMut::with_capacity(expected.len() + 4096);
                 while buf.len() < expected.len() {
                     buf.reserve(64 * 1024);
-                    let (result, returned) = reader.read(buf, canceller.handle()).await;
+                    let (result, returned) = reader.read(buf).await;
                     buf = returned;
                     assert!(result.unwrap() > 0, "the link ended early");
                 }

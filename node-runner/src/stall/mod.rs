@@ -49,7 +49,6 @@
 //! event already there is progress. After the claim nothing else ends the
 //! stream.
 
-mod close;
 #[cfg(test)]
 pub(crate) mod testkit;
 #[cfg(test)]
@@ -63,10 +62,10 @@ use proto::v1::{
     ExecutionFailure, FailureCode, FailureSide, LivenessClassification, ProviderHealth,
 };
 
-pub use self::close::CloseSignal;
 pub use self::watch::Activity;
 use crate::adapter::failure;
 pub use crate::link::timers::CoreTimers;
+pub use framing::close::CloseSignal;
 
 /// How long the fence waits for the provider's return after a stall.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
