@@ -25,7 +25,8 @@
 //!   against the certificate's IP addresses); ALPN offers `http/1.1`.
 //! - Trust comes from [`ProviderClientConfig::tls`]: by default the
 //!   `webpki-roots` (Mozilla) roots; [`tls_client_config`] adds a PEM CA
-//!   bundle for a private provider CA. Each [`ProviderClient`] gets its
+//!   bundle for a private provider CA (`iop-node --provider-ca-file`, read
+//!   once at start-up: a bad file stops the start with [`TlsConfigError`]). Each [`ProviderClient`] gets its
 //!   own TLS session-resumption cache, so cores share no lock.
 //! - The connect timeout covers the TCP connect and the handshake. A
 //!   failed handshake is [`ProviderError::Tls`] (host, [`TlsFailure`],
@@ -85,11 +86,6 @@
 //! - **TLS**: no client certificates (mTLS), no certificate pinning, no
 //!   revocation checks (CRLs/OCSP); `close_notify` is not sent when a
 //!   connection is closed (the TCP close is).
-//! - **`--provider-ca-file`**: `iop-node` does not build a
-//!   [`ProviderClient`] yet. Where it does (one per core), the flag's path
-//!   goes to `tls_client_config(path)` once at start-up (a bad file is a
-//!   start-up error, [`TlsConfigError`]) and the result into
-//!   [`ProviderClientConfig::tls`] of every core.
 //! - **DNS**: a host that is not an IP literal is resolved with the blocking
 //!   system resolver on the core; an async, cached resolver comes later.
 //! - No request-body streaming, no `Expect: 100-continue`, no pipelining,
