@@ -77,10 +77,15 @@
 //! is safe: an abandoned read or write marks the connection unusable.
 //!
 //! # Timeouts
-//! Connect ([`ProviderClientConfig::connect_timeout_ms`]) and head
+//! The connect ([`ProviderClientConfig::connect_timeout_ms`]) uses
+//! `monoio::time::timeout`. Waits for the provider are not bounded here by
+//! default: a run's or tunnel's stall watchdog (F21) runs from admission
+//! with the provider's `response_stall_timeout_ms`, so it bounds a head
+//! that never comes as it bounds a body's silences, and every other caller
+//! (the health probe, the Node's Ollama commands) bounds its call itself.
+//! A head bound of the client's own
 //! ([`ProviderClientConfig::head_timeout_ms`], from the request's write
-//! until the final head is parsed) use `monoio::time::timeout`. A body has
-//! no idle timeout here: stalls belong to the run watchdog.
+//! until the final head is parsed) is for a caller with neither.
 //!
 //! # Not done yet
 //! - **TLS**: no client certificates (mTLS), no certificate pinning, no
@@ -133,18 +138,19 @@ use framing::http::{BodyDecoder, parse_response_head, write_request_head};
 /// Default [`ProviderClientConfig::connect_timeout_ms`].
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
-/// Default [`ProviderClientConfig::head_timeout_ms`]: generous, because a
-/// non-streaming completion sends its head only when generation is done.
-pub const DEFAULT_HEAD_TIMEOUT_MS: u64 = 300_000;
-
 /// Settings of one core's client.
 #[derive(Clone, Debug)]
 pub struct ProviderClientConfig {
     /// Longest a TCP connect (plus, for `https`, the TLS handshake) may
     /// take, in ms.
     pub connect_timeout_ms: u64,
-    /// Longest from sending the request to a parsed final head, in ms.
-    pub head_timeout_ms: u64,
+    /// Longest from sending the request to a parsed final head, in ms;
+    /// `None` (the default): no bound of the client's own. Runs and
+    /// tunnels leave it unset: their stall watchdog bounds the wait with
+    /// the provider's own stall timeout (a non-streaming completion sends
+    /// its head only when generation is done, which may take longer than
+    /// any one bound fixed here), and a second timer would only race it.
+    pub head_timeout_ms: Option<u64>,
     /// Keep-alive pool bounds.
     pub pool: PoolConfig,
     /// Bounds on a response head.
@@ -163,7 +169,7 @@ impl Default for ProviderClientConfig {
     fn default() -> Self {
         Self {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            head_timeout_ms: DEFAULT_HEAD_TIMEOUT_MS,
+            head_timeout_ms: None,
             pool: PoolConfig::default(),
             head_limits: HeadLimits::default(),
             clock: ClockSource::default(),
@@ -308,16 +314,24 @@ impl ProviderClient {
         if let Err(error) = conn.write(head, body).await {
             return Err(retryable(ProviderError::io(&error)));
         }
-        let after_ms = self.inner.config.head_timeout_ms;
         let read = read_head(&mut conn, &self.inner, head_request);
-        // Boxed, like the connect's: monoio's timer would align every
-        // provider call's future to 128 bytes (see `conn::Connection::connect`).
-        let read = Box::pin(monoio::time::timeout(Duration::from_millis(after_ms), read));
-        match read.await {
-            Ok(Ok(head)) => Ok((head, conn)),
-            Ok(Err(HeadFailure::NothingReceived(error))) => Err(retryable(error)),
-            Ok(Err(failed)) => Err(failed),
-            Err(_) => Err(HeadFailure::Failed(ProviderError::HeadTimeout { after_ms })),
+        let read = match self.inner.config.head_timeout_ms {
+            None => read.await,
+            // Boxed, like the connect's: monoio's timer would align every
+            // provider call's future to 128 bytes (see
+            // `conn::Connection::connect`).
+            Some(after_ms) => {
+                Box::pin(monoio::time::timeout(Duration::from_millis(after_ms), read))
+                    .await
+                    .unwrap_or(Err(HeadFailure::Failed(ProviderError::HeadTimeout {
+                        after_ms,
+                    })))
+            }
+        };
+        match read {
+            Ok(head) => Ok((head, conn)),
+            Err(HeadFailure::NothingReceived(error)) => Err(retryable(error)),
+            Err(failed) => Err(failed),
         }
     }
 }

@@ -430,6 +430,15 @@ fn interim_1xx_heads_are_skipped() {
     });
 }
 
+/// Runs and tunnels build their client from the default: its own head
+/// bound must stay unset, or it would race their stall watchdog, and cut a
+/// provider whose stall timeout is longer (a long non-streaming
+/// completion's head comes when generation is done).
+#[test]
+fn the_default_client_leaves_the_head_wait_to_the_watchdog() {
+    assert_eq!(ProviderClientConfig::default().head_timeout_ms, None);
+}
+
 #[test]
 fn head_timeout_and_refused_connect_are_typed() {
     each_driver(|| async {
@@ -440,7 +449,7 @@ fn head_timeout_and_refused_connect_are_typed() {
             released.recv_timeout(PATIENCE).unwrap();
         });
         let client = ProviderClient::new(ProviderClientConfig {
-            head_timeout_ms: 50,
+            head_timeout_ms: Some(50),
             ..ProviderClientConfig::default()
         });
         let error = client.request(post(&base, "{}")).await.unwrap_err();
