@@ -45,7 +45,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             provider_id: provider.id.clone(),
             adapter: provider.adapter.clone(),
             target: lease.target().to_owned(),
-            node_id: target.node_id.clone(),
+            node_id: target.node_id.to_string(),
             generation: target.generation,
             revision: self
                 .registry
@@ -88,7 +88,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         for (node_id, generation, core) in self.registry.ready_nodes() {
             if let Some(inbox) = self.inboxes.get(core) {
                 let _ = inbox.send(CoreMsg::Send {
-                    node_id,
+                    node_id: std::sync::Arc::from(node_id),
                     generation,
                     stream_id: 0,
                     msg: Msg::LeaseRevocations(proto::v1::LeaseRevocations {

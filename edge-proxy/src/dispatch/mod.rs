@@ -169,7 +169,7 @@ impl<D> Clone for Dispatcher<D> {
 /// A node picked for work: its id, ready generation and home core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Target {
-    node_id: String,
+    node_id: Arc<str>,
     generation: u64,
     core: usize,
 }
@@ -472,7 +472,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         match node {
             Some(node_id) => match self.registry.node_state(node_id) {
                 NodeState::Ready { generation, core } => Ok(Target {
-                    node_id: node_id.to_owned(),
+                    node_id: Arc::from(node_id),
                     generation,
                     core,
                 }),
@@ -486,7 +486,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
                     1 => {
                         let (node_id, generation, core) = ready.remove(0);
                         Ok(Target {
-                            node_id,
+                            node_id: Arc::from(node_id),
                             generation,
                             core,
                         })

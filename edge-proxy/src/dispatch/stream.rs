@@ -19,7 +19,7 @@ use crate::link::streams::{StreamItem, StreamReceiver};
 /// cancel a run).
 #[derive(Debug)]
 pub(crate) struct StreamHandle {
-    pub(crate) node_id: String,
+    pub(crate) node_id: Arc<str>,
     pub(crate) generation: u64,
     pub(crate) stream_id: u64,
     pub(crate) rx: StreamReceiver,
@@ -75,7 +75,7 @@ impl Drop for StreamHandle {
     fn drop(&mut self) {
         if !self.ended {
             let _ = self.inbox.send(CoreMsg::Close {
-                node_id: std::mem::take(&mut self.node_id),
+                node_id: Arc::clone(&self.node_id),
                 generation: self.generation,
                 stream_id: self.stream_id,
             });

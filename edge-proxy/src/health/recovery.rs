@@ -110,7 +110,7 @@ impl ProbeSchedule {
             self.in_flight.insert(provider.id.clone());
             due.push(ProbeTarget {
                 provider_id: provider.id.clone(),
-                node_id: provider.node_id.clone(),
+                node_id: provider.node_id.to_string(),
                 generation,
                 adapter: provider.adapter.clone(),
                 target,

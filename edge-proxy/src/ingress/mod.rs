@@ -377,7 +377,7 @@ impl Router {
             group
                 .providers()
                 .iter()
-                .any(|p| ready.iter().any(|(id, _, _)| *id == p.node_id))
+                .any(|p| ready.iter().any(|(id, _, _)| **id == *p.node_id))
         });
         let (status, body) = if serving {
             (200, json!({"status": "ready", "ready_nodes": ready.len()}))

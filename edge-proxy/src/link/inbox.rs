@@ -31,7 +31,7 @@ pub enum CoreMsg {
     /// [`StreamItem::NotSent`](super::streams::StreamItem::NotSent).
     Open {
         /// The node.
-        node_id: String,
+        node_id: Arc<str>,
         /// Its generation, as selected.
         generation: u64,
         /// The stream's id, from the process's
@@ -49,7 +49,7 @@ pub enum CoreMsg {
     /// Send `msg` on an open stream (a cancel, a window update).
     Send {
         /// The node.
-        node_id: String,
+        node_id: Arc<str>,
         /// Its generation.
         generation: u64,
         /// The stream.
@@ -61,7 +61,7 @@ pub enum CoreMsg {
     /// not ended.
     Close {
         /// The node.
-        node_id: String,
+        node_id: Arc<str>,
         /// Its generation.
         generation: u64,
         /// The stream.

@@ -203,7 +203,7 @@ fn push_payloads(server: &EdgeServer, diff: &ConfigDiff) -> usize {
                 let sent = server.core_inboxes.get(home_core).is_some_and(|inbox| {
                     inbox
                         .send(CoreMsg::Send {
-                            node_id: node_id.clone(),
+                            node_id: std::sync::Arc::from(node_id.as_str()),
                             generation,
                             stream_id: 0,
                             msg: Msg::NodeConfigUpdate(Box::new(NodeConfigUpdate {

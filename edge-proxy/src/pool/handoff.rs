@@ -56,7 +56,7 @@ impl Pools {
                 seq,
             );
         };
-        if !self.made(lease) || node != provider.node_id || generation != lease.generation() {
+        if !self.made(lease) || node != &*provider.node_id || generation != lease.generation() {
             record(EvidenceOutcome::LeaseMismatch);
             return None;
         }
@@ -165,7 +165,7 @@ impl Pools {
             .providers
             .iter()
             .filter(|p| {
-                p.node_id == node
+                &*p.node_id == node
                     && p.adapter == probe.adapter
                     && p.overlay.lowered() == Some((generation, probe.target.clone()))
             })

@@ -57,8 +57,8 @@ use crate::registry::{NodeDirectory, NodeRegistry};
 pub struct Provider {
     /// Provider id from config (a closed set: safe as a metrics label).
     pub id: String,
-    /// The node it lives on.
-    pub node_id: String,
+    /// The node it lives on (shared: every request's stream names it).
+    pub node_id: Arc<str>,
     /// The adapter instance name on that node.
     pub adapter: String,
     /// Its kind, which decides the wire (F17): tunnel or normalized run.
@@ -213,7 +213,7 @@ impl Table {
             for spec in &node.providers {
                 let fresh = Provider {
                     id: spec.id.clone(),
-                    node_id: node.id.clone(),
+                    node_id: Arc::from(node.id.as_str()),
                     adapter: spec.adapter.clone(),
                     kind: spec.kind,
                     max_concurrency: spec.max_concurrency,

@@ -60,7 +60,7 @@ fn release_is_exactly_once_under_racing_terminal_disconnect_and_stall() {
                         let node = lease.provider().node_id.clone();
                         let n = seq.fetch_add(1, Ordering::Relaxed) + 1;
                         let evidence = stall(ProviderHealth::Available, Some(n));
-                        let reception = (node.as_str(), lease.generation());
+                        let reception = (&*node, lease.generation());
                         if w.pools.handoff_stall(lease, reception, &evidence).is_some() {
                             handoffs.fetch_add(1, Ordering::Relaxed);
                         }
