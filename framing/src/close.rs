@@ -24,6 +24,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::{Future, poll_fn};
+use std::io;
 use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
@@ -83,6 +84,19 @@ impl CloseSignal {
             Poll::Pending
         })
         .await
+    }
+
+    /// [`or_close`](Self::or_close) for a read that hands its buffer back
+    /// with its result (as an io_uring read does): a read the signal ends
+    /// reads as one that failed (`ConnectionAborted`) into an empty buffer,
+    /// the one in flight being dropped with the read.
+    pub async fn read_or_close<B: Default>(
+        &self,
+        read: impl Future<Output = (io::Result<usize>, B)>,
+    ) -> (io::Result<usize>, B) {
+        self.or_close(read)
+            .await
+            .unwrap_or_else(|| (Err(io::ErrorKind::ConnectionAborted.into()), B::default()))
     }
 }
 
@@ -149,6 +163,25 @@ mod tests {
         assert_eq!(race.as_mut().poll(&mut cx), Poll::Ready(None));
         assert!(signal.is_closing());
         assert!(dropped.get(), "dropped by the time the race returns");
+    }
+
+    #[test]
+    fn a_read_the_signal_ends_fails_as_aborted_into_an_empty_buffer() {
+        let signal = CloseSignal::new();
+        let cx = &mut Context::from_waker(Waker::noop());
+        let read = async { (Ok(3), vec![1u8, 2, 3]) };
+        let poll = pin!(signal.read_or_close(read)).poll(cx);
+        assert!(matches!(poll, Poll::Ready((Ok(3), ref buf)) if buf == &[1, 2, 3]));
+        signal.signal();
+        let read = pending::<(std::io::Result<usize>, Vec<u8>)>();
+        let Poll::Ready((result, buf)) = pin!(signal.read_or_close(read)).poll(cx) else {
+            panic!("the signal ends the read");
+        };
+        assert_eq!(
+            result.unwrap_err().kind(),
+            std::io::ErrorKind::ConnectionAborted
+        );
+        assert!(buf.is_empty());
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! `RefCell` touched only between awaits, so no borrow spans a suspension.
 
 use std::cell::{Cell, RefCell};
-use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -279,16 +278,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             // Appends after a partial frame (see `transport`).
             // The writer's close signal drops a read under way: it ends as
             // a read that failed while closing.
-            let (result, returned) = self
-                .closing
-                .or_close(read_half.read(buf))
-                .await
-                .unwrap_or_else(|| {
-                    (
-                        Err(io::ErrorKind::ConnectionAborted.into()),
-                        BytesMut::new(),
-                    )
-                });
+            let (result, returned) = self.closing.read_or_close(read_half.read(buf)).await;
             buf = returned;
             let now = self.core.clock.refresh();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);

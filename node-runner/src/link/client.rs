@@ -16,7 +16,6 @@
 //! cores.
 
 use std::cell::{Cell, RefCell};
-use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -246,16 +245,7 @@ impl Link {
             // Appends after a partial frame (see `transport`).
             // The writer's close signal drops a read under way: it ends as
             // a read that failed while closing.
-            let (result, returned) = self
-                .closing
-                .or_close(read_half.read(buf))
-                .await
-                .unwrap_or_else(|| {
-                    (
-                        Err(io::ErrorKind::ConnectionAborted.into()),
-                        BytesMut::new(),
-                    )
-                });
+            let (result, returned) = self.closing.read_or_close(read_half.read(buf)).await;
             buf = returned;
             let now = self.timers.now();
             match result {
