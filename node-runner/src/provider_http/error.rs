@@ -49,7 +49,9 @@ pub enum ProviderError {
         /// rustls' (or the socket's) description.
         message: String,
     },
-    /// The final response head did not arrive within the head timeout.
+    /// The final response head did not arrive within the client's head
+    /// timeout (set only by a caller with no bound of its own; see
+    /// `ProviderClientConfig::head_timeout_ms`).
     #[error("provider response head timed out after {after_ms} ms")]
     HeadTimeout {
         /// The timeout that expired, in ms.

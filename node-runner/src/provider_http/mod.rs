@@ -26,8 +26,9 @@
 //! - Trust comes from [`ProviderClientConfig::tls`]: by default the
 //!   `webpki-roots` (Mozilla) roots; [`tls_client_config`] adds a PEM CA
 //!   bundle for a private provider CA (`iop-node --provider-ca-file`, read
-//!   once at start-up: a bad file stops the start with [`TlsConfigError`]). Each [`ProviderClient`] gets its
-//!   own TLS session-resumption cache, so cores share no lock.
+//!   once at start-up: a bad file stops the start with
+//!   [`TlsConfigError`]). Each [`ProviderClient`] gets its own TLS
+//!   session-resumption cache, so cores share no lock.
 //! - The connect timeout covers the TCP connect and the handshake. A
 //!   failed handshake is [`ProviderError::Tls`] (host, [`TlsFailure`],
 //!   rustls' message; [`Side::Provider`], retryable before send). TLS
