@@ -550,3 +550,55 @@ fn a_client_that_writes_a_refused_body_whole_still_reads_the_413() {
         assert!(answer.contains("request_too_large"), "{answer}");
     }
 }
+
+/// A keep-alive connection's idle wait is bounded on its core's timer wheel
+/// (`ingress::read_timer`), whose entry a busy connection only moves on:
+/// one kept busy well past the idle timeout is served throughout, and one
+/// left idle after its answer is closed.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_and_a_busy_one_is_not() {
+    const IDLE_MS: u64 = 500;
+    for driver in drivers() {
+        let stack = Stack::start_edge_with(driver, "ingress-idle", config, |options| {
+            options.ingress_limits.idle_timeout_ms = IDLE_MS;
+        });
+        let addr = stack.edge.ingress_addr;
+        let health = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+        let answer = |socket: &mut TcpStream| {
+            let mut all = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !String::from_utf8_lossy(&all).contains(r#"{"status":"ok"}"#) {
+                match socket.read(&mut buf) {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => all.extend_from_slice(&buf[..n]),
+                }
+            }
+            true
+        };
+        let connect = || {
+            let socket = TcpStream::connect(addr).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            socket
+        };
+        // Busy: a request every 50 ms for three idle timeouts.
+        let mut busy = connect();
+        for i in 0..(3 * IDLE_MS / 50) {
+            busy.write_all(health).unwrap();
+            assert!(answer(&mut busy), "{driver:?}: request {i} unanswered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Idle after its answer: the Edge closes it (bounded by the read
+        // timeout above, not timed).
+        let mut idle = connect();
+        idle.write_all(health).unwrap();
+        assert!(answer(&mut idle));
+        let mut rest = Vec::new();
+        let read = idle.read_to_end(&mut rest);
+        assert!(
+            matches!(read, Ok(0)),
+            "{driver:?}: the idle connection is closed, not {read:?}"
+        );
+    }
+}

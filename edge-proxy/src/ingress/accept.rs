@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use monoio::net::{TcpListener, TcpStream};
 
+use framing::timer::ClockSource;
+
+use super::read_timer::ReadTimers;
 use super::{IngressShared, Router, http, placement};
 
 /// Upper bound on one client connection's task, in bytes (checked in debug
@@ -34,7 +37,14 @@ pub async fn serve_core(
     shared: Arc<IngressShared>,
     handoffs: placement::Handoffs,
 ) {
-    let router = Rc::new(Router { shared });
+    // Request reads are bounded on this core's wheel, in real time
+    // (`read_timer`), as they were by monoio's timers.
+    let read_timers = ReadTimers::new(&ClockSource::Coarse);
+    monoio::spawn(Rc::clone(&read_timers).run());
+    let router = Rc::new(Router {
+        shared,
+        read_timers,
+    });
     let drain = Arc::clone(&router.shared.drain);
     // Its own task: an accept is not dropped half-done for a hand-off.
     monoio::spawn(take_handoffs(core_id, handoffs, Rc::clone(&router)));
@@ -93,7 +103,12 @@ async fn take_handoffs(core_id: usize, mut handoffs: placement::Handoffs, router
 /// Spawns the task serving one client connection on this core, counted
 /// there while it lives.
 fn serve_connection(core_id: usize, stream: TcpStream, router: &Rc<Router>) {
-    let connection = http::serve(stream, router.shared.limits, Rc::clone(router));
+    let connection = http::serve(
+        stream,
+        router.shared.limits,
+        Rc::clone(router),
+        &router.read_timers,
+    );
     debug_assert!(
         std::mem::size_of_val(&connection) <= CONNECTION_TASK_BUDGET,
         "a connection's task grew to {} B: box the new step (see http::serve)",

@@ -45,6 +45,7 @@ use monoio::net::TcpStream;
 
 use super::client_read::ClientRead;
 use super::error::ApiError;
+use super::read_timer::{ReadDeadline, ReadTimers};
 pub use super::responder::Responder;
 use super::responder::{Framing, Parts};
 
@@ -130,7 +131,8 @@ pub fn serve<H: Handler>(
     stream: TcpStream,
     limits: IngressLimits,
     handler: Rc<H>,
-) -> impl Future<Output = ()> {
+    timers: &Rc<ReadTimers>,
+) -> impl Future<Output = ()> + use<H> {
     // Out here, not in the block: a value the block captures keeps its
     // slot for the block's whole life, also once moved out.
     let _ = stream.set_nodelay(true);
@@ -139,17 +141,24 @@ pub fn serve<H: Handler>(
     let mut reader = ClientRead::new(read, fd);
     let mut responder = Responder::new(write, fd);
     let gone = Rc::clone(&responder.gone);
+    let deadline = ReadDeadline::new(timers);
     async move {
         // An error answered: the client may still be sending (see `linger`).
         let mut refused = false;
         loop {
             // Boxed, as are the other short steps of a request (admission,
-            // the opening of a run or tunnel): their futures hold monoio
-            // timers (640 B, 128-byte aligned), and inline they would size
-            // and align every connection's task for the whole of its
-            // longest answer (issue 8: 4.7 KB a connection). Heap-allocated,
-            // they cost their size only while they run.
-            let reading = Box::pin(read_request(&mut reader, &limits, &mut responder));
+            // the opening of a run or tunnel, whose futures hold monoio
+            // timers: 640 B, 128-byte aligned): inline they would size
+            // every connection's task for the whole of its longest answer
+            // (issue 8: 4.7 KB a connection). Heap-allocated, they cost
+            // their size only while they run. The reads' own deadlines are
+            // on the core's wheel (`read_timer`).
+            let reading = Box::pin(read_request(
+                &mut reader,
+                &limits,
+                &deadline,
+                &mut responder,
+            ));
             let request = match reading.await {
                 Ok(Some(request)) => request,
                 Ok(None) => break,
@@ -280,46 +289,46 @@ fn timeout(what: &str, ms: u64) -> ApiError {
 async fn read_request(
     reader: &mut ClientRead,
     limits: &IngressLimits,
+    deadline: &ReadDeadline,
     responder: &mut Responder,
 ) -> Result<Option<Box<Request>>, ApiError> {
     // Idle: wait for the first byte of the next request (the read watching
     // the last answer may already be in flight).
     if reader.buf().is_empty() {
-        let idle = Duration::from_millis(limits.idle_timeout_ms);
-        match monoio::time::timeout(idle, reader.fill()).await {
-            Ok(Ok(n)) if n > 0 => {}
+        match deadline.within(limits.idle_timeout_ms, reader.fill()).await {
+            Some(Ok(n)) if n > 0 => {}
             _ => return Ok(None),
         }
     }
-    let head_deadline = Duration::from_millis(limits.head_timeout_ms);
-    let head = monoio::time::timeout(head_deadline, async {
-        loop {
-            // The watching read's 64 bytes of a longer head: its rest is
-            // likely waiting and is taken first, so the head is parsed
-            // once, not once in part and then whole (~0.9k instructions a
-            // request; `bench-results/profiles.md`, round 38). Bounded by
-            // those 64 bytes: after one more read the head is parsed, its
-            // limits and errors as ever.
-            if reader.watch_read_filled() && !may_end_a_head(reader.buf()) {
+    let head = deadline
+        .within(limits.head_timeout_ms, async {
+            loop {
+                // The watching read's 64 bytes of a longer head: its rest is
+                // likely waiting and is taken first, so the head is parsed
+                // once, not once in part and then whole (~0.9k instructions a
+                // request; `bench-results/profiles.md`, round 38). Bounded by
+                // those 64 bytes: after one more read the head is parsed, its
+                // limits and errors as ever.
+                if reader.watch_read_filled() && !may_end_a_head(reader.buf()) {
+                    match reader.fill().await {
+                        Ok(n) if n > 0 => continue,
+                        _ => return Ok(None),
+                    }
+                }
+                match parse_head_owned(reader.buf(), &limits.head) {
+                    Ok(Some(head)) => return Ok(Some(head)),
+                    Ok(None) => {}
+                    Err(e) => return Err(framing_error(&e)),
+                }
                 match reader.fill().await {
-                    Ok(n) if n > 0 => continue,
+                    Ok(n) if n > 0 => {}
+                    // Closed mid-head: nothing to answer.
                     _ => return Ok(None),
                 }
             }
-            match parse_head_owned(reader.buf(), &limits.head) {
-                Ok(Some(head)) => return Ok(Some(head)),
-                Ok(None) => {}
-                Err(e) => return Err(framing_error(&e)),
-            }
-            match reader.fill().await {
-                Ok(n) if n > 0 => {}
-                // Closed mid-head: nothing to answer.
-                _ => return Ok(None),
-            }
-        }
-    })
-    .await
-    .map_err(|_| timeout("head", limits.head_timeout_ms))??;
+        })
+        .await
+        .ok_or_else(|| timeout("head", limits.head_timeout_ms))??;
     let Some(head) = head else { return Ok(None) };
     let framing = head.body();
     if let BodyFraming::Length(len) = framing
@@ -334,7 +343,7 @@ async fn read_request(
             )))
             .await;
     }
-    let body = read_body(reader, framing, limits).await?;
+    let body = read_body(reader, framing, limits, deadline).await?;
     Ok(Some(Box::new(Request { head, body })))
 }
 
@@ -391,6 +400,7 @@ async fn read_body(
     reader: &mut ClientRead,
     framing: BodyFraming,
     limits: &IngressLimits,
+    deadline: &ReadDeadline,
 ) -> Result<Bytes, ApiError> {
     let mut decoder = match framing {
         BodyFraming::Empty => return Ok(Bytes::new()),
@@ -402,7 +412,7 @@ async fn read_body(
                 "a request body needs Content-Length or chunked encoding",
             ));
         }
-        BodyFraming::Length(len) => return read_sized_body(reader, len, limits).await,
+        BodyFraming::Length(len) => return read_sized_body(reader, len, limits, deadline).await,
         other => BodyDecoder::new(other),
     };
     let mut parts: Vec<Bytes> = Vec::new();
@@ -420,7 +430,7 @@ async fn read_body(
                 parts.push(data);
             }
             Some(BodyItem::End) => break,
-            None => fill_body(reader, limits).await?,
+            None => fill_body(reader, limits, deadline).await?,
         }
     }
     Ok(match parts.len() {
@@ -439,6 +449,7 @@ async fn read_sized_body(
     reader: &mut ClientRead,
     len: u64,
     limits: &IngressLimits,
+    deadline: &ReadDeadline,
 ) -> Result<Bytes, ApiError> {
     let len = match usize::try_from(len) {
         Ok(len) if len <= limits.max_body_bytes => len,
@@ -446,22 +457,25 @@ async fn read_sized_body(
     };
     reader.reserve_total(len);
     while reader.buf().len() < len {
-        fill_body(reader, limits).await?;
+        fill_body(reader, limits, deadline).await?;
     }
     Ok(owned_if_small(reader.buf().split_to(len).freeze()))
 }
 
 /// Reads more of a body, within the body timeout; the connection closing
 /// first is an incomplete body.
-async fn fill_body(reader: &mut ClientRead, limits: &IngressLimits) -> Result<(), ApiError> {
-    let gap = Duration::from_millis(limits.body_timeout_ms);
-    match monoio::time::timeout(gap, reader.fill()).await {
-        Ok(Ok(n)) if n > 0 => Ok(()),
-        Ok(_) => Err(ApiError::bad_request(
+async fn fill_body(
+    reader: &mut ClientRead,
+    limits: &IngressLimits,
+    deadline: &ReadDeadline,
+) -> Result<(), ApiError> {
+    match deadline.within(limits.body_timeout_ms, reader.fill()).await {
+        Some(Ok(n)) if n > 0 => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
             "incomplete_body",
             "the connection closed before the request body ended",
         )),
-        Err(_) => Err(timeout("body", limits.body_timeout_ms)),
+        None => Err(timeout("body", limits.body_timeout_ms)),
     }
 }
 

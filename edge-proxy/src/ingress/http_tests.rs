@@ -5,6 +5,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use super::*;
+use crate::ingress::read_timer::ReadTimers;
 
 /// A connected pair: the Edge's end as a [`Responder`] and the client's as
 /// a std socket.
@@ -313,7 +314,15 @@ fn serve_one<T: Send + 'static>(
     edge.set_nonblocking(true).unwrap();
     crate::runtime::block_on(driver, async {
         let edge = TcpStream::from_std(edge).unwrap();
-        serve(edge, IngressLimits::default(), std::rc::Rc::new(handler)).await;
+        let timers = ReadTimers::new(&framing::timer::ClockSource::Coarse);
+        monoio::spawn(std::rc::Rc::clone(&timers).run());
+        serve(
+            edge,
+            IngressLimits::default(),
+            std::rc::Rc::new(handler),
+            &timers,
+        )
+        .await;
         while !client.is_finished() {
             monoio::time::sleep(Duration::from_millis(1)).await;
         }

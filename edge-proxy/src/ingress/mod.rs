@@ -33,6 +33,7 @@ pub mod metrics;
 mod normalized;
 pub mod openai;
 pub mod placement;
+pub mod read_timer;
 mod responder;
 mod tunnel;
 
@@ -75,6 +76,8 @@ pub struct IngressShared {
 #[derive(Debug)]
 struct Router {
     shared: Arc<IngressShared>,
+    /// This core's wheel of request-read deadlines.
+    read_timers: std::rc::Rc<read_timer::ReadTimers>,
 }
 
 /// The API a request is for.

@@ -163,10 +163,7 @@ impl<D: NodeDirectory + 'static> Core<D> {
     pub(crate) async fn run_ticker(self: Rc<Self>) {
         loop {
             let now = self.clock.refresh();
-            let mut due = Vec::new();
-            self.wheel
-                .borrow_mut()
-                .poll_expired(now, |expired| due.push(expired.value));
+            let due = self.wheel.borrow_mut().take_expired(now);
             for conn in due {
                 conn.on_timer(now);
             }

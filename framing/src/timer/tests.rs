@@ -472,3 +472,17 @@ fn coarse_clock_over_the_real_clock_is_monotonic() {
         last = now;
     }
 }
+
+#[test]
+fn take_expired_hands_out_the_due_values_in_deadline_order() {
+    let mut wheel = TimerWheel::new();
+    wheel.insert(30, "c");
+    wheel.insert(10, "a");
+    wheel.insert(20, "b");
+    wheel.insert(100, "later");
+    assert_eq!(wheel.take_expired(30), ["a", "b", "c"]);
+    assert_eq!(wheel.len(), 1);
+    assert!(wheel.take_expired(99).is_empty());
+    assert_eq!(wheel.take_expired(100), ["later"]);
+    assert!(wheel.is_empty());
+}

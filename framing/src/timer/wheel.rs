@@ -379,6 +379,16 @@ impl<T> TimerWheel<T> {
         fired
     }
 
+    /// The values of every timer due at `now_ms`, in the order of
+    /// [`pop_expired`](Self::pop_expired): for a driver that must let go of
+    /// the wheel (a `RefCell` borrow) before it acts on them, as acting may
+    /// arm timers again.
+    pub fn take_expired(&mut self, now_ms: u64) -> Vec<T> {
+        let mut due = Vec::new();
+        self.poll_expired(now_ms, |expired| due.push(expired.value));
+        due
+    }
+
     fn live(&self, key: TimerKey) -> Option<usize> {
         let i = key.index as usize;
         match self.entries.get(i) {

@@ -117,10 +117,7 @@ impl CoreTimers {
     /// Fires what is due now; returns the time it read.
     pub fn poll(&self) -> u64 {
         let now = self.clock.refresh();
-        let mut due = Vec::new();
-        self.wheel
-            .borrow_mut()
-            .poll_expired(now, |expired| due.push(expired.value));
+        let due = self.wheel.borrow_mut().take_expired(now);
         for target in due {
             target.on_timer(now);
         }

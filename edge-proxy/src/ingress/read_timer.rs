@@ -1,0 +1,313 @@
+//! The deadlines of a client connection's request reads — the idle wait
+//! for the next request, a head still arriving, a gap in a body — on its
+//! core's timer wheel (`DESIGN.md`, "Timers"), not a monoio timer each.
+//!
+//! A connection owns one entry ([`ReadDeadline`]). Each bounded wait
+//! ([`ReadDeadline::within`]) moves it to that wait's deadline, which for a
+//! later deadline is one store (`framing::timer`: the wheel re-slots a
+//! lazily extended entry when its old slot comes due). A keep-alive
+//! connection's requests thus touch the wheel once per head timeout or so,
+//! not twice a request; a monoio timer was a 640-byte, 128-byte-aligned
+//! `Sleep` registered and deregistered each wait, and it made the boxed
+//! step that reads a request a 128-byte-aligned allocation (issue 8:
+//! ~880 instructions a small request, `bench-results/profiles.md`,
+//! round 48).
+//!
+//! An entry that comes due while its connection is not waiting (it is
+//! answering) is let go; the next wait arms it again.
+//!
+//! Time is read from the core's [`DriverClock`] at each wait (a fresh
+//! read: the ticker may have slept long) and by the ticker. In production
+//! it is the coarse clock, so the deadlines are real time as before;
+//! tests of this module drive a manual clock.
+//!
+//! # Invariants
+//! - A wait ends with its future's output if that is ready when polled,
+//!   even at its deadline (the future is polled first), else with `None`
+//!   at the first poll at or after the deadline.
+//! - Each connection holds at most one entry; dropping its
+//!   [`ReadDeadline`] takes the entry off the wheel.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use framing::timer::{ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
+
+/// The longest the ticker sleeps between clock reads with a manual clock.
+const TICK_MS: u64 = 10;
+
+/// One core's wheel of read deadlines, its clock and its ticker's pace.
+pub struct ReadTimers {
+    clock: DriverClock,
+    wheel: RefCell<TimerWheel<Rc<Waiting>>>,
+    pace: TickerPace,
+}
+
+impl fmt::Debug for ReadTimers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadTimers")
+            .field("armed", &self.wheel.borrow().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One connection's entry and what its wait needs.
+#[derive(Default)]
+struct Waiting {
+    key: Cell<Option<TimerKey>>,
+    /// The deadline of the wait under way (ms); `None` between waits.
+    until: Cell<Option<u64>>,
+    expired: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Waiting(until {:?})", self.until.get())
+    }
+}
+
+impl ReadTimers {
+    /// A wheel on a clock built from `source`. Run its ticker
+    /// ([`run`](Self::run)) on the same core.
+    pub fn new(source: &ClockSource) -> Rc<Self> {
+        let clock = DriverClock::new(source);
+        Rc::new(Self {
+            pace: TickerPace::new(TICK_MS, clock.is_manual()),
+            clock,
+            wheel: RefCell::new(TimerWheel::new()),
+        })
+    }
+
+    /// Entries on the wheel now.
+    pub fn armed(&self) -> usize {
+        self.wheel.borrow().len()
+    }
+
+    /// Ends the waits that are due now; returns the time it read.
+    pub fn poll(&self) -> u64 {
+        let now = self.clock.refresh();
+        let due = self.wheel.borrow_mut().take_expired(now);
+        for waiting in due {
+            waiting.key.set(None);
+            match waiting.until.get() {
+                Some(until) if until <= now => {
+                    waiting.expired.set(true);
+                    if let Some(waker) = waiting.waker.take() {
+                        waker.wake();
+                    }
+                }
+                // Armed for an earlier wait that ended: this one's is later.
+                Some(until) => self.arm(&waiting, until),
+                None => {}
+            }
+        }
+        now
+    }
+
+    /// The ticker: ends due waits forever, sleeping as its [`TickerPace`]
+    /// plans (until the next expiry; a deadline armed earlier rings it).
+    pub async fn run(self: Rc<Self>) {
+        loop {
+            let now = self.poll();
+            let next = self.wheel.borrow().next_expiry();
+            let plan = self.pace.plan(now, next);
+            self.pace.wait(plan, monoio::time::sleep).await;
+        }
+    }
+
+    fn arm(&self, waiting: &Rc<Waiting>, until: u64) {
+        let key = self.pace.arm(
+            &mut self.wheel.borrow_mut(),
+            waiting.key.get(),
+            Some(until),
+            || Rc::clone(waiting),
+        );
+        waiting.key.set(key);
+    }
+}
+
+/// A connection's bound on its request reads (see the module docs).
+#[derive(Debug)]
+pub struct ReadDeadline {
+    timers: Rc<ReadTimers>,
+    waiting: Rc<Waiting>,
+}
+
+impl ReadDeadline {
+    /// A connection's deadline on `timers` (its core's), not armed yet.
+    pub fn new(timers: &Rc<ReadTimers>) -> Self {
+        Self {
+            timers: Rc::clone(timers),
+            waiting: Rc::default(),
+        }
+    }
+
+    /// Runs `future` for at most `ms` from now: `Some(output)` if it
+    /// completes first (it is polled first, so a tie goes to it), `None`
+    /// once the deadline passed (the future is dropped).
+    pub async fn within<F: Future>(&self, ms: u64, future: F) -> Option<F::Output> {
+        let until = self.timers.clock.refresh().saturating_add(ms);
+        let waiting = &self.waiting;
+        waiting.until.set(Some(until));
+        waiting.expired.set(false);
+        self.timers.arm(waiting, until);
+        let mut future = pin!(future);
+        let out = poll_fn(|cx| {
+            if let Poll::Ready(out) = future.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            if waiting.expired.get() {
+                return Poll::Ready(None);
+            }
+            waiting.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+        // Between waits: an entry that comes due now is let go.
+        waiting.until.set(None);
+        waiting.waker.set(None);
+        out
+    }
+}
+
+impl Drop for ReadDeadline {
+    fn drop(&mut self) {
+        if let Some(key) = self.waiting.key.take() {
+            self.timers.wheel.borrow_mut().cancel(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::pending;
+    use std::task::Context;
+
+    use framing::timer::SharedManualClock;
+
+    use super::*;
+
+    fn manual() -> (SharedManualClock, Rc<ReadTimers>) {
+        let clock = SharedManualClock::new(0);
+        let timers = ReadTimers::new(&ClockSource::Manual(clock.clone()));
+        (clock, timers)
+    }
+
+    #[test]
+    fn a_wait_ends_at_its_deadline_and_not_before() {
+        let (clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        let mut wait = Box::pin(deadline.within(100, pending::<()>()));
+        assert!(wait.as_mut().poll(cx).is_pending());
+        assert_eq!(timers.armed(), 1);
+        clock.advance(99);
+        timers.poll();
+        assert!(wait.as_mut().poll(cx).is_pending());
+        clock.advance(1);
+        timers.poll();
+        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_ready_future_wins_even_at_the_deadline() {
+        let (clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        let ready = Rc::new(Cell::new(false));
+        let seen = Rc::clone(&ready);
+        let mut wait = Box::pin(deadline.within(
+            10,
+            poll_fn(move |_| {
+                if seen.get() {
+                    Poll::Ready(7)
+                } else {
+                    Poll::Pending
+                }
+            }),
+        ));
+        assert!(wait.as_mut().poll(cx).is_pending());
+        clock.advance(10);
+        timers.poll();
+        ready.set(true);
+        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(7)));
+    }
+
+    #[test]
+    fn later_waits_keep_one_entry_and_move_it_lazily() {
+        let (clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        for _ in 0..50 {
+            // A request every 5 ms, each read done at once: one entry, its
+            // deadline carried along, never firing.
+            let mut wait = Box::pin(deadline.within(100, std::future::ready(())));
+            assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(())));
+            assert_eq!(timers.armed(), 1);
+            clock.advance(5);
+            timers.poll();
+        }
+        // The last wait's bound still holds: 100 ms from its start.
+        let mut wait = Box::pin(deadline.within(100, pending::<()>()));
+        assert!(wait.as_mut().poll(cx).is_pending());
+        clock.advance(99);
+        timers.poll();
+        assert!(wait.as_mut().poll(cx).is_pending(), "not early");
+        clock.advance(1);
+        timers.poll();
+        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_shorter_wait_after_a_longer_one_ends_at_its_own_deadline() {
+        let (clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        let mut idle = Box::pin(deadline.within(60_000, std::future::ready(())));
+        assert_eq!(idle.as_mut().poll(cx), Poll::Ready(Some(())));
+        drop(idle);
+        let mut head = Box::pin(deadline.within(10, pending::<()>()));
+        assert!(head.as_mut().poll(cx).is_pending());
+        clock.advance(10);
+        timers.poll();
+        assert_eq!(head.as_mut().poll(cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn an_entry_due_between_waits_is_let_go_and_armed_again() {
+        let (clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        let mut wait = Box::pin(deadline.within(10, std::future::ready(())));
+        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(())));
+        drop(wait);
+        // Answering, not waiting, past the old deadline.
+        clock.advance(50);
+        timers.poll();
+        assert_eq!(timers.armed(), 0, "let go");
+        let mut wait = Box::pin(deadline.within(10, pending::<()>()));
+        assert!(wait.as_mut().poll(cx).is_pending());
+        assert_eq!(timers.armed(), 1);
+        clock.advance(10);
+        timers.poll();
+        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_dropped_deadline_leaves_nothing_on_the_wheel() {
+        let (_clock, timers) = manual();
+        let deadline = ReadDeadline::new(&timers);
+        let cx = &mut Context::from_waker(Waker::noop());
+        let mut wait = Box::pin(deadline.within(10, pending::<()>()));
+        assert!(wait.as_mut().poll(cx).is_pending());
+        drop(wait);
+        assert_eq!(timers.armed(), 1);
+        drop(deadline);
+        assert_eq!(timers.armed(), 0);
+    }
+}
