@@ -25,7 +25,8 @@
 //! - A wait ends with its future's output if that is ready when polled,
 //!   even at its deadline (the future is polled first), else with `None`
 //!   at the first poll at or after the deadline.
-//! - Each connection holds at most one entry; dropping its
+//! - Each connection holds at most one entry, and waits one bounded read
+//!   at a time (a request's reads follow each other); dropping its
 //!   [`ReadDeadline`] takes the entry off the wheel.
 
 use std::cell::{Cell, RefCell};
