@@ -119,7 +119,8 @@ pub trait Handler {
 }
 
 /// Serves `stream` until the client closes, a limit is hit, or a response
-/// says close.
+/// says close. Its request reads are bounded on `timers`, the wheel of the
+/// core it runs on (whose ticker, [`ReadTimers::run`], runs there too).
 ///
 /// Every open stream holds this future for its whole answer, so it is laid
 /// out with care (issue 8; `CONNECTION_TASK_BUDGET` in `ingress`): a plain
