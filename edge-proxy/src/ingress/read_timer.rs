@@ -102,7 +102,9 @@ impl ReadTimers {
                         waker.wake();
                     }
                 }
-                // Armed for an earlier wait that ended: this one's is later.
+                // Not due: each wait arms the entry at its own deadline, and
+                // the wheel re-slots one moved later instead of firing it,
+                // so this is only a guard (the entry goes back on).
                 Some(until) => self.arm(&waiting, until),
                 None => {}
             }
