@@ -56,19 +56,20 @@ impl fmt::Debug for ReadTimers {
     }
 }
 
-/// One connection's entry and what its wait needs.
+/// One connection's entry and the task its wait parked.
+///
+/// During a wait the entry is armed at the wait's deadline (the wheel
+/// fires it no earlier), so an entry gone is a deadline passed; between
+/// waits no task is parked, and an entry that fires wakes nobody.
 #[derive(Default)]
 struct Waiting {
     key: Cell<Option<TimerKey>>,
-    /// The deadline of the wait under way (ms); `None` between waits.
-    until: Cell<Option<u64>>,
-    expired: Cell<bool>,
     waker: Cell<Option<Waker>>,
 }
 
 impl fmt::Debug for Waiting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Waiting(until {:?})", self.until.get())
+        write!(f, "Waiting(armed {})", self.key.get().is_some())
     }
 }
 
@@ -95,18 +96,8 @@ impl ReadTimers {
         let due = self.wheel.borrow_mut().take_expired(now);
         for waiting in due {
             waiting.key.set(None);
-            match waiting.until.get() {
-                Some(until) if until <= now => {
-                    waiting.expired.set(true);
-                    if let Some(waker) = waiting.waker.take() {
-                        waker.wake();
-                    }
-                }
-                // Not due: each wait arms the entry at its own deadline, and
-                // the wheel re-slots one moved later instead of firing it,
-                // so this is only a guard (the entry goes back on).
-                Some(until) => self.arm(&waiting, until),
-                None => {}
+            if let Some(waker) = waiting.waker.take() {
+                waker.wake();
             }
         }
         now
@@ -156,15 +147,14 @@ impl ReadDeadline {
     pub async fn within<F: Future>(&self, ms: u64, future: F) -> Option<F::Output> {
         let until = self.timers.clock.refresh().saturating_add(ms);
         let waiting = &self.waiting;
-        waiting.until.set(Some(until));
-        waiting.expired.set(false);
         self.timers.arm(waiting, until);
         let mut future = pin!(future);
         let out = poll_fn(|cx| {
             if let Poll::Ready(out) = future.as_mut().poll(cx) {
                 return Poll::Ready(Some(out));
             }
-            if waiting.expired.get() {
+            if waiting.key.get().is_none() {
+                // Fired: the deadline passed.
                 return Poll::Ready(None);
             }
             waiting.waker.set(Some(cx.waker().clone()));
@@ -172,7 +162,6 @@ impl ReadDeadline {
         })
         .await;
         // Between waits: an entry that comes due now is let go.
-        waiting.until.set(None);
         waiting.waker.set(None);
         out
     }
@@ -195,33 +184,47 @@ mod tests {
 
     use super::*;
 
-    fn manual() -> (SharedManualClock, Rc<ReadTimers>) {
+    /// A manual clock, a core's wheel on it and one connection's deadline.
+    fn manual() -> (SharedManualClock, Rc<ReadTimers>, ReadDeadline) {
         let clock = SharedManualClock::new(0);
         let timers = ReadTimers::new(&ClockSource::Manual(clock.clone()));
-        (clock, timers)
+        let deadline = ReadDeadline::new(&timers);
+        (clock, timers, deadline)
+    }
+
+    /// Moves the clock on by `ms`, then runs the ticker's poll.
+    fn pass(clock: &SharedManualClock, timers: &ReadTimers, ms: u64) {
+        clock.advance(ms);
+        timers.poll();
+    }
+
+    fn noop() -> Context<'static> {
+        Context::from_waker(Waker::noop())
+    }
+
+    /// A wait whose read is done at once (the request was there).
+    fn done_at_once(deadline: &ReadDeadline, ms: u64) {
+        let wait = pin!(deadline.within(ms, std::future::ready(())));
+        assert_eq!(wait.poll(&mut noop()), Poll::Ready(Some(())));
     }
 
     #[test]
     fn a_wait_ends_at_its_deadline_and_not_before() {
-        let (clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
+        let (clock, timers, deadline) = manual();
+        let cx = &mut noop();
         let mut wait = Box::pin(deadline.within(100, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
         assert_eq!(timers.armed(), 1);
-        clock.advance(99);
-        timers.poll();
+        pass(&clock, &timers, 99);
         assert!(wait.as_mut().poll(cx).is_pending());
-        clock.advance(1);
-        timers.poll();
+        pass(&clock, &timers, 1);
         assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
     }
 
     #[test]
     fn a_ready_future_wins_even_at_the_deadline() {
-        let (clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
+        let (clock, timers, deadline) = manual();
+        let cx = &mut noop();
         let ready = Rc::new(Cell::new(false));
         let seen = Rc::clone(&ready);
         let mut wait = Box::pin(deadline.within(
@@ -235,77 +238,61 @@ mod tests {
             }),
         ));
         assert!(wait.as_mut().poll(cx).is_pending());
-        clock.advance(10);
-        timers.poll();
+        pass(&clock, &timers, 10);
         ready.set(true);
         assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(7)));
     }
 
     #[test]
     fn later_waits_keep_one_entry_and_move_it_lazily() {
-        let (clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
+        let (clock, timers, deadline) = manual();
+        let cx = &mut noop();
         for _ in 0..50 {
             // A request every 5 ms, each read done at once: one entry, its
             // deadline carried along, never firing.
-            let mut wait = Box::pin(deadline.within(100, std::future::ready(())));
-            assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(())));
+            done_at_once(&deadline, 100);
             assert_eq!(timers.armed(), 1);
-            clock.advance(5);
-            timers.poll();
+            pass(&clock, &timers, 5);
         }
         // The last wait's bound still holds: 100 ms from its start.
         let mut wait = Box::pin(deadline.within(100, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
-        clock.advance(99);
-        timers.poll();
+        pass(&clock, &timers, 99);
         assert!(wait.as_mut().poll(cx).is_pending(), "not early");
-        clock.advance(1);
-        timers.poll();
+        pass(&clock, &timers, 1);
         assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
     }
 
     #[test]
     fn a_shorter_wait_after_a_longer_one_ends_at_its_own_deadline() {
-        let (clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
-        let mut idle = Box::pin(deadline.within(60_000, std::future::ready(())));
-        assert_eq!(idle.as_mut().poll(cx), Poll::Ready(Some(())));
-        drop(idle);
+        let (clock, timers, deadline) = manual();
+        let cx = &mut noop();
+        done_at_once(&deadline, 60_000);
         let mut head = Box::pin(deadline.within(10, pending::<()>()));
         assert!(head.as_mut().poll(cx).is_pending());
-        clock.advance(10);
-        timers.poll();
+        pass(&clock, &timers, 10);
         assert_eq!(head.as_mut().poll(cx), Poll::Ready(None));
     }
 
     #[test]
     fn an_entry_due_between_waits_is_let_go_and_armed_again() {
-        let (clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
-        let mut wait = Box::pin(deadline.within(10, std::future::ready(())));
-        assert_eq!(wait.as_mut().poll(cx), Poll::Ready(Some(())));
-        drop(wait);
+        let (clock, timers, deadline) = manual();
+        let cx = &mut noop();
+        done_at_once(&deadline, 10);
         // Answering, not waiting, past the old deadline.
-        clock.advance(50);
-        timers.poll();
+        pass(&clock, &timers, 50);
         assert_eq!(timers.armed(), 0, "let go");
         let mut wait = Box::pin(deadline.within(10, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
         assert_eq!(timers.armed(), 1);
-        clock.advance(10);
-        timers.poll();
+        pass(&clock, &timers, 10);
         assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
     }
 
     #[test]
     fn a_dropped_deadline_leaves_nothing_on_the_wheel() {
-        let (_clock, timers) = manual();
-        let deadline = ReadDeadline::new(&timers);
-        let cx = &mut Context::from_waker(Waker::noop());
+        let (_clock, timers, deadline) = manual();
+        let cx = &mut noop();
         let mut wait = Box::pin(deadline.within(10, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
         drop(wait);
