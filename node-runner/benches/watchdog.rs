@@ -25,7 +25,7 @@ use std::rc::Rc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use framing::timer::{ClockSource, SharedManualClock, Timer, TimerKey};
-use node_runner::link::timers::{CoreTimers, OnTimer};
+use framing::timer::{CoreTimers, OnTimer};
 use node_runner::stall::Activity;
 
 const STREAMS: usize = 100_000;

@@ -31,7 +31,7 @@
 //!   generation ([`runs::cores`]).
 //! - [`link`]: the edge link — the sans-IO session (register, ready,
 //!   heartbeat), its socket driver with the handshake deadline and
-//!   heartbeat on the link core's timer wheel ([`link::timers`]), and the
+//!   heartbeat on the link core's timer wheel (`framing::timer::CoreTimers`), and the
 //!   reconnecting supervisor (F1–F6).
 //! - [`store`]: the run store — run records in LMDB (via `heed`) in the data
 //!   dir, written off the event path by a store thread, with a retention

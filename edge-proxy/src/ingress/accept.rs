@@ -9,7 +9,7 @@ use monoio::net::{TcpListener, TcpStream};
 
 use framing::timer::ClockSource;
 
-use super::read_timer::ReadTimers;
+use super::read_timer::{self, ReadTimers};
 use super::{IngressShared, Router, http, placement};
 
 /// Upper bound on one client connection's task, in bytes (checked in debug
@@ -39,8 +39,8 @@ pub async fn serve_core(
 ) {
     // Request reads are bounded on this core's wheel, in real time
     // (`read_timer`), as they were by monoio's timers.
-    let read_timers = ReadTimers::new(&ClockSource::Coarse);
-    monoio::spawn(Rc::clone(&read_timers).run());
+    let read_timers = ReadTimers::new(&ClockSource::Coarse, read_timer::TICK_MS);
+    monoio::spawn(Rc::clone(&read_timers).run(monoio::time::sleep));
     let router = Rc::new(Router {
         shared,
         read_timers,

@@ -5,7 +5,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use super::*;
-use crate::ingress::read_timer::ReadTimers;
+use crate::ingress::read_timer::{self, ReadTimers};
 
 /// A connected pair: the Edge's end as a [`Responder`] and the client's as
 /// a std socket.
@@ -314,8 +314,8 @@ fn serve_one<T: Send + 'static>(
     edge.set_nonblocking(true).unwrap();
     crate::runtime::block_on(driver, async {
         let edge = TcpStream::from_std(edge).unwrap();
-        let timers = ReadTimers::new(&framing::timer::ClockSource::Coarse);
-        monoio::spawn(std::rc::Rc::clone(&timers).run());
+        let timers = ReadTimers::new(&framing::timer::ClockSource::Coarse, read_timer::TICK_MS);
+        monoio::spawn(std::rc::Rc::clone(&timers).run(monoio::time::sleep));
         serve(
             edge,
             IngressLimits::default(),

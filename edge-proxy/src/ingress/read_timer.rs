@@ -16,10 +16,10 @@
 //! An entry that comes due while its connection is not waiting (it is
 //! answering) is let go; the next wait arms it again.
 //!
-//! Time is read from the core's [`DriverClock`] at each wait (a fresh
-//! read: the ticker may have slept long) and by the ticker. In production
-//! it is the coarse clock, so the deadlines are real time as before;
-//! tests of this module drive a manual clock.
+//! Time is read from the core's clock at each wait (a fresh read: the
+//! ticker may have slept long) and by the ticker. In production it is the
+//! coarse clock, so the deadlines are real time as before; tests of this
+//! module drive a manual clock.
 //!
 //! # Invariants
 //! - A wait ends with its future's output if that is ready when polled,
@@ -29,32 +29,21 @@
 //!   at a time (a request's reads follow each other); dropping its
 //!   [`ReadDeadline`] takes the entry off the wheel.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use framing::timer::{ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
+use framing::timer::{CoreTimers, OnTimer, TimerKey};
 
 /// The longest the ticker sleeps between clock reads with a manual clock.
-const TICK_MS: u64 = 10;
+pub const TICK_MS: u64 = 10;
 
-/// One core's wheel of read deadlines, its clock and its ticker's pace.
-pub struct ReadTimers {
-    clock: DriverClock,
-    wheel: RefCell<TimerWheel<Rc<Waiting>>>,
-    pace: TickerPace,
-}
-
-impl fmt::Debug for ReadTimers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReadTimers")
-            .field("armed", &self.wheel.borrow().len())
-            .finish_non_exhaustive()
-    }
-}
+/// One core's wheel of read deadlines, its clock and its ticker
+/// (`CoreTimers::new(source, TICK_MS)`; run its ticker on the same core).
+pub type ReadTimers = CoreTimers<Waiting>;
 
 /// One connection's entry and the task its wait parked.
 ///
@@ -62,7 +51,7 @@ impl fmt::Debug for ReadTimers {
 /// fires it no earlier), so an entry gone is a deadline passed; between
 /// waits no task is parked, and an entry that fires wakes nobody.
 #[derive(Default)]
-struct Waiting {
+pub struct Waiting {
     key: Cell<Option<TimerKey>>,
     waker: Cell<Option<Waker>>,
 }
@@ -73,55 +62,13 @@ impl fmt::Debug for Waiting {
     }
 }
 
-impl ReadTimers {
-    /// A wheel on a clock built from `source`. Run its ticker
-    /// ([`run`](Self::run)) on the same core.
-    pub fn new(source: &ClockSource) -> Rc<Self> {
-        let clock = DriverClock::new(source);
-        Rc::new(Self {
-            pace: TickerPace::new(TICK_MS, clock.is_manual()),
-            clock,
-            wheel: RefCell::new(TimerWheel::new()),
-        })
-    }
-
-    /// Entries on the wheel now.
-    pub fn armed(&self) -> usize {
-        self.wheel.borrow().len()
-    }
-
-    /// Ends the waits that are due now; returns the time it read.
-    pub fn poll(&self) -> u64 {
-        let now = self.clock.refresh();
-        let due = self.wheel.borrow_mut().take_expired(now);
-        for waiting in due {
-            waiting.key.set(None);
-            if let Some(waker) = waiting.waker.take() {
-                waker.wake();
-            }
+impl OnTimer for Waiting {
+    /// The deadline passed: let go of the key, end the parked wait.
+    fn on_timer(self: Rc<Self>, _now: u64) {
+        self.key.set(None);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
         }
-        now
-    }
-
-    /// The ticker: ends due waits forever, sleeping as its [`TickerPace`]
-    /// plans (until the next expiry; a deadline armed earlier rings it).
-    pub async fn run(self: Rc<Self>) {
-        loop {
-            let now = self.poll();
-            let next = self.wheel.borrow().next_expiry();
-            let plan = self.pace.plan(now, next);
-            self.pace.wait(plan, monoio::time::sleep).await;
-        }
-    }
-
-    fn arm(&self, waiting: &Rc<Waiting>, until: u64) {
-        let key = self.pace.arm(
-            &mut self.wheel.borrow_mut(),
-            waiting.key.get(),
-            Some(until),
-            || Rc::clone(waiting),
-        );
-        waiting.key.set(key);
     }
 }
 
@@ -145,9 +92,12 @@ impl ReadDeadline {
     /// completes first (it is polled first, so a tie goes to it), `None`
     /// once the deadline passed (the future is dropped).
     pub async fn within<F: Future>(&self, ms: u64, future: F) -> Option<F::Output> {
-        let until = self.timers.clock.refresh().saturating_add(ms);
+        let until = self.timers.now().saturating_add(ms);
         let waiting = &self.waiting;
-        self.timers.arm(waiting, until);
+        let key = self
+            .timers
+            .arm(waiting.key.get(), Some(until), || Rc::clone(waiting));
+        waiting.key.set(key);
         let mut future = pin!(future);
         let out = poll_fn(|cx| {
             if let Poll::Ready(out) = future.as_mut().poll(cx) {
@@ -170,7 +120,8 @@ impl ReadDeadline {
 impl Drop for ReadDeadline {
     fn drop(&mut self) {
         if let Some(key) = self.waiting.key.take() {
-            self.timers.wheel.borrow_mut().cancel(key);
+            self.timers
+                .arm(Some(key), None, || unreachable!("disarming"));
         }
     }
 }
@@ -180,14 +131,14 @@ mod tests {
     use std::future::pending;
     use std::task::Context;
 
-    use framing::timer::SharedManualClock;
+    use framing::timer::{ClockSource, SharedManualClock};
 
     use super::*;
 
     /// A manual clock, a core's wheel on it and one connection's deadline.
     fn manual() -> (SharedManualClock, Rc<ReadTimers>, ReadDeadline) {
         let clock = SharedManualClock::new(0);
-        let timers = ReadTimers::new(&ClockSource::Manual(clock.clone()));
+        let timers = ReadTimers::new(&ClockSource::Manual(clock.clone()), TICK_MS);
         let deadline = ReadDeadline::new(&timers);
         (clock, timers, deadline)
     }
@@ -214,7 +165,7 @@ mod tests {
         let cx = &mut noop();
         let mut wait = Box::pin(deadline.within(100, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
-        assert_eq!(timers.armed(), 1);
+        assert_eq!(timers.len(), 1);
         pass(&clock, &timers, 99);
         assert!(wait.as_mut().poll(cx).is_pending());
         pass(&clock, &timers, 1);
@@ -251,7 +202,7 @@ mod tests {
             // A request every 5 ms, each read done at once: one entry, its
             // deadline carried along, never firing.
             done_at_once(&deadline, 100);
-            assert_eq!(timers.armed(), 1);
+            assert_eq!(timers.len(), 1);
             pass(&clock, &timers, 5);
         }
         // The last wait's bound still holds: 100 ms from its start.
@@ -281,10 +232,10 @@ mod tests {
         done_at_once(&deadline, 10);
         // Answering, not waiting, past the old deadline.
         pass(&clock, &timers, 50);
-        assert_eq!(timers.armed(), 0, "let go");
+        assert_eq!(timers.len(), 0, "let go");
         let mut wait = Box::pin(deadline.within(10, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
-        assert_eq!(timers.armed(), 1);
+        assert_eq!(timers.len(), 1);
         pass(&clock, &timers, 10);
         assert_eq!(wait.as_mut().poll(cx), Poll::Ready(None));
     }
@@ -296,8 +247,8 @@ mod tests {
         let mut wait = Box::pin(deadline.within(10, pending::<()>()));
         assert!(wait.as_mut().poll(cx).is_pending());
         drop(wait);
-        assert_eq!(timers.armed(), 1);
+        assert_eq!(timers.len(), 1);
         drop(deadline);
-        assert_eq!(timers.armed(), 0);
+        assert_eq!(timers.len(), 0);
     }
 }

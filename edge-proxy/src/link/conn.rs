@@ -19,7 +19,7 @@ use framing::close::CloseSignal;
 use framing::frame::{FrameDecoder, FrameError};
 use framing::link::{CloseReason, Outgoing, jumps_the_queue, reject_reason_name};
 use framing::outbound::Outbound;
-use framing::timer::TimerKey;
+use framing::timer::{OnTimer, TimerKey};
 use proto::Envelope;
 use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 
@@ -280,7 +280,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             // a read that failed while closing.
             let (result, returned) = self.closing.read_or_close(read_half.read(buf)).await;
             buf = returned;
-            let now = self.core.clock.refresh();
+            let now = self.core.now();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
             if let Ok(n) = result {
                 want = next_read_size(want, room, n);
@@ -407,16 +407,6 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         self.closing.signal();
     }
 
-    /// Called by the core ticker when this connection's timer fired.
-    pub(crate) fn on_timer(self: &Rc<Self>, now: u64) {
-        self.timer.set(None);
-        self.session
-            .borrow_mut()
-            .handle_timeout(now, &self.registrar());
-        self.pump();
-        self.rearm();
-    }
-
     fn rearm(self: &Rc<Self>) {
         let deadline = self.session.borrow().poll_timeout();
         let key = self.core.arm(self, self.timer.take(), deadline);
@@ -495,6 +485,18 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 tracing::info!(event = name, node_id = %node_id, generation, reason = reason.as_str(), peer = %self.peer, "{name}");
             }
         }
+    }
+}
+
+impl<D: NodeDirectory + 'static> OnTimer for Conn<D> {
+    /// The session's deadline passed (the core's ticker fired its entry).
+    fn on_timer(self: Rc<Self>, now: u64) {
+        self.timer.set(None);
+        self.session
+            .borrow_mut()
+            .handle_timeout(now, &self.registrar());
+        self.pump();
+        self.rearm();
     }
 }
 

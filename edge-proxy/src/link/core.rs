@@ -1,6 +1,6 @@
-//! One core's share of the node socket: its connections, its timer wheel and
-//! the ticker that drives both, and the inbox through which other cores open
-//! streams on its connections.
+//! One core's share of the node socket: its connections, their timers (one
+//! entry each on the core's [`CoreTimers`], whose ticker drives them), and
+//! the inbox through which other cores open streams on its connections.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 use framing::frame::FrameEncoder;
-use framing::timer::{DriverClock, TickerPace, TimerKey, TimerWheel};
+use framing::timer::{CoreTimers, TimerKey};
 
 use super::LinkShared;
 use super::conn::Conn;
@@ -21,14 +21,13 @@ use crate::registry::NodeDirectory;
 pub(crate) struct Core<D> {
     pub(crate) id: usize,
     pub(crate) shared: Arc<LinkShared<D>>,
-    pub(crate) clock: DriverClock,
+    /// The connections' timers and the core's clock. The ticker sleeps
+    /// until the next expiry (nothing here stamps the coarse clock), at most
+    /// a tick with a manual clock.
+    pub(crate) timers: Rc<CoreTimers<Conn<D>>>,
     /// Encodes every control frame this core sends: one scratch block per
     /// core, not per connection.
     pub(crate) encoder: RefCell<FrameEncoder>,
-    wheel: RefCell<TimerWheel<Rc<Conn<D>>>>,
-    /// The ticker's sleep: until the next expiry (nothing here stamps the
-    /// coarse clock), at most a tick with a manual clock.
-    pace: TickerPace,
     /// The ready connection of each node homed here, by node id.
     ready: RefCell<HashMap<String, Rc<Conn<D>>>>,
     /// The runtime health overlay of the providers homed here: this core
@@ -38,16 +37,13 @@ pub(crate) struct Core<D> {
 
 impl<D: NodeDirectory + 'static> Core<D> {
     pub(crate) fn new(id: usize, shared: Arc<LinkShared<D>>) -> Rc<Self> {
-        let clock = DriverClock::new(&shared.clock);
+        let timers = CoreTimers::new(&shared.clock, shared.config.tick_ms);
         let encoder = RefCell::new(FrameEncoder::new(shared.config.max_frame_len));
-        let pace = TickerPace::new(shared.config.tick_ms, clock.is_manual());
         Rc::new(Self {
             id,
             shared,
-            clock,
+            timers,
             encoder,
-            wheel: RefCell::new(TimerWheel::new()),
-            pace,
             ready: RefCell::new(HashMap::default()),
             overlays: RefCell::new(OverlayShard::new()),
         })
@@ -151,25 +147,11 @@ impl<D: NodeDirectory + 'static> Core<D> {
         key: Option<TimerKey>,
         deadline: Option<u64>,
     ) -> Option<TimerKey> {
-        self.pace
-            .arm(&mut self.wheel.borrow_mut(), key, deadline, || {
-                Rc::clone(conn)
-            })
+        self.timers.arm(key, deadline, || Rc::clone(conn))
     }
 
-    /// Fires due connection timers forever, sleeping until the next expiry
-    /// (a newly armed earlier deadline rings the ticker), or at most a tick
-    /// with a manual clock, whose jumps nothing else would see.
-    pub(crate) async fn run_ticker(self: Rc<Self>) {
-        loop {
-            let now = self.clock.refresh();
-            let due = self.wheel.borrow_mut().take_expired(now);
-            for conn in due {
-                conn.on_timer(now);
-            }
-            let next = self.wheel.borrow().next_expiry();
-            let plan = self.pace.plan(now, next);
-            self.pace.wait(plan, monoio::time::sleep).await;
-        }
+    /// Reads the core's clock now, in ms.
+    pub(crate) fn now(&self) -> u64 {
+        self.timers.now()
     }
 }

@@ -87,7 +87,7 @@ pub async fn serve_core<D: NodeDirectory + 'static>(
     inbox: tokio::sync::mpsc::UnboundedReceiver<inbox::CoreMsg>,
 ) {
     let core = Core::new(core_id, shared);
-    monoio::spawn(Rc::clone(&core).run_ticker());
+    monoio::spawn(Rc::clone(&core.timers).run(monoio::time::sleep));
     monoio::spawn(Rc::clone(&core).run_inbox(inbox));
     loop {
         match listener.accept().await {

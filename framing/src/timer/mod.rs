@@ -109,6 +109,7 @@
 //! ```
 
 mod clock;
+mod core_timers;
 mod pace;
 mod source;
 mod wheel;
@@ -119,6 +120,7 @@ mod tests;
 use std::time::Duration;
 
 pub use clock::{Clock, CoarseClock, ManualClock};
+pub use core_timers::{CoreTimers, OnTimer, WheelSleep};
 pub use pace::{DENSE_STAMPS, TickerPace};
 pub use source::{ClockSource, DriverClock, SharedManualClock};
 pub use wheel::{

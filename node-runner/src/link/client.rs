@@ -35,11 +35,11 @@ use proto::v1::{
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::session::{NodeOutput, NodeSession, NodeSessionConfig};
-use super::timers::{CoreTimers, OnTimer};
 use super::tls::LinkTls;
 use super::transport::{LinkReader, LinkStream, LinkWriter};
 use crate::runs::cores::{Configure, Route, Router};
 use crate::runs::{CoreMsg, Cores, GenShared, LinkIdentity, Outbox, RunnerConfig};
+use framing::timer::{CoreTimers, OnTimer};
 
 mod ops;
 

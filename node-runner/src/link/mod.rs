@@ -1,11 +1,10 @@
 //! The Node's link to the Edge: the sans-IO [`session`], the connection
-//! driver (`client`), the reconnecting [`supervisor`] and the link core's
-//! timer wheel ([`timers`]).
+//! driver (`client`), and the reconnecting [`supervisor`]; the link
+//! core's timers are a [`framing::timer::CoreTimers`].
 
 mod client;
 pub mod session;
 pub mod supervisor;
-pub mod timers;
 pub mod tls;
 mod transport;
 

@@ -14,8 +14,8 @@ use framing::link::{CloseReason, reject_reason_name};
 use proto::v1::RegisterRejectReason;
 
 use super::client::{ConnectionEnd, LinkClientConfig, run_connection};
-use super::timers::CoreTimers;
 use crate::runs::{Cores, serve_core};
+use framing::timer::CoreTimers;
 
 /// First reconnect delay, in ms.
 pub const BACKOFF_BASE_MS: u64 = 200;
@@ -118,7 +118,7 @@ pub async fn supervise_cores(
     // The link core's timer wheel, kept across connections; its ticker runs
     // until the supervisor returns.
     let timers = CoreTimers::new(&config.clock, config.tick_ms);
-    monoio::spawn(std::rc::Rc::clone(&timers).run());
+    monoio::spawn(std::rc::Rc::clone(&timers).run(monoio::time::sleep));
     let _stop = StopOnDrop(&timers);
     loop {
         let started = std::time::Instant::now();

@@ -50,8 +50,8 @@ use proto::v1::{CancelKind, NodeConfigPayload, envelope::Msg};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::{FrameTx, GenShared, Outbox, RunManager, RunnerConfig};
-use crate::link::timers::CoreTimers;
 use crate::provider_http::ProviderClient;
+use framing::timer::CoreTimers;
 
 /// Where a core reports the streams of runs it has finished (their
 /// terminal sent, or refused), by stream id.
@@ -189,7 +189,7 @@ pub async fn serve_core(mut inbox: CoreInbox, runner: RunnerConfig) {
     // hard deadlines) on the core's clock; its ticker lives as long as
     // this loop.
     let timers = CoreTimers::new(&runner.provider.clock, crate::stall::STALL_TICK_MS);
-    monoio::spawn(Rc::clone(&timers).run());
+    monoio::spawn(Rc::clone(&timers).run(monoio::time::sleep));
     let mut current: Option<Rc<RunManager>> = None;
     // Managers replaced by a refresh, still finishing their runs.
     let mut retired: Vec<Rc<RunManager>> = Vec::new();

@@ -64,8 +64,8 @@ use proto::v1::{
 
 pub use self::watch::Activity;
 use crate::adapter::failure;
-pub use crate::link::timers::CoreTimers;
 pub use framing::close::CloseSignal;
+pub use framing::timer::CoreTimers;
 
 /// How long the fence waits for the provider's return after a stall.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(1);

@@ -22,7 +22,7 @@ use std::task::{Poll, Waker};
 
 use framing::timer::TimerKey;
 
-use crate::link::timers::{CoreTimers, OnTimer};
+use framing::timer::{CoreTimers, OnTimer};
 
 /// What the wheel entry points at.
 struct WatchState {
