@@ -9,7 +9,7 @@
 //! | [`sse`]    | Server-Sent Events: an incremental parser and an encoder      |
 //! | [`ndjson`] | newline-delimited JSON (Ollama streams): a line splitter      |
 //! | [`http`]   | HTTP/1.1 heads (via `httparse`) and chunked transfer coding   |
-//! | [`timer`]  | per-core timer wheel, its clocks, the named IOP timers        |
+//! | [`timer`]  | per-core timer wheel, its clocks, a core's timers and ticker, the named IOP timers |
 //! | [`close`]  | a one-way close signal, and a future's race against it       |
 //! | [`io_driver`] | the io_uring / epoll choice, as a pure decision              |
 //! | [`json_quick`] | a one-pass JSON cursor that leaves what it does not take to serde |
@@ -25,6 +25,9 @@
 //! # What it does not do
 //! No sockets, no runtime, no threads, and no clock reads in logic: time is
 //! an input (`now` arguments; [`timer`] defines the clocks drivers pass in).
+//! The one piece that reads a clock and waits, a core's
+//! [`timer::CoreTimers`], reads the clock its driver built and sleeps with
+//! the sleep its driver's runtime lends it.
 //! Every codec takes bytes in
 //! (`&mut BytesMut` or `&[u8]`) and hands bytes out (`Bytes` slices meant for a
 //! vectored write). Drivers in `edge-proxy` and `node-runner` own the I/O.
