@@ -280,7 +280,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             // a read that failed while closing.
             let (result, returned) = self.closing.read_or_close(read_half.read(buf)).await;
             buf = returned;
-            let now = self.core.now();
+            let now = self.core.timers.now();
             let small_read = matches!(result, Ok(n) if n < READ_MIN);
             if let Ok(n) = result {
                 want = next_read_size(want, room, n);

@@ -149,9 +149,4 @@ impl<D: NodeDirectory + 'static> Core<D> {
     ) -> Option<TimerKey> {
         self.timers.arm(key, deadline, || Rc::clone(conn))
     }
-
-    /// Reads the core's clock now, in ms.
-    pub(crate) fn now(&self) -> u64 {
-        self.timers.now()
-    }
 }

@@ -152,7 +152,7 @@ pub(crate) async fn serve<D: NodeDirectory + 'static>(
     mut stream: TcpStream,
     peer: SocketAddr,
 ) {
-    let accepted_at = core.now();
+    let accepted_at = core.timers.now();
     let tls = match &core.shared.security {
         LinkSecurity::Plaintext => {
             return Conn::serve(core, LinkStream::Plain(stream), peer, None, accepted_at).await;

@@ -27,9 +27,10 @@
 //! ticks. Tests drive it all with [`CoreTimers::poll`]: no test sleeps for
 //! a timer to fire.
 //!
-//! [`CoreTimers::sleep_until`] and [`CoreTimers::timeout`] (on a wheel of
-//! `dyn OnTimer`) are futures bounded by the wheel: woken by the ticker or a
-//! test's poll, never by a runtime's timer.
+//! Waits bounded by the wheel — woken by the ticker or a test's poll, never
+//! by a runtime's timer — are [`super::Deadline`]s (and
+//! [`CoreTimers::sleep_until`] and [`CoreTimers::timeout`], one-wait
+//! deadlines), on a wheel of `dyn OnTimer`.
 //!
 //! # Invariants
 //! - An entry fires at the first poll at or after its deadline, never
@@ -39,10 +40,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::future::Future;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::{Clock, ClockSource, DriverClock, TickerPace, TimerKey, TimerWheel};
@@ -161,93 +160,6 @@ impl<T: ?Sized + OnTimer> CoreTimers<T> {
             let next = self.wheel.borrow().next_expiry();
             let plan = self.pace.plan(now, next);
             self.pace.wait(plan, &mut sleep).await;
-        }
-    }
-}
-
-impl CoreTimers<dyn OnTimer> {
-    /// A future that completes at the first poll at or after `deadline`
-    /// (ms on this clock); at once if the clock is already there. Dropping
-    /// it disarms its entry.
-    pub fn sleep_until(self: &Rc<Self>, deadline: u64) -> WheelSleep {
-        let state = Rc::new(SleepState::default());
-        let key = if deadline <= self.now() {
-            state.fired.set(true);
-            None
-        } else {
-            let target = Rc::clone(&state);
-            self.arm(None, Some(deadline), || target as Rc<dyn OnTimer>)
-        };
-        WheelSleep {
-            timers: Rc::clone(self),
-            state,
-            key,
-        }
-    }
-
-    /// Runs `future` for at most `ms` from now on this wheel: `Some(output)`
-    /// if it completed first (it is polled first, so a tie goes to it),
-    /// `None` once the deadline fired.
-    pub async fn timeout<F: Future>(self: &Rc<Self>, ms: u64, future: F) -> Option<F::Output> {
-        let deadline = self.now().saturating_add(ms);
-        let mut sleep = pin!(self.sleep_until(deadline));
-        let mut future = pin!(future);
-        poll_fn(|cx| {
-            if let Poll::Ready(out) = future.as_mut().poll(cx) {
-                return Poll::Ready(Some(out));
-            }
-            sleep.as_mut().poll(cx).map(|()| None)
-        })
-        .await
-    }
-}
-
-#[derive(Default)]
-struct SleepState {
-    fired: Cell<bool>,
-    waker: Cell<Option<Waker>>,
-}
-
-impl OnTimer for SleepState {
-    fn on_timer(self: Rc<Self>, _now: u64) {
-        self.fired.set(true);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
-    }
-}
-
-/// A deadline on a [`CoreTimers`] wheel ([`CoreTimers::sleep_until`]).
-pub struct WheelSleep {
-    timers: Rc<CoreTimers>,
-    state: Rc<SleepState>,
-    key: Option<TimerKey>,
-}
-
-impl fmt::Debug for WheelSleep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WheelSleep")
-            .field("fired", &self.state.fired.get())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Future for WheelSleep {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.state.fired.get() {
-            return Poll::Ready(());
-        }
-        self.state.waker.set(Some(cx.waker().clone()));
-        Poll::Pending
-    }
-}
-
-impl Drop for WheelSleep {
-    fn drop(&mut self) {
-        if !self.state.fired.get() {
-            self.timers.arm(self.key.take(), None, || unreachable!());
         }
     }
 }

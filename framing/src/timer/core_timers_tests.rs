@@ -1,6 +1,8 @@
 use std::cell::RefCell;
 use std::future::pending;
 
+use std::task::{Context, Waker};
+
 use super::super::{CoarseClock, DENSE_STAMPS, SharedManualClock};
 use super::*;
 
@@ -54,40 +56,6 @@ fn one_entry_is_armed_moved_fired_and_disarmed() {
     let key = timers.arm(moved, Some(300), target);
     assert_eq!(timers.len(), 1);
     assert_eq!(timers.arm(key, None, target), None);
-    assert!(timers.is_empty());
-}
-
-#[test]
-fn a_wheel_sleep_fires_only_when_the_clock_reaches_it() {
-    let (clock, timers) = manual::<dyn OnTimer>();
-    let cx = &mut noop();
-    let mut sleep = Box::pin(timers.sleep_until(10));
-    assert!(sleep.as_mut().poll(cx).is_pending());
-    clock.advance(9);
-    timers.poll();
-    assert!(sleep.as_mut().poll(cx).is_pending());
-    clock.advance(1);
-    timers.poll();
-    assert!(sleep.as_mut().poll(cx).is_ready());
-    assert!(timers.is_empty());
-    // A sleep dropped before its deadline leaves nothing on the wheel.
-    drop(timers.sleep_until(100));
-    assert!(timers.is_empty());
-}
-
-#[test]
-fn a_wheel_timeout_prefers_the_future_on_a_tie() {
-    let (clock, timers) = manual::<dyn OnTimer>();
-    let cx = &mut noop();
-    let mut waiting = Box::pin(timers.timeout(5, pending::<()>()));
-    assert!(waiting.as_mut().poll(cx).is_pending());
-    clock.advance(5);
-    timers.poll();
-    assert_eq!(waiting.as_mut().poll(cx), Poll::Ready(None));
-    let mut past = Box::pin(timers.sleep_until(5));
-    assert!(past.as_mut().poll(cx).is_ready(), "already due");
-    let mut ready = Box::pin(timers.timeout(0, std::future::ready(7)));
-    assert_eq!(ready.as_mut().poll(cx), Poll::Ready(Some(7)));
     assert!(timers.is_empty());
 }
 

@@ -110,6 +110,7 @@
 
 mod clock;
 mod core_timers;
+mod deadline;
 mod pace;
 mod source;
 mod wheel;
@@ -120,7 +121,8 @@ mod tests;
 use std::time::Duration;
 
 pub use clock::{Clock, CoarseClock, ManualClock};
-pub use core_timers::{CoreTimers, OnTimer, WheelSleep};
+pub use core_timers::{CoreTimers, OnTimer};
+pub use deadline::Deadline;
 pub use pace::{DENSE_STAMPS, TickerPace};
 pub use source::{ClockSource, DriverClock, SharedManualClock};
 pub use wheel::{
