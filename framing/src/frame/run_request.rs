@@ -10,7 +10,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use prost::encoding::{WireType, encoded_len_varint, key_len};
 use proto::v1::{RunInput, RunRequest};
 use proto::{
     CHAT_MESSAGE_CONTENT_FIELD, CHAT_MESSAGE_EXTRA_FIELD, CHAT_MESSAGE_ROLE_FIELD,
@@ -18,7 +18,7 @@ use proto::{
     RUN_INPUT_PARAMETERS_FIELD, RUN_INPUT_PARAMETERS_INDEX_FIELD, RUN_REQUEST_INPUT_FIELD,
 };
 
-use super::encode::envelope_len;
+use super::encode::{envelope_len, put_key_varint};
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
 use crate::write_batch::COPY_MAX;
 
@@ -117,8 +117,12 @@ impl FrameEncoder {
             .map_err(|e| FrameError::Malformed(e.to_string()))?;
         let mut parts = Vec::new();
         if input.is_some() {
-            encode_key(RUN_REQUEST_INPUT_FIELD, WireType::LengthDelimited, out);
-            encode_varint(input_len as u64, out);
+            put_key_varint(
+                out,
+                RUN_REQUEST_INPUT_FIELD,
+                WireType::LengthDelimited,
+                input_len as u64,
+            );
             if slice_parameters {
                 put_sliced_field(out, &mut parts, RUN_INPUT_PARAMETERS_FIELD, parameters);
             } else {
@@ -129,8 +133,12 @@ impl FrameEncoder {
             }
             prost::encoding::uint32::encode_packed(RUN_INPUT_PARAMETERS_INDEX_FIELD, index, out);
             for (m, slice) in messages.iter().zip(&sliced) {
-                encode_key(RUN_INPUT_MESSAGES_FIELD, WireType::LengthDelimited, out);
-                encode_varint(m.encoded_len() as u64, out);
+                put_key_varint(
+                    out,
+                    RUN_INPUT_MESSAGES_FIELD,
+                    WireType::LengthDelimited,
+                    m.encoded_len() as u64,
+                );
                 put_bytes_field(out, CHAT_MESSAGE_ROLE_FIELD, &m.role);
                 put_bytes_field(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
                 if *slice {
@@ -157,8 +165,7 @@ impl FrameEncoder {
 /// Writes a `bytes` field's key and length into `out`, then hands `out`'s
 /// bytes and the field's own bytes to `parts`, uncopied.
 fn put_sliced_field(out: &mut BytesMut, parts: &mut Vec<Bytes>, field: u32, bytes: &Bytes) {
-    encode_key(field, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
+    put_key_varint(out, field, WireType::LengthDelimited, bytes.len() as u64);
     parts.push(out.split().freeze());
     parts.push(bytes.clone());
 }

@@ -534,3 +534,53 @@ proptest! {
         prop_assert!(rx.capacity() <= data.len().max(max + 8));
     }
 }
+
+#[test]
+fn a_key_and_varint_are_written_as_prost_writes_them() {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let values = [
+        0,
+        1,
+        0x7f,
+        0x80,
+        0x3fff,
+        0x4000,
+        0x1f_ffff,
+        0x20_0000,
+        u64::from(u32::MAX),
+        u64::MAX,
+    ];
+    for field in [1, 2, 15, 16, 2047, (1 << 29) - 1] {
+        for wire_type in [WireType::Varint, WireType::LengthDelimited] {
+            for value in values {
+                let mut ours = BytesMut::from(&b"x"[..]);
+                encode::put_key_varint(&mut ours, field, wire_type, value);
+                let mut prosts = BytesMut::from(&b"x"[..]);
+                encode_key(field, wire_type, &mut prosts);
+                encode_varint(value, &mut prosts);
+                assert_eq!(
+                    ours, prosts,
+                    "field {field}, {wire_type:?}, value {value:#x}"
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_key_and_varint_are_written_as_prost_writes_them(
+        field in 1u32..(1 << 29),
+        length_delimited in any::<bool>(),
+        value in prop_oneof![0u64..0x30_0000, any::<u64>()],
+    ) {
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        let wire_type = if length_delimited { WireType::LengthDelimited } else { WireType::Varint };
+        let mut ours = BytesMut::new();
+        encode::put_key_varint(&mut ours, field, wire_type, value);
+        let mut prosts = BytesMut::new();
+        encode_key(field, wire_type, &mut prosts);
+        encode_varint(value, &mut prosts);
+        prop_assert_eq!(ours, prosts);
+    }
+}

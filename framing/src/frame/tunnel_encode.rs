@@ -11,7 +11,7 @@
 //! twice: through a length counter, then into the frame.
 
 use bytes::BytesMut;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use prost::encoding::{WireType, encoded_len_varint, key_len};
 use proto::v1::provider_tunnel_frame::Frame;
 use proto::v1::{
     Header, ProviderTunnelRequest, TunnelBatch, TunnelEnd, TunnelHeaders, TunnelStatus, Usage,
@@ -22,6 +22,7 @@ use proto::{
     TUNNEL_HEADERS_LIST_FIELD, TUNNEL_REQUEST_BODY_FIELD,
 };
 
+use super::encode::put_key_varint;
 use super::tunnel_batch::{BatchBody, BatchFields};
 
 /// Field numbers of the messages read and written here besides those
@@ -128,25 +129,26 @@ impl Out for Len {
 
 impl Out for BytesMut {
     fn varint_present(&mut self, field: u32, value: u64) {
-        encode_key(field, WireType::Varint, self);
-        encode_varint(value, self);
+        put_key_varint(self, field, WireType::Varint, value);
     }
 
     fn bytes_present(&mut self, field: u32, bytes: &[u8]) {
-        encode_key(field, WireType::LengthDelimited, self);
-        encode_varint(bytes.len() as u64, self);
+        put_key_varint(self, field, WireType::LengthDelimited, bytes.len() as u64);
         self.extend_from_slice(bytes);
     }
 
     fn message(&mut self, field: u32, message: &impl Fields) {
-        encode_key(field, WireType::LengthDelimited, self);
-        encode_varint(len_of(message) as u64, self);
+        put_key_varint(
+            self,
+            field,
+            WireType::LengthDelimited,
+            len_of(message) as u64,
+        );
         message.fields(self);
     }
 
     fn trailing(&mut self, field: u32, len: usize) {
-        encode_key(field, WireType::LengthDelimited, self);
-        encode_varint(len as u64, self);
+        put_key_varint(self, field, WireType::LengthDelimited, len as u64);
     }
 
     fn raw(&mut self, fields: &[u8]) {
