@@ -10,8 +10,7 @@
 //! `Sleep` registered and deregistered each wait, and it made the boxed
 //! step that reads a request a 128-byte-aligned allocation (issue 8:
 //! ~880 instructions a small request, `bench-results/profiles.md`,
-//! round 48). An entry that comes due while its connection is not waiting
-//! (it is answering) is let go; the next wait arms it again.
+//! round 48).
 //!
 //! Time is read from the core's clock at each wait (a fresh read: the
 //! ticker may have slept long) and by the ticker. In production it is the
@@ -19,12 +18,10 @@
 //! manual clock (`framing::timer`'s deadline tests).
 //!
 //! # Invariants
-//! - A wait ends with its future's output if that is ready when polled,
-//!   even at its deadline (the future is polled first), else with `None`
-//!   at the first poll at or after the deadline.
-//! - Each connection holds at most one entry, and waits one bounded read
-//!   at a time (a request's reads follow each other); dropping its
-//!   [`ReadDeadline`] takes the entry off the wheel.
+//! `framing::timer::Deadline`'s: a ready read wins even at its deadline,
+//! one entry a connection, and a dropped [`ReadDeadline`] leaves nothing on
+//! the wheel. A connection's reads follow each other, so it waits one
+//! bounded read at a time, as a `Deadline` requires.
 
 use framing::timer::{CoreTimers, Deadline};
 

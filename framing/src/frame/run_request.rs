@@ -8,7 +8,7 @@
 //! last in its message, and the request's `input` last in the request, so
 //! that a text ends the bytes written before it and the rest follows after.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{WireType, encoded_len_varint, key_len};
 use proto::v1::{RunInput, RunRequest};
@@ -19,6 +19,7 @@ use proto::{
 };
 
 use super::encode::{envelope_len, put_key_varint};
+use super::tunnel_encode::Out;
 use super::{BodyFrame, FrameEncoder, FrameError, LENGTH_PREFIX_LEN, MAX_BODY_PARTS};
 use crate::write_batch::COPY_MAX;
 
@@ -126,7 +127,7 @@ impl FrameEncoder {
             if slice_parameters {
                 put_sliced_field(out, &mut parts, RUN_INPUT_PARAMETERS_FIELD, parameters);
             } else {
-                put_bytes_field(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
+                Out::bytes(out, RUN_INPUT_PARAMETERS_FIELD, parameters);
             }
             if escaped {
                 prost::encoding::bool::encode(RUN_INPUT_ESCAPED_CONTENT_FIELD, &escaped, out);
@@ -139,12 +140,12 @@ impl FrameEncoder {
                     WireType::LengthDelimited,
                     m.encoded_len() as u64,
                 );
-                put_bytes_field(out, CHAT_MESSAGE_ROLE_FIELD, &m.role);
-                put_bytes_field(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
+                Out::bytes(out, CHAT_MESSAGE_ROLE_FIELD, &m.role);
+                Out::bytes(out, CHAT_MESSAGE_EXTRA_FIELD, &m.extra_json);
                 if *slice {
                     put_sliced_field(out, &mut parts, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
                 } else {
-                    put_bytes_field(out, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
+                    Out::bytes(out, CHAT_MESSAGE_CONTENT_FIELD, &m.content);
                 }
             }
         }
@@ -170,16 +171,9 @@ fn put_sliced_field(out: &mut BytesMut, parts: &mut Vec<Bytes>, field: u32, byte
     parts.push(bytes.clone());
 }
 
-/// Writes a `bytes` field unless it is empty (as prost skips it).
-fn put_bytes_field(out: &mut impl BufMut, field: u32, bytes: &Bytes) {
-    if !bytes.is_empty() {
-        prost::encoding::bytes::encode(field, bytes, out);
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use bytes::BytesMut;
+    use bytes::{BufMut, BytesMut};
     use proptest::prelude::*;
     use proto::v1::{ChatMessage, RunInput};
     use proto::{Envelope, Msg};

@@ -127,11 +127,9 @@ fn a_wheel_sleep_fires_only_when_the_clock_reaches_it() {
     let cx = &mut noop();
     let mut sleep = Box::pin(timers.sleep_until(10));
     assert!(sleep.as_mut().poll(cx).is_pending());
-    clock.advance(9);
-    timers.poll();
+    pass(&clock, &timers, 9);
     assert!(sleep.as_mut().poll(cx).is_pending());
-    clock.advance(1);
-    timers.poll();
+    pass(&clock, &timers, 1);
     assert!(sleep.as_mut().poll(cx).is_ready());
     assert!(timers.is_empty());
     // A sleep dropped before its deadline leaves nothing on the wheel.
@@ -147,8 +145,7 @@ fn a_wheel_timeout_prefers_the_future_on_a_tie() {
     let cx = &mut noop();
     let mut waiting = Box::pin(timers.timeout(5, pending::<()>()));
     assert!(waiting.as_mut().poll(cx).is_pending());
-    clock.advance(5);
-    timers.poll();
+    pass(&clock, &timers, 5);
     assert_eq!(waiting.as_mut().poll(cx), Poll::Ready(None));
     let mut past = Box::pin(timers.sleep_until(5));
     assert!(past.as_mut().poll(cx).is_ready(), "already due");
