@@ -32,16 +32,17 @@ mod tunnel;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use framing::frame::TunnelOpen;
 use proto::v1::{
-    CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest,
-    ProviderTunnelRequest, RunInput, RunRequest, envelope::Msg,
+    CancelKind, CancelRequest, CancelResponse, NodeCommandKind, NodeCommandRequest, RunInput,
+    RunRequest, envelope::Msg,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
 pub use self::stream::{CommandStream, RunStream, is_terminal, run_event_text};
 use self::stream::{StreamHandle, cancel_answer};
 pub use self::tunnel::TunnelStream;
-use crate::link::inbox::CoreMsg;
+use crate::link::inbox::{CoreMsg, Opening};
 use crate::link::streams::{StreamIds, StreamKind, stream_channel};
 use crate::pool::Lease;
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
@@ -221,7 +222,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         principal: &str,
     ) -> Result<RunStream, SubmitError> {
         let target = self.leased(lease)?;
-        run.adapter = lease.provider().adapter.clone();
+        run.adapter = lease.provider().adapter.to_string();
         run.target = lease.target().to_owned();
         let run_id = self.run_ids.next();
         let credential_lease = self.credential(lease, || {
@@ -236,10 +237,10 @@ impl<D: NodeDirectory> Dispatcher<D> {
     pub fn open_tunnel_as(
         &self,
         lease: &Lease,
-        request: ProviderTunnelRequest,
+        request: impl Into<TunnelOpen>,
         principal: &str,
     ) -> Result<TunnelStream, SubmitError> {
-        self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
+        self.open_tunnel_sealing(lease, request.into(), |target, tunnel_id, api| {
             self.credential(lease, || {
                 self.lease_scope(lease, target, tunnel_id, principal, api)
             })
@@ -252,50 +253,43 @@ impl<D: NodeDirectory> Dispatcher<D> {
     pub fn open_tunnel_sealed_by(
         &self,
         lease: &Lease,
-        request: ProviderTunnelRequest,
+        request: impl Into<TunnelOpen>,
         principal: &str,
         seal: impl FnOnce(&crate::lease::LeaseScope) -> Result<bytes::Bytes, SubmitError>,
     ) -> Result<TunnelStream, SubmitError> {
-        self.open_tunnel_sealing(lease, request, |target, tunnel_id, api| {
+        self.open_tunnel_sealing(lease, request.into(), |target, tunnel_id, api| {
             seal(&self.lease_scope(lease, target, tunnel_id, principal, api))
         })
     }
 
+    /// Opens a raw provider tunnel (F16) on the provider `lease` holds:
+    /// `request` (a prost `ProviderTunnelRequest` or a [`TunnelOpen`]) with
+    /// its tunnel id, adapter and target filled in from the lease, and its
+    /// initial window when it has none.
+    pub fn open_tunnel(
+        &self,
+        lease: &Lease,
+        request: impl Into<TunnelOpen>,
+    ) -> Result<TunnelStream, SubmitError> {
+        self.open_tunnel_as(lease, request, "")
+    }
+
     /// Opens a tunnel on `lease`'s provider with the credential lease
-    /// `seal` makes for its target, tunnel id and API.
+    /// `seal` makes for its target, tunnel id and API. Its names are the
+    /// lease's own, shared: nothing is copied.
     fn open_tunnel_sealing(
         &self,
         lease: &Lease,
-        mut request: ProviderTunnelRequest,
+        mut request: TunnelOpen,
         seal: impl FnOnce(&Target, &str, &str) -> Result<bytes::Bytes, SubmitError>,
     ) -> Result<TunnelStream, SubmitError> {
         let target = self.leased(lease)?;
         let tunnel_id = self.run_ids.next();
         let api = crate::lease::api_of_path(&request.path);
         request.credential_lease = seal(&target, &tunnel_id, api)?;
-        self.open_tunnel_with(lease, target, tunnel_id, request)
-    }
-
-    /// Opens a raw provider tunnel (F16) on the provider `lease` holds.
-    /// `request.tunnel_id` is filled in.
-    pub fn open_tunnel(
-        &self,
-        lease: &Lease,
-        request: ProviderTunnelRequest,
-    ) -> Result<TunnelStream, SubmitError> {
-        self.open_tunnel_as(lease, request, "")
-    }
-
-    fn open_tunnel_with(
-        &self,
-        lease: &Lease,
-        target: Target,
-        tunnel_id: Arc<str>,
-        mut request: ProviderTunnelRequest,
-    ) -> Result<TunnelStream, SubmitError> {
-        request.tunnel_id = String::from(&*tunnel_id);
-        request.adapter = lease.provider().adapter.clone();
-        request.target = lease.target().to_owned();
+        request.tunnel_id = Arc::clone(&tunnel_id);
+        request.adapter = Arc::clone(&lease.provider().adapter);
+        request.target = Arc::clone(lease.shared_target());
         if request.initial_window == 0 {
             request.initial_window = self.stream_window;
         }
@@ -303,7 +297,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Tunnel,
             Some(Arc::clone(&tunnel_id)),
-            Msg::ProviderTunnelRequest(Box::new(request)),
+            Opening::Tunnel(request),
         )?;
         Ok(TunnelStream {
             handle,
@@ -356,7 +350,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Run,
             Some(Arc::clone(&run_id)),
-            Msg::RunRequest(Box::new(request)),
+            Opening::Msg(Msg::RunRequest(Box::new(request))),
         )?;
         Ok(RunStream {
             handle,
@@ -380,7 +374,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target,
             StreamKind::Command,
             None,
-            Msg::NodeCommandRequest(Box::new(request)),
+            Opening::Msg(Msg::NodeCommandRequest(Box::new(request))),
         )?;
         Ok(CommandStream { handle, kind })
     }
@@ -428,7 +422,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             node,
             StreamKind::Command,
             None,
-            Msg::NodeCommandRequest(Box::new(request)),
+            Opening::Msg(Msg::NodeCommandRequest(Box::new(request))),
         )?;
         Ok(CommandStream {
             handle,
@@ -462,7 +456,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             target_node,
             StreamKind::Cancel,
             None,
-            Msg::CancelRequest(Box::new(request)),
+            Opening::Msg(Msg::CancelRequest(Box::new(request))),
         )?;
         Ok(cancel_answer(handle).await)
     }
@@ -508,7 +502,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         target: Target,
         kind: StreamKind,
         run_id: Option<Arc<str>>,
-        msg: Msg,
+        msg: Opening,
     ) -> Result<StreamHandle, SubmitError> {
         let grant_at = stream::grant_threshold_of(&msg);
         let inbox = self

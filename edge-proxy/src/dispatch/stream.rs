@@ -11,7 +11,7 @@ use proto::v1::{
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::mpsc::error::TryRecvError;
 
-use crate::link::inbox::CoreMsg;
+use crate::link::inbox::{CoreMsg, Opening};
 use crate::link::streams::{StreamItem, StreamReceiver};
 
 /// One open stream on one node connection, from the caller's side. Dropping
@@ -283,11 +283,14 @@ pub(crate) fn tunnel_grant_threshold(window: u32) -> u32 {
 /// The grant threshold of the stream `open` starts: a run's
 /// [`grant_threshold`], a tunnel's [`tunnel_grant_threshold`], of the
 /// window it names; [`GRANT_AT_LEAST`] for any other stream.
-pub(crate) fn grant_threshold_of(open: &Msg) -> u32 {
+pub(crate) fn grant_threshold_of(open: &Opening) -> u32 {
     match open {
-        Msg::RunRequest(request) => grant_threshold(request.initial_window),
-        Msg::ProviderTunnelRequest(request) => tunnel_grant_threshold(request.initial_window),
-        _ => GRANT_AT_LEAST,
+        Opening::Msg(Msg::RunRequest(request)) => grant_threshold(request.initial_window),
+        Opening::Tunnel(request) => tunnel_grant_threshold(request.initial_window),
+        Opening::Msg(Msg::ProviderTunnelRequest(request)) => {
+            tunnel_grant_threshold(request.initial_window)
+        }
+        Opening::Msg(_) => GRANT_AT_LEAST,
     }
 }
 

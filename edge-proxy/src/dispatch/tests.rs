@@ -88,17 +88,24 @@ fn a_tunnel_grants_in_halves_of_its_window_and_a_run_in_quarters() {
         GRANT_AT_LEAST,
         "a window not known"
     );
-    let run = Msg::RunRequest(Box::new(RunRequest {
+    let run = Opening::Msg(Msg::RunRequest(Box::new(RunRequest {
         initial_window: 256 * 1024,
         ..RunRequest::default()
-    }));
-    let tunnel = Msg::ProviderTunnelRequest(Box::new(ProviderTunnelRequest {
+    })));
+    let tunnel = Opening::Tunnel(TunnelOpen {
         initial_window: 256 * 1024,
-        ..ProviderTunnelRequest::default()
-    }));
+        ..TunnelOpen::default()
+    });
+    let prost_tunnel = Opening::Msg(Msg::ProviderTunnelRequest(Box::new(
+        ProviderTunnelRequest {
+            initial_window: 256 * 1024,
+            ..ProviderTunnelRequest::default()
+        },
+    )));
     assert_eq!(grant_threshold_of(&run), 64 * 1024);
     assert_eq!(grant_threshold_of(&tunnel), 128 * 1024);
-    let other = Msg::CancelRequest(Box::default());
+    assert_eq!(grant_threshold_of(&prost_tunnel), 128 * 1024);
+    let other = Opening::Msg(Msg::CancelRequest(Box::default()));
     assert_eq!(grant_threshold_of(&other), GRANT_AT_LEAST);
 }
 

@@ -33,10 +33,13 @@
 //!   connection closed), so the client sees the truncation instead of a
 //!   clean end.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
+use framing::frame::TunnelOpen;
 use framing::http::NameSet;
 use proto::v1::provider_tunnel_frame::Frame;
-use proto::v1::{ExecutionFailure, FailureCode, Header, ProviderTunnelRequest};
+use proto::v1::{ExecutionFailure, FailureCode, Header};
 
 use super::error::{ApiError, from_failure};
 use super::gate::commit::{EndStep, FailureEnding, HeldHead, TunnelCommit};
@@ -115,36 +118,48 @@ fn tunnel_request(
     api: Api,
     request: &ParsedRequest,
     lease: &Lease,
-) -> Result<ProviderTunnelRequest, ApiError> {
+) -> Result<TunnelOpen, ApiError> {
     let strip_usage = api == Api::Chat && request.stream && !request.include_usage;
     let body = if strip_usage {
         request.body_asking_usage()?
     } else {
         request.body.clone()
     };
-    Ok(ProviderTunnelRequest {
-        method: "POST".into(),
-        path: api.path().into(),
-        headers: vec![
-            Header {
-                name: Bytes::from_static(b"content-type"),
-                value: Bytes::from_static(b"application/json"),
-            },
-            Header {
-                name: Bytes::from_static(b"accept"),
-                value: if request.stream {
-                    Bytes::from_static(b"text/event-stream")
-                } else {
-                    Bytes::from_static(b"application/json")
-                },
-            },
-        ],
+    // The dispatcher fills in the tunnel id, adapter and target.
+    Ok(TunnelOpen {
+        method: Cow::Borrowed("POST"),
+        path: Cow::Borrowed(api.path()),
+        headers: Cow::Borrowed(if request.stream {
+            &STREAMED_HEADERS
+        } else {
+            &WHOLE_HEADERS
+        }),
         body,
         response_stall_timeout_ms: lease.provider().response_stall_timeout_ms,
         extract_usage: true,
         strip_usage_event: strip_usage,
-        ..ProviderTunnelRequest::default()
+        ..TunnelOpen::default()
     })
+}
+
+/// The provider request's headers for a streamed answer.
+static STREAMED_HEADERS: [Header; 2] = request_headers(b"text/event-stream");
+
+/// The provider request's headers for a whole answer.
+static WHOLE_HEADERS: [Header; 2] = request_headers(b"application/json");
+
+/// A JSON body's headers, accepting `accept`.
+const fn request_headers(accept: &'static [u8]) -> [Header; 2] {
+    [
+        Header {
+            name: Bytes::from_static(b"content-type"),
+            value: Bytes::from_static(b"application/json"),
+        },
+        Header {
+            name: Bytes::from_static(b"accept"),
+            value: Bytes::from_static(accept),
+        },
+    ]
 }
 
 /// The stall was the tunnel's terminal: the gate decides, then the client

@@ -26,6 +26,7 @@ use proto::v1::{CancelKind, CancelRequest, envelope::Msg};
 mod opening;
 
 use super::core::Core;
+use super::inbox::Opening;
 use super::session::{EdgeSession, Output};
 use super::streams::{Delivered, StreamKind, StreamSink, StreamTable};
 use super::tls::IdentityRegistrar;
@@ -126,7 +127,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         stream_id: u64,
         kind: StreamKind,
         run_id: Option<std::sync::Arc<str>>,
-        msg: Msg,
+        msg: Opening,
         sink: StreamSink,
     ) -> Result<(), StreamSink> {
         if self.closing.is_closing() || !self.session.borrow().is_ready() {
@@ -145,7 +146,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         self.streams
             .borrow_mut()
             .open(stream_id, kind, sink, run_id)?;
-        for frame in frames {
+        for frame in frames.into_frames() {
             let _ = self.tx.send((stream_id, frame));
         }
         Ok(())

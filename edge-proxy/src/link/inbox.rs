@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use framing::frame::TunnelOpen;
 use proto::v1::envelope::Msg;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::mpsc::error::SendError;
@@ -21,6 +22,18 @@ use super::streams::{StreamKind, StreamSink};
 use crate::health::EvidenceOutcome;
 use crate::health::shard::{HealthUpdate, OverlayRoute};
 use crate::registry::{NodeDirectory, NodeRegistry, NodeState};
+
+/// The request that opens a stream ([`CoreMsg::Open`]).
+#[derive(Debug)]
+pub enum Opening {
+    /// A message prost writes: a run's request, a command, a cancel. (The
+    /// dispatcher opens every tunnel with [`Opening::Tunnel`]; a prost
+    /// tunnel request here is still written whole, its body copied.)
+    Msg(Msg),
+    /// A tunnel's request, built without a `String` a field (see
+    /// [`TunnelOpen`]).
+    Tunnel(TunnelOpen),
+}
 
 /// A request to the core that owns a node connection.
 #[derive(Debug)]
@@ -42,7 +55,7 @@ pub enum CoreMsg {
         /// The run id, for run streams (event bus, cancel on drop).
         run_id: Option<Arc<str>>,
         /// The request that opens the stream.
-        msg: Msg,
+        msg: Opening,
         /// Where the stream's frames go.
         sink: StreamSink,
     },

@@ -9,7 +9,7 @@ use proto::v1::{FailureCode, RegisterRequest, RunEventKind, envelope::Msg};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::core::Core;
-use super::inbox::CoreMsg;
+use super::inbox::{CoreMsg, Opening};
 use super::test_support::{Dir, link_shared};
 use crate::dispatch::{Dispatcher, SubmitRun};
 use crate::registry::NodeRegistry;
@@ -56,7 +56,7 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     let CoreMsg::Open {
         stream_id: 1,
         generation: g,
-        msg: Msg::RunRequest(ref request),
+        msg: Opening::Msg(Msg::RunRequest(ref request)),
         ..
     } = open
     else {
@@ -75,7 +75,8 @@ fn an_open_is_sent_with_a_fresh_id_and_a_refused_one_ends_in_one_terminal() {
     assert!(
         matches!(
             inbox1.try_recv(),
-            Ok(CoreMsg::Open { stream_id: 2, msg: Msg::RunRequest(ref r), .. }) if r.merge_deltas
+            Ok(CoreMsg::Open { stream_id: 2, msg: Opening::Msg(Msg::RunRequest(ref r)), .. })
+                if r.merge_deltas
         ),
         "the second run's open, stream 2, for a caller of the whole answer"
     );

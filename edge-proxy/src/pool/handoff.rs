@@ -90,7 +90,7 @@ impl Pools {
             .groups
             .get(lease.group())
             .is_some_and(|(_, group)| {
-                group.target == lease.target()
+                *group.target == *lease.target()
                     && group
                         .providers
                         .iter()
@@ -166,7 +166,7 @@ impl Pools {
             .iter()
             .filter(|p| {
                 &*p.node_id == node
-                    && p.adapter == probe.adapter
+                    && *p.adapter == *probe.adapter
                     && p.overlay.lowered() == Some((generation, probe.target.clone()))
             })
             .collect();

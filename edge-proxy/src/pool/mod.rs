@@ -59,8 +59,9 @@ pub struct Provider {
     pub id: String,
     /// The node it lives on (shared: every request's stream names it).
     pub node_id: Arc<str>,
-    /// The adapter instance name on that node.
-    pub adapter: String,
+    /// The adapter instance name on that node (shared: every tunnel it
+    /// opens names it).
+    pub adapter: Arc<str>,
     /// Its kind, which decides the wire (F17): tunnel or normalized run.
     pub kind: ProviderKind,
     /// Capacity (F19).
@@ -106,8 +107,8 @@ impl Provider {
 pub struct Group {
     /// The `model` clients ask for.
     pub name: String,
-    /// The target (model) on the providers.
-    pub target: String,
+    /// The target (model) on the providers (shared: every lease names it).
+    pub target: Arc<str>,
     providers: Vec<Arc<Provider>>,
     /// Each provider's weight, aligned with `providers`.
     weights: Vec<u32>,
@@ -126,7 +127,7 @@ impl Group {
 pub struct Lease {
     provider: Arc<Provider>,
     generation: u64,
-    target: String,
+    target: Arc<str>,
     group: Arc<str>,
     released: Arc<Notify>,
 }
@@ -144,6 +145,11 @@ impl Lease {
 
     /// The target on the provider.
     pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The target, shared (a tunnel's request names it without a copy).
+    pub fn shared_target(&self) -> &Arc<str> {
         &self.target
     }
 
@@ -214,7 +220,7 @@ impl Table {
                 let fresh = Provider {
                     id: spec.id.clone(),
                     node_id: Arc::from(node.id.as_str()),
-                    adapter: spec.adapter.clone(),
+                    adapter: Arc::from(spec.adapter.as_str()),
                     kind: spec.kind,
                     max_concurrency: spec.max_concurrency,
                     response_stall_timeout_ms: spec.response_stall_timeout_ms,
@@ -249,7 +255,7 @@ impl Table {
                     .collect();
                 let entry = Group {
                     name: group.name.clone(),
-                    target: group.target.clone(),
+                    target: Arc::from(group.target.as_str()),
                     providers: members,
                     weights,
                 };

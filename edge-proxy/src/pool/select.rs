@@ -72,7 +72,7 @@ impl Pools {
                 return Ok(Some(Lease {
                     provider: Arc::clone(provider),
                     generation,
-                    target: group.target.clone(),
+                    target: Arc::clone(&group.target),
                     group: Arc::clone(name),
                     released: Arc::clone(&self.released),
                 }));

@@ -40,7 +40,10 @@
 //! A body frame may carry several slices ([`MAX_BODY_PARTS`],
 //! [`FrameEncoder::encode_tunnel_body_parts`]): their concatenation is the
 //! body. [`FrameEncoder::encode_message`] encodes a borrowed message as the
-//! envelope holding it would be, without building (or boxing into) one.
+//! envelope holding it would be, without building (or boxing into) one; a
+//! [`TunnelOpen`] is a tunnel's request with shared and `'static` texts,
+//! written as prost writes the equal `ProviderTunnelRequest`
+//! ([`FrameEncoder::encode_tunnel_open`]).
 //!
 //! # Pieces
 //! A large frame may be sent as several `EnvelopePiece` frames
@@ -61,6 +64,7 @@ mod tunnel_batch;
 mod tunnel_decode;
 mod tunnel_encode;
 mod tunnel_headers;
+mod tunnel_open;
 #[cfg(test)]
 mod tunnel_tests;
 
@@ -69,6 +73,7 @@ pub use encode::{BodyFrame, FrameEncoder, MAX_BODY_PARTS};
 pub use pieces::{GATHERED_FRAMES, message_field};
 pub use run_request::{has_long_texts, unescape_content};
 pub use tunnel_batch::TunnelHead;
+pub use tunnel_open::TunnelOpen;
 
 /// Bytes of the big-endian `u32` length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;

@@ -164,18 +164,64 @@ impl Fields for Header {
 
 impl Fields for ProviderTunnelRequest {
     fn fields<O: Out>(&self, out: &mut O) {
+        RequestFields {
+            tunnel_id: &self.tunnel_id,
+            adapter: &self.adapter,
+            target: &self.target,
+            method: &self.method,
+            path: &self.path,
+            headers: &self.headers,
+            body: &self.body,
+            body_last: false,
+            response_stall_timeout_ms: self.response_stall_timeout_ms,
+            hard_timeout_ms: self.hard_timeout_ms,
+            credential_lease: &self.credential_lease,
+            initial_window: self.initial_window,
+            extract_usage: self.extract_usage,
+            strip_usage_event: self.strip_usage_event,
+        }
+        .fields(out);
+    }
+}
+
+/// A `ProviderTunnelRequest`'s fields, borrowed from the prost message or
+/// from a [`TunnelOpen`](super::TunnelOpen): one field list for both.
+pub(super) struct RequestFields<'a> {
+    pub(super) tunnel_id: &'a str,
+    pub(super) adapter: &'a str,
+    pub(super) target: &'a str,
+    pub(super) method: &'a str,
+    pub(super) path: &'a str,
+    pub(super) headers: &'a [Header],
+    pub(super) body: &'a [u8],
+    /// The body goes after every other field, as a trailing field
+    /// ([`Out::trailing`]: its bytes are the caller's slice), instead of in
+    /// field order.
+    pub(super) body_last: bool,
+    pub(super) response_stall_timeout_ms: u64,
+    pub(super) hard_timeout_ms: u64,
+    pub(super) credential_lease: &'a [u8],
+    pub(super) initial_window: u32,
+    pub(super) extract_usage: bool,
+    pub(super) strip_usage_event: bool,
+}
+
+impl Fields for RequestFields<'_> {
+    fn fields<O: Out>(&self, out: &mut O) {
         out.bytes(field::REQUEST_TUNNEL_ID, self.tunnel_id.as_bytes());
         out.bytes(field::REQUEST_ADAPTER, self.adapter.as_bytes());
         out.bytes(field::REQUEST_TARGET, self.target.as_bytes());
         out.bytes(field::REQUEST_METHOD, self.method.as_bytes());
         out.bytes(field::REQUEST_PATH, self.path.as_bytes());
-        for header in &self.headers {
+        for header in self.headers {
             out.message(field::REQUEST_HEADERS, header);
         }
-        out.bytes(TUNNEL_REQUEST_BODY_FIELD, &self.body);
+        if !self.body_last {
+            out.bytes(TUNNEL_REQUEST_BODY_FIELD, self.body);
+        }
         out.varint(field::REQUEST_STALL_MS, self.response_stall_timeout_ms);
         out.varint(field::REQUEST_HARD_MS, self.hard_timeout_ms);
-        out.bytes(field::REQUEST_CREDENTIAL_LEASE, &self.credential_lease);
+        out.bytes(field::REQUEST_CREDENTIAL_LEASE, self.credential_lease);
         out.varint(
             field::REQUEST_INITIAL_WINDOW,
             u64::from(self.initial_window),
@@ -185,6 +231,9 @@ impl Fields for ProviderTunnelRequest {
             field::REQUEST_STRIP_USAGE_EVENT,
             u64::from(self.strip_usage_event),
         );
+        if self.body_last {
+            out.trailing(TUNNEL_REQUEST_BODY_FIELD, self.body.len());
+        }
     }
 }
 

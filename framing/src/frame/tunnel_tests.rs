@@ -239,7 +239,7 @@ pub(super) fn any_usage() -> impl Strategy<Value = Usage> {
 }
 
 prop_compose! {
-    fn any_request()(
+    pub(super) fn any_request()(
         texts in proptest::array::uniform5(any_text()),
         headers in proptest::collection::vec(any_header(), 0..6),
         body in any_bytes(256),

@@ -6,15 +6,16 @@ use framing::frame::{FrameError, has_long_texts, unescape_content};
 use framing::link::Outgoing;
 use framing::outbound::Outbound;
 use framing::write_batch::COPY_MAX;
+use proto::Envelope;
 use proto::v1::provider_tunnel_frame::Frame as TunnelFrame;
 use proto::v1::{
     ExecutionFailure, FailureCode, FailureSide, ProviderTunnelFrame, RunEvent, RunEventKind,
     envelope::Msg,
 };
-use proto::{ENVELOPE_TUNNEL_REQUEST_FIELD, Envelope, TUNNEL_REQUEST_BODY_FIELD};
 
 use super::Conn;
 use crate::config::TUNNEL_FRAME_OVERHEAD;
+use crate::link::inbox::Opening;
 use crate::link::streams::StreamKind;
 use crate::registry::NodeDirectory;
 
@@ -28,9 +29,9 @@ impl<D: NodeDirectory + 'static> Conn<D> {
     pub(super) fn encode_open(
         &self,
         stream_id: u64,
-        mut msg: Msg,
-    ) -> Result<Vec<Outgoing>, FrameError> {
-        if let Msg::RunRequest(request) = &mut msg
+        mut msg: Opening,
+    ) -> Result<OpenFrames, FrameError> {
+        if let Opening::Msg(Msg::RunRequest(request)) = &mut msg
             && let Some(input) = request.input.as_mut()
             && !self.session.borrow().pastes_escaped_content()
         {
@@ -38,7 +39,7 @@ impl<D: NodeDirectory + 'static> Conn<D> {
         }
         let whole = self.encode_whole(stream_id, msg)?;
         let Some(peer_max) = self.session.borrow().gathers_pieces_up_to() else {
-            return Ok(vec![whole]);
+            return Ok(OpenFrames::Whole(whole));
         };
         // A piece's own head fits the room a body frame keeps for its head.
         let room = usize::try_from(TUNNEL_FRAME_OVERHEAD).unwrap_or(usize::MAX);
@@ -49,39 +50,35 @@ impl<D: NodeDirectory + 'static> Conn<D> {
                 .chain(frame.parts())
                 .cloned()
                 .collect(),
-            _ => return Ok(vec![whole]),
+            _ => return Ok(OpenFrames::Whole(whole)),
         };
         let pieces = self
             .core
             .encoder
             .borrow_mut()
             .encode_pieces(stream_id, frame, piece_len)?;
-        Ok(pieces.into_iter().map(Outgoing::Body).collect())
+        Ok(OpenFrames::Pieces(
+            pieces.into_iter().map(Outgoing::Body).collect(),
+        ))
     }
 
     /// The one frame that opens stream `stream_id` with `msg`. A long prompt
     /// is not copied into it: a tunnel request's body goes last, as its own
     /// slice of the write (as the Node's response bodies do), and so do a
     /// run's long message texts and long parameters (an agent's tools).
-    fn encode_whole(&self, stream_id: u64, msg: Msg) -> Result<Outgoing, FrameError> {
+    fn encode_whole(&self, stream_id: u64, msg: Opening) -> Result<Outgoing, FrameError> {
         let mut encoder = self.core.encoder.borrow_mut();
         match msg {
-            Msg::ProviderTunnelRequest(mut request) if request.body.len() > COPY_MAX => {
-                let body = std::mem::take(&mut request.body);
-                encoder
-                    .encode_with_trailing_bytes(
-                        stream_id,
-                        ENVELOPE_TUNNEL_REQUEST_FIELD,
-                        &request,
-                        TUNNEL_REQUEST_BODY_FIELD,
-                        body,
-                    )
-                    .map(Outgoing::Body)
-            }
-            Msg::RunRequest(request) if has_long_texts(&request) => encoder
+            Opening::Tunnel(request) if request.body.len() > COPY_MAX => encoder
+                .encode_tunnel_open_sliced(stream_id, &request)
+                .map(Outgoing::Body),
+            Opening::Tunnel(request) => encoder
+                .encode_tunnel_open(stream_id, &request)
+                .map(Outgoing::Frame),
+            Opening::Msg(Msg::RunRequest(request)) if has_long_texts(&request) => encoder
                 .encode_run_request(stream_id, *request)
                 .map(Outgoing::Body),
-            msg => encoder
+            Opening::Msg(msg) => encoder
                 .encode(&Envelope {
                     stream_id,
                     msg: Some(msg),
@@ -127,5 +124,25 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             stream_id,
             msg: Some(msg),
         });
+    }
+}
+
+/// The frames that open a stream: its request whole (no allocation for
+/// the list), or in pieces.
+pub(super) enum OpenFrames {
+    /// One frame.
+    Whole(Outgoing),
+    /// The request's pieces, in order.
+    Pieces(Vec<Outgoing>),
+}
+
+impl OpenFrames {
+    /// The frames in the order they are written.
+    pub(super) fn into_frames(self) -> impl Iterator<Item = Outgoing> {
+        let (whole, pieces) = match self {
+            Self::Whole(frame) => (Some(frame), Vec::new()),
+            Self::Pieces(pieces) => (None, pieces),
+        };
+        whole.into_iter().chain(pieces)
     }
 }
