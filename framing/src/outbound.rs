@@ -128,6 +128,12 @@ impl Outbound {
         (!self.batch.is_empty()).then(|| self.batch.take())
     }
 
+    /// Takes back a batch [`take`](Self::take) handed out, once written
+    /// (see [`WriteBatch::recycle`]).
+    pub fn recycle(&mut self, done: WriteSlices) {
+        self.batch.recycle(done);
+    }
+
     /// How the last write went: `whole` when the kernel took every write at
     /// once (see [`WriteBatch::paced`]).
     pub fn paced(&mut self, whole: bool) {

@@ -103,6 +103,9 @@ pub struct WriteBatch {
     closed: bool,
     /// Bytes at which it is full ([`WriteBatch::limit`]).
     limit: usize,
+    /// A written batch's lists, emptied, for the next [`WriteBatch::take`]
+    /// (see [`WriteBatch::recycle`]).
+    spare: Option<(Vec<Bytes>, Vec<usize>)>,
 }
 
 impl Default for WriteBatch {
@@ -114,6 +117,7 @@ impl Default for WriteBatch {
             ends: Vec::new(),
             closed: false,
             limit: MAX_BATCH_BYTES,
+            spare: None,
         }
     }
 }
@@ -239,19 +243,41 @@ impl WriteBatch {
     /// stays recorded).
     pub fn take(&mut self) -> WriteSlices {
         self.seal();
-        // The next batch's lists are made at their usual size at once:
-        // grown from empty push by push they were ~2 allocations and a
-        // `realloc` a batch (`bench-results/profiles.md`, round 37).
-        let slices = std::mem::replace(&mut self.slices, Vec::with_capacity(LIST_CAPACITY));
+        // The next batch's lists are a written batch's, handed back
+        // ([`recycle`](Self::recycle)), or made at their usual size at
+        // once: grown from empty push by push they were ~2 allocations and
+        // a `realloc` a batch (`bench-results/profiles.md`, round 37).
+        let (slices, ends) = self.spare.take().unwrap_or_else(|| {
+            (
+                Vec::with_capacity(LIST_CAPACITY),
+                Vec::with_capacity(LIST_CAPACITY),
+            )
+        });
         let remaining = std::mem::take(&mut self.len);
         WriteSlices {
-            slices,
+            slices: std::mem::replace(&mut self.slices, slices),
             first: 0,
             remaining,
             written: 0,
-            ends: std::mem::replace(&mut self.ends, Vec::with_capacity(LIST_CAPACITY)),
+            ends: std::mem::replace(&mut self.ends, ends),
             next_end: 0,
         }
+    }
+
+    /// Takes back a batch [`take`](Self::take) handed out, once written:
+    /// its slices are let go and its lists kept, emptied, for the next
+    /// batch, so a writer that hands each one back makes no lists batch
+    /// after batch (two allocations a write, each side of the link, a
+    /// small request's; `bench-results/profiles.md`, round 50).
+    pub fn recycle(&mut self, done: WriteSlices) {
+        let WriteSlices {
+            mut slices,
+            mut ends,
+            ..
+        } = done;
+        slices.clear();
+        ends.clear();
+        self.spare = Some((slices, ends));
     }
 
     /// Copies `bytes` into the current copy segment. Room is made

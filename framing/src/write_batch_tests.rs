@@ -173,6 +173,34 @@ fn a_full_batch_leaves_the_rest_queued() {
 }
 
 #[test]
+fn written_batches_handed_back_lend_their_lists_and_let_their_slices_go() {
+    let body = Bytes::from(vec![7u8; 100]);
+    let mut batch = WriteBatch::new();
+    batch.push(Outgoing::Body(body_frame(1, &body)));
+    batch.push(Outgoing::Frame(Bytes::from_static(b"ping")));
+    let mut first = batch.take();
+    let shared = first.slices()[1].clone();
+    let lists = (first.slices.as_ptr(), first.ends.as_ptr());
+    first.advance(first.len());
+    batch.recycle(first);
+    assert!(shared.is_unique(), "the written slices are let go");
+
+    // Two batches in turn, each handed back once written: the lists go
+    // round, and each batch holds only its own frames.
+    batch.push(Outgoing::Frame(Bytes::from_static(b"ping")));
+    let second = batch.take();
+    batch.recycle(second);
+    batch.push(Outgoing::Frame(Bytes::from_static(b"pong")));
+    batch.push(Outgoing::Body(body_frame(2, &body)));
+    let third = batch.take();
+    assert_eq!((third.slices.as_ptr(), third.ends.as_ptr()), lists);
+    assert_eq!(third.ends.len(), 2);
+    let mut expected = b"pong".to_vec();
+    expected.extend(wire(&Outgoing::Body(body_frame(2, &body))));
+    assert_eq!(concat(third.slices()), expected);
+}
+
+#[test]
 fn advance_slices_without_copying() {
     let mut batch = WriteBatch::new();
     let body = Bytes::from(vec![9u8; 50]);

@@ -372,23 +372,26 @@ impl<D: NodeDirectory + 'static> Conn<D> {
             }
             let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
             self.end_withdrawn(&mut outbound);
-            if let Some(batch) = outbound.take() {
+            if let Some(mut batch) = outbound.take() {
                 // Commands that come while the write is under way wait their
                 // turn; a withdrawal among them ends its stream now, not when
                 // a stalled peer lets the write finish.
-                let write = write_half.write_overtaking(batch, &mut urgent);
-                let mut write = std::pin::pin!(write);
-                let written = loop {
-                    monoio::select! {
-                        biased;
-                        written = &mut write => break written,
-                        cmd = rx.recv(), if open => match cmd {
-                            Some((stream_id, cmd)) => outbound.hold(stream_id, cmd),
-                            None => open = false,
-                        },
+                let written = {
+                    let write = write_half.write_overtaking(&mut batch, &mut urgent);
+                    let mut write = std::pin::pin!(write);
+                    loop {
+                        monoio::select! {
+                            biased;
+                            written = &mut write => break written,
+                            cmd = rx.recv(), if open => match cmd {
+                                Some((stream_id, cmd)) => outbound.hold(stream_id, cmd),
+                                None => open = false,
+                            },
+                        }
+                        self.end_withdrawn(&mut outbound);
                     }
-                    self.end_withdrawn(&mut outbound);
                 };
+                outbound.recycle(batch);
                 match written {
                     Ok(whole) => outbound.paced(whole),
                     Err(_) => {

@@ -312,12 +312,12 @@ impl LinkWriter {
     /// whole (see [`write_some`](Self::write_some)).
     pub(crate) async fn write_overtaking(
         &mut self,
-        mut slices: WriteSlices,
+        slices: &mut WriteSlices,
         urgent: &mut local_sync::mpsc::unbounded::Rx<Bytes>,
     ) -> io::Result<bool> {
         let mut whole = true;
         while !slices.is_empty() {
-            whole &= self.write_some(&mut slices).await?;
+            whole &= self.write_some(slices).await?;
             if let Some(out) = slices.overtake(std::iter::from_fn(|| urgent.try_recv().ok())) {
                 self.write_all(out).await?;
             }

@@ -177,9 +177,12 @@ fn a_heartbeat_overtakes_a_batch_the_socket_cannot_take_at_once() {
                 // after the first partial write, between two frames.
                 let (urgent_tx, mut urgent) = local_sync::mpsc::unbounded::channel();
                 urgent_tx.send(pong).unwrap();
-                let slices = batch.take();
+                let mut slices = batch.take();
                 let sending = monoio::spawn(async move {
-                    writer.write_overtaking(slices, &mut urgent).await.unwrap();
+                    writer
+                        .write_overtaking(&mut slices, &mut urgent)
+                        .await
+                        .unwrap();
                     writer.shutdown().await.unwrap();
                 });
                 let mut decoder = FrameDecoder::new(1 << 20);

@@ -324,8 +324,10 @@ impl Link {
             // Small frames copied together, tunnel bodies as their own
             // slices, all in one `writev` (zero copy for bodies).
             let close = outbound.fill(waited, || urgent.try_recv().ok(), || rx.try_recv().ok());
-            if let Some(batch) = outbound.take() {
-                match write_half.write_overtaking(batch, &mut urgent).await {
+            if let Some(mut batch) = outbound.take() {
+                let written = write_half.write_overtaking(&mut batch, &mut urgent).await;
+                outbound.recycle(batch);
+                match written {
                     Ok(whole) => outbound.paced(whole),
                     Err(_) => {
                         self.session

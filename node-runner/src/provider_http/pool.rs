@@ -11,6 +11,8 @@
 //! - [`Pool::checkin`] parks a connection with its idle-since time; when the
 //!   key already holds [`PoolConfig::max_idle_per_host`] connections the
 //!   oldest is dropped. A limit of 0 disables pooling.
+//! - A key's queue stays when it empties (the next check-in reuses it);
+//!   [`Pool::evict_expired`] lets empty ones go.
 //! - Only the client decides *whether* a connection may be parked (the
 //!   previous response fully read, keep-alive on both sides, no stray bytes);
 //!   this module only keeps count and time.
@@ -97,11 +99,12 @@ impl<C> Pool<C> {
         {
             queue.pop_front();
         }
-        let conn = queue.pop_back().map(|idle| idle.conn);
-        if queue.is_empty() {
-            self.idle.remove(key);
-        }
-        conn
+        // An emptied key keeps its queue: the connection is parked again
+        // when its answer is read, and a queue made anew each time was an
+        // allocation and two map updates a request
+        // (`bench-results/profiles.md`, round 50). A pool has a key per
+        // provider host, so what stays is bounded.
+        queue.pop_back().map(|idle| idle.conn)
     }
 
     /// Parks `conn` as idle since `now_ms`. Returns false when it was not
@@ -215,6 +218,20 @@ mod tests {
         let mut p = pool(0, 1_000);
         assert!(!p.checkin(key(1), 1, 0));
         assert_eq!(p.checkout(&key(1), 0), None);
+    }
+
+    #[test]
+    fn an_emptied_key_keeps_its_queue_until_evicted() {
+        let mut p = pool(4, 100);
+        p.checkin(key(1), 1, 0);
+        assert_eq!(p.checkout(&key(1), 10), Some(1));
+        let kept = p.idle.get(&key(1)).expect("the emptied queue stays");
+        assert!(kept.is_empty() && kept.capacity() > 0);
+        assert_eq!(p.total_idle(), 0);
+        p.checkin(key(1), 2, 20);
+        assert_eq!(p.checkout(&key(1), 30), Some(2));
+        p.evict_expired(40);
+        assert!(p.idle.is_empty(), "an empty queue goes at eviction");
     }
 
     #[test]
