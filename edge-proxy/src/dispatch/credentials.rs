@@ -43,7 +43,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
             model_group: lease.group().to_owned(),
             slot: slot.to_owned(),
             provider_id: provider.id.clone(),
-            adapter: provider.adapter.to_string(),
+            adapter: String::from(&*provider.adapter),
             target: lease.target().to_owned(),
             node_id: target.node_id.to_string(),
             generation: target.generation,

@@ -222,7 +222,7 @@ impl<D: NodeDirectory> Dispatcher<D> {
         principal: &str,
     ) -> Result<RunStream, SubmitError> {
         let target = self.leased(lease)?;
-        run.adapter = lease.provider().adapter.to_string();
+        run.adapter = String::from(&*lease.provider().adapter);
         run.target = lease.target().to_owned();
         let run_id = self.run_ids.next();
         let credential_lease = self.credential(lease, || {

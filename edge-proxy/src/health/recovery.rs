@@ -112,7 +112,7 @@ impl ProbeSchedule {
                 provider_id: provider.id.clone(),
                 node_id: provider.node_id.to_string(),
                 generation,
-                adapter: provider.adapter.to_string(),
+                adapter: String::from(&*provider.adapter),
                 target,
             });
         }

@@ -107,9 +107,9 @@ impl From<ProviderTunnelRequest> for TunnelOpen {
 impl From<TunnelOpen> for ProviderTunnelRequest {
     fn from(open: TunnelOpen) -> Self {
         Self {
-            tunnel_id: open.tunnel_id.to_string(),
-            adapter: open.adapter.to_string(),
-            target: open.target.to_string(),
+            tunnel_id: String::from(&*open.tunnel_id),
+            adapter: String::from(&*open.adapter),
+            target: String::from(&*open.target),
             method: open.method.into_owned(),
             path: open.path.into_owned(),
             headers: open.headers.into_owned(),

@@ -19,7 +19,7 @@ use super::{SENTINEL, assert_no_secret, authority, lease_for, now_ms, pinned, se
 fn adapter_of(stack: &Stack, provider_id: &str) -> String {
     let providers = stack.edge.pools.providers();
     let provider = providers.iter().find(|p| p.id == provider_id).unwrap();
-    provider.adapter.to_string()
+    String::from(&*provider.adapter)
 }
 
 /// The final answer of a CAPABILITIES command.
