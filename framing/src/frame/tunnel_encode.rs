@@ -164,25 +164,35 @@ impl Fields for Header {
 
 impl Fields for ProviderTunnelRequest {
     fn fields<O: Out>(&self, out: &mut O) {
-        RequestFields {
-            tunnel_id: &self.tunnel_id,
-            adapter: &self.adapter,
-            target: &self.target,
-            method: &self.method,
-            path: &self.path,
-            headers: &self.headers,
-            body: &self.body,
-            body_last: false,
-            response_stall_timeout_ms: self.response_stall_timeout_ms,
-            hard_timeout_ms: self.hard_timeout_ms,
-            credential_lease: &self.credential_lease,
-            initial_window: self.initial_window,
-            extract_usage: self.extract_usage,
-            strip_usage_event: self.strip_usage_event,
-        }
-        .fields(out);
+        request_fields!(self, false).fields(out);
     }
 }
+
+/// The [`RequestFields`] of `$request`, anything with a
+/// `ProviderTunnelRequest`'s fields by name (the prost message, a
+/// [`TunnelOpen`](super::TunnelOpen)), its body last when `$body_last`.
+macro_rules! request_fields {
+    ($request:expr, $body_last:expr) => {{
+        let request = $request;
+        RequestFields {
+            tunnel_id: &request.tunnel_id,
+            adapter: &request.adapter,
+            target: &request.target,
+            method: &request.method,
+            path: &request.path,
+            headers: &request.headers,
+            body: &request.body,
+            body_last: $body_last,
+            response_stall_timeout_ms: request.response_stall_timeout_ms,
+            hard_timeout_ms: request.hard_timeout_ms,
+            credential_lease: &request.credential_lease,
+            initial_window: request.initial_window,
+            extract_usage: request.extract_usage,
+            strip_usage_event: request.strip_usage_event,
+        }
+    }};
+}
+pub(super) use request_fields;
 
 /// A `ProviderTunnelRequest`'s fields, borrowed from the prost message or
 /// from a [`TunnelOpen`](super::TunnelOpen): one field list for both.

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use proto::ENVELOPE_TUNNEL_REQUEST_FIELD;
 use proto::v1::{Header, ProviderTunnelRequest};
 
-use super::tunnel_encode::RequestFields;
+use super::tunnel_encode::{RequestFields, request_fields};
 use super::{BodyFrame, FrameEncoder, FrameError};
 
 /// A `ProviderTunnelRequest` whose texts are shared or `'static`; see the
@@ -65,22 +65,7 @@ impl TunnelOpen {
     /// after every other field (see
     /// [`FrameEncoder::encode_tunnel_open_sliced`]).
     fn fields(&self, body_last: bool) -> RequestFields<'_> {
-        RequestFields {
-            tunnel_id: &self.tunnel_id,
-            adapter: &self.adapter,
-            target: &self.target,
-            method: &self.method,
-            path: &self.path,
-            headers: &self.headers,
-            body: &self.body,
-            body_last,
-            response_stall_timeout_ms: self.response_stall_timeout_ms,
-            hard_timeout_ms: self.hard_timeout_ms,
-            credential_lease: &self.credential_lease,
-            initial_window: self.initial_window,
-            extract_usage: self.extract_usage,
-            strip_usage_event: self.strip_usage_event,
-        }
+        request_fields!(self, body_last)
     }
 }
 
