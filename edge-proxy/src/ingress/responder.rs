@@ -6,11 +6,12 @@
 //! `writev`; body pieces written while corked leave as one chunk (one size
 //! line before the slices, one CRLF after them; nothing is copied).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use framing::blocks::Blocks;
 use framing::http::{ChunkedEncoder, write_response_head};
 use monoio::io::OwnedWriteHalf;
 use monoio::net::TcpStream;
@@ -47,19 +48,31 @@ fn shorter<'s, 'l: 's>(field: (&'l [u8], &'l [u8])) -> (&'s [u8], &'s [u8]) {
     field
 }
 
+thread_local! {
+    /// This core's relayed heads are cut from blocks they share (see
+    /// `framing::blocks`): a head a request had been a buffer of its own
+    /// and the shared header made when it was frozen, two allocations
+    /// (`bench-results/profiles.md`, round 50).
+    static HEADS: RefCell<Blocks> = RefCell::new(Blocks::new(HEAD_BLOCK));
+}
+
+/// The blocks relayed heads are cut from: a few dozen heads each.
+const HEAD_BLOCK: usize = 16 * 1024;
+
 /// A relayed body's head: the server's fields, then `fields`; `None` when
 /// a field cannot be written (not a token, or a control byte in a value).
 fn relayed_head<'h>(
     status: u16,
     fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
 ) -> Option<Bytes> {
-    let mut head = BytesMut::with_capacity(512);
     let fields = SERVER_HEADERS
         .iter()
         .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
         .chain(fields);
-    write_response_head(&mut head, status, fields).ok()?;
-    Some(head.freeze())
+    HEADS
+        .with_borrow_mut(|heads| heads.cut(512, |head| write_response_head(head, status, fields)))
+        .ok()
+        .map(BytesMut::freeze)
 }
 
 /// How a relayed body is framed on the wire.
