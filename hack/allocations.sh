@@ -54,29 +54,11 @@ remove_probes() { perf probe -q -d "$group:*" >/dev/null 2>&1 || true; }
 # bench_cleanup reads the exit status first: keep it for it.
 trap 'rc=$?; remove_probes; (exit "$rc"); bench_cleanup' EXIT
 
-# client URL MODEL N CONNECTIONS: N small chats over CONNECTIONS keep-alive
-# connections; fails on any answer that is not a 200.
+# client URL MODEL N CONNECTIONS: N small chats ("hi") over CONNECTIONS
+# keep-alive connections (hack/lib/chat_client.py); fails on any answer
+# that is not a 200.
 client() {
-  python3 - "$@" <<'PY'
-import http.client, json, sys, threading, urllib.parse
-url, model, n, conns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-host = urllib.parse.urlsplit(url).netloc
-body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-failed = []
-def run(count):
-    conn = http.client.HTTPConnection(host, timeout=60)
-    for _ in range(count):
-        conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
-        answer = conn.getresponse()
-        answer.read()
-        if answer.status != 200:
-            failed.append(answer.status)
-threads = [threading.Thread(target=run, args=(n // conns + (i < n % conns),)) for i in range(conns)]
-for t in threads: t.start()
-for t in threads: t.join()
-if failed:
-    sys.exit(f"{len(failed)} of {n} requests failed: {sorted(set(failed))}")
-PY
+  python3 hack/lib/chat_client.py "$1" "$2" "$3" "" chat 0 0 "" "" "$4"
 }
 
 # sites REQUESTS < perf script output: "total" and one line a site, each

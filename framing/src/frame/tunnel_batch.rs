@@ -164,14 +164,14 @@ fn batch<'a>(
 
 #[cfg(test)]
 mod tests {
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use proptest::prelude::*;
     use proto::v1::provider_tunnel_frame::Frame;
     use proto::v1::{ProviderTunnelFrame, TunnelBatch, TunnelEnd, TunnelHeaders, TunnelStatus};
     use proto::{Envelope, Msg};
 
-    use super::super::tunnel_tests::{any_usage, frame_by_prost};
-    use super::super::{BodyFrame, FrameDecoder, FrameEncoder, FrameError, MAX_BODY_PARTS};
+    use super::super::tunnel_tests::{any_usage, decoded, frame_by_prost, joined};
+    use super::super::{BodyFrame, FrameEncoder, FrameError, MAX_BODY_PARTS};
 
     type Pairs<'a> = [(&'a [u8], &'a [u8])];
 
@@ -182,23 +182,6 @@ mod tests {
                 frame: Some(Frame::Batch(Box::new(batch))),
             })),
         }
-    }
-
-    /// A frame's head and slices, joined as the writer sends them.
-    fn joined(frame: &BodyFrame) -> Bytes {
-        let mut wire = BytesMut::from(&frame.head[..]);
-        frame.parts().for_each(|part| wire.extend_from_slice(part));
-        wire.freeze()
-    }
-
-    fn decoded(wire: &Bytes) -> Envelope {
-        let mut buf = BytesMut::from(&wire[..]);
-        let envelope = FrameDecoder::new(1 << 20)
-            .decode(&mut buf)
-            .unwrap()
-            .unwrap();
-        assert!(buf.is_empty());
-        envelope
     }
 
     /// What our encoder writes of a batch, and what prost writes of it.

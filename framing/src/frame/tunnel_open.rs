@@ -150,26 +150,17 @@ impl FrameEncoder {
 
 #[cfg(test)]
 mod tests {
-    use bytes::BytesMut;
     use proptest::prelude::*;
     use proto::{Envelope, Msg};
 
     use super::*;
-    use crate::frame::FrameDecoder;
-    use crate::frame::tunnel_tests::{any_request, frame_by_prost};
+    use crate::frame::tunnel_tests::{any_request, decoded, frame_by_prost, joined};
 
     fn envelope(stream_id: u64, request: ProviderTunnelRequest) -> Envelope {
         Envelope {
             stream_id,
             msg: Some(Msg::ProviderTunnelRequest(Box::new(request))),
         }
-    }
-
-    /// The frame's bytes, head and body slices in order.
-    fn joined(frame: &BodyFrame) -> Bytes {
-        let mut out = BytesMut::from(&frame.head[..]);
-        frame.parts().for_each(|part| out.extend_from_slice(part));
-        out.freeze()
     }
 
     static FIXED: [Header; 2] = [
@@ -208,12 +199,7 @@ mod tests {
         );
         let sliced = encoder.encode_tunnel_open_sliced(300, &open).unwrap();
         assert_eq!(sliced.body.as_ptr(), open.body.as_ptr(), "not copied");
-        let mut rx = BytesMut::from(&joined(&sliced)[..]);
-        assert_eq!(
-            FrameDecoder::default().decode(&mut rx).unwrap(),
-            Some(prost)
-        );
-        assert!(rx.is_empty());
+        assert_eq!(decoded(&joined(&sliced)), prost);
     }
 
     #[test]
@@ -252,9 +238,7 @@ mod tests {
                 frame_by_prost(&prost)
             );
             let sliced = encoder.encode_tunnel_open_sliced(stream_id, &open).unwrap();
-            let mut rx = BytesMut::from(&joined(&sliced)[..]);
-            prop_assert_eq!(FrameDecoder::default().decode(&mut rx).unwrap(), Some(prost));
-            prop_assert!(rx.is_empty());
+            prop_assert_eq!(decoded(&joined(&sliced)), prost);
         }
     }
 }

@@ -13,7 +13,7 @@ use proto::v1::{
 use proto::{Envelope, Msg};
 
 use super::tunnel_decode::decode;
-use super::{FrameEncoder, FrameError};
+use super::{BodyFrame, FrameDecoder, FrameEncoder, FrameError};
 
 fn bytes_of(envelope: &Envelope) -> Bytes {
     Bytes::from(envelope.encode_to_vec())
@@ -28,6 +28,24 @@ pub(super) fn frame_by_prost(envelope: &Envelope) -> Bytes {
     let mut out = (envelope.encoded_len() as u32).to_be_bytes().to_vec();
     envelope.encode(&mut out).unwrap();
     Bytes::from(out)
+}
+
+/// A frame's head and slices, joined as the writer sends them.
+pub(super) fn joined(frame: &BodyFrame) -> Bytes {
+    let mut wire = BytesMut::from(&frame.head[..]);
+    frame.parts().for_each(|part| wire.extend_from_slice(part));
+    wire.freeze()
+}
+
+/// The one envelope `wire` holds, read by the frame decoder to its end.
+pub(super) fn decoded(wire: &Bytes) -> Envelope {
+    let mut buf = BytesMut::from(&wire[..]);
+    let envelope = FrameDecoder::new(1 << 20)
+        .decode(&mut buf)
+        .unwrap()
+        .unwrap();
+    assert!(buf.is_empty());
+    envelope
 }
 
 fn on(stream_id: u64, msg: Msg) -> Envelope {
