@@ -298,8 +298,8 @@ impl AdapterConfig {
 
     /// A `method path` request to this provider, with the configured
     /// headers (e.g. the Ollama API tunnel of the node commands, F14).
-    pub fn request(&self, method: &'static str, path: &str) -> ProviderRequest {
-        let mut request = ProviderRequest::new(method, self.base.clone(), path.to_owned());
+    pub fn request(&self, method: &'static str, path: impl Into<String>) -> ProviderRequest {
+        let mut request = ProviderRequest::new(method, self.base.clone(), path);
         for (name, value) in &self.headers {
             request = request.header(name.clone(), value.clone());
         }

@@ -329,7 +329,7 @@ impl RunManager {
                 ),
             },
             Some(Msg::NodeCommandRequest(request)) => self.command(stream_id, *request),
-            Some(Msg::ProviderTunnelRequest(request)) => self.start_tunnel(stream_id, *request),
+            Some(Msg::ProviderTunnelRequest(request)) => self.start_tunnel(stream_id, request),
             Some(Msg::WindowUpdate(update)) => self.grant(stream_id, update.increment),
             _ => tracing::debug!(stream_id, "unexpected work frame ignored"),
         }
@@ -360,7 +360,9 @@ impl RunManager {
 #[derive(Debug)]
 pub(crate) struct TargetHealth {
     adapter: Rc<AnyAdapter>,
-    target: String,
+    /// The stream's run: its target is the one probed (shared, not copied:
+    /// a probe is rare, a run's start is not).
+    run: Arc<RunInfo>,
     shared: Arc<GenShared>,
     /// The stalled request's own opened credential (F29), if any.
     credential: Option<crate::lease::OpenedCredential>,
@@ -371,7 +373,7 @@ impl HealthCheck for TargetHealth {
         let timeout = self.adapter.config().health_timeout();
         let credential = self.credential.as_ref();
         self.adapter
-            .probe_health(&self.target, timeout, credential)
+            .probe_health(&self.run.target, timeout, credential)
             .await
     }
 

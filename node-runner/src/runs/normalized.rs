@@ -84,7 +84,7 @@ impl RunManager {
         let watchdog = self.watchdog(
             StallKind::Run,
             &adapter,
-            &spec.target,
+            &info,
             stall_timeout_ms,
             spec.credential.clone(),
         );
@@ -154,16 +154,16 @@ impl RunManager {
         monoio::spawn(task);
     }
 
-    /// The stall watchdog of a run or tunnel on `adapter`/`target` (F21):
-    /// the effective timeout, the exact-target probe under the adapter's
-    /// probe bound, and this connection's observation sequence (F23). The
-    /// probe carries the request's opened `credential` (F29), dropped with
-    /// the watchdog when the request ends.
+    /// The stall watchdog of a run or tunnel on `adapter` (F21): the
+    /// effective timeout, the exact-target probe of `run`'s target under the
+    /// adapter's probe bound, and this connection's observation sequence
+    /// (F23). The probe carries the request's opened `credential` (F29),
+    /// dropped with the watchdog when the request ends.
     pub(super) fn watchdog(
         &self,
         kind: StallKind,
         adapter: &Rc<AnyAdapter>,
-        target: &str,
+        run: &Arc<RunInfo>,
         stall_timeout_ms: u64,
         credential: Option<crate::lease::OpenedCredential>,
     ) -> Watchdog<TargetHealth> {
@@ -175,7 +175,7 @@ impl RunManager {
             probe_timeout: adapter.config().health_timeout(),
             health: TargetHealth {
                 adapter: Rc::clone(adapter),
-                target: target.to_owned(),
+                run: Arc::clone(run),
                 shared: Arc::clone(&self.shared),
                 credential,
             },

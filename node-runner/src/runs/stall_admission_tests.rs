@@ -1,6 +1,7 @@
 //! F20 at the run manager, on a manual-clock core wheel: an invalid raw
 //! stall timeout is refused before any provider call, and a wire 0 arms
-//! the 300 000 ms default.
+//! the 300 000 ms default; a tunnel its adapter refuses (F16) ends with its
+//! one typed terminal and gives its capacity back.
 
 use std::rc::Rc;
 
@@ -146,4 +147,57 @@ fn a_wire_zero_stall_timeout_arms_the_300_s_default() {
         assert_eq!(f.health_observation_seq, Some(1));
     });
     drop(provider);
+}
+
+#[test]
+fn a_tunnel_its_adapter_refuses_ends_typed_before_any_provider_call() {
+    use proto::v1::ProviderTunnelRequest;
+    use proto::v1::provider_tunnel_frame::Frame;
+
+    let provider = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    provider.set_nonblocking(true).expect("nonblocking");
+    let base = format!("http://{}", provider.local_addr().expect("addr"));
+    let valid = ProviderTunnelRequest {
+        tunnel_id: "t".into(),
+        adapter: "chat".into(),
+        target: "m".into(),
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        ..ProviderTunnelRequest::default()
+    };
+    let refused = [
+        ProviderTunnelRequest {
+            response_stall_timeout_ms: MAX_STALL_TIMEOUT_MS + 1,
+            ..valid.clone()
+        },
+        ProviderTunnelRequest {
+            method: "NOT A TOKEN".into(),
+            ..valid.clone()
+        },
+        ProviderTunnelRequest {
+            path: "no-slash".into(),
+            ..valid
+        },
+    ];
+    let h = Harness::new();
+    block_on(async {
+        let (manager, mut rx) = manager(&h, base);
+        for (stream_id, request) in (1..).zip(refused) {
+            manager.handle(Envelope {
+                stream_id,
+                msg: Some(Msg::ProviderTunnelRequest(Box::new(request))),
+            });
+            crate::stall::testkit::settle().await;
+            let frames = super::outbox::tests::tunnel_frames(&mut rx, MAX_FRAME);
+            let [(id, Frame::Error(failure))] = &frames[..] else {
+                panic!("a lone error terminal: {frames:?}");
+            };
+            assert_eq!(*id, stream_id);
+            assert_eq!(failure.code(), FailureCode::InvalidRequest);
+            // Its capacity unit is back and the run is gone.
+            assert_eq!(manager.active_runs(), 0);
+            assert_eq!(manager.active_on("chat"), 0);
+        }
+    });
+    assert!(provider.accept().is_err(), "the provider was never dialled");
 }

@@ -26,7 +26,7 @@ use crate::adapter::failure;
 use crate::store::{RunInfo, Transition};
 use crate::tunnel::{
     Credit, TunnelOutcome, TunnelSink, TunnelTarget, effective_stall_timeout_ms, head_apart,
-    last_apart, run_tunnel_watched,
+    last_apart, prepare, run_tunnel_watched,
 };
 
 /// Upper bound on the spawned task of one tunnel, in bytes (checked in
@@ -34,8 +34,9 @@ use crate::tunnel::{
 /// pays it. The tunnel's state machine is boxed apart
 /// ([`TUNNEL_FUTURE_BUDGET`]); inline, the compiler laid it out twice (a
 /// 32 KB task before issue 8's follow-up, see `bench-results/profiles.md`),
-/// and the request and watchdog it hands over are boxed until then (312 B
-/// in a release build; 848 B with them inline).
+/// and the checked request and the watchdog it hands over are boxed until
+/// then (160 B in a release build; 848 B with the request and watchdog
+/// inline).
 const TUNNEL_TASK_BUDGET: usize = 512;
 
 /// Upper bound on one tunnel's state machine (`run_tunnel_watched`), in
@@ -43,7 +44,7 @@ const TUNNEL_TASK_BUDGET: usize = 512;
 /// stall evidence, the unwatched deadline's `Sleep` and the TLS read are
 /// boxed inside it, nothing is laid out twice, and the request is let go
 /// of once prepared (only its usage flags stay), so what stays is the
-/// relay of an open response (1,864 B in a release build; 2,096 B while
+/// relay of an open response (1,808 B in a release build; 2,096 B while
 /// the request was held by value).
 const TUNNEL_FUTURE_BUDGET: usize = 3 * 1024;
 
@@ -129,7 +130,7 @@ impl RunManager {
     pub(super) fn start_tunnel(
         self: &Rc<Self>,
         stream_id: u64,
-        mut request: ProviderTunnelRequest,
+        mut request: Box<ProviderTunnelRequest>,
     ) {
         let created_at_ms = unix_ms();
         let admitted = self.admit_tunnel(stream_id, &request).and_then(|admitted| {
@@ -144,17 +145,33 @@ impl RunManager {
             })?;
             Ok((admitted, credential))
         });
-        // The tunnel id is the record's run id: moved there, as nothing
-        // reads it from the request after admission.
+        // Checked and turned into the provider request here, not in the
+        // task: the tunnel request then goes, and its names move into the
+        // run's record rather than being copied there. `prepare`'s refusal
+        // is the tunnel's `error` terminal, sent by the task.
+        let admitted = admitted.map(|((adapter, request_timeout_ms, lease), credential)| {
+            if let Some(credential) = &credential {
+                super::leases::set_header(&mut request.headers, credential);
+            }
+            let target = TunnelTarget::of(&adapter, request_timeout_ms);
+            let prepared = Box::new(prepare(Some(target), &mut request));
+            (adapter, lease, credential, prepared)
+        });
+        // An invalid raw value is refused by `prepare`; the default is only
+        // a placeholder for that path.
+        let stall_timeout_ms =
+            effective_stall_timeout_ms(&request).unwrap_or(crate::tunnel::DEFAULT_STALL_TIMEOUT_MS);
+        let initial_window = request.initial_window;
         let info = Arc::new(RunInfo {
             run_id: std::mem::take(&mut request.tunnel_id),
-            adapter: request.adapter.clone(),
-            target: request.target.clone(),
+            adapter: std::mem::take(&mut request.adapter),
+            target: std::mem::take(&mut request.target),
             session_id: None,
             background: false,
             created_at_ms,
         });
-        let ((adapter, request_timeout_ms, lease), credential) = match admitted {
+        drop(request);
+        let (adapter, lease, credential, prepared) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 self.record(
@@ -173,11 +190,7 @@ impl RunManager {
                 return;
             }
         };
-        request.credential_lease = Bytes::new();
-        if let Some(credential) = &credential {
-            super::leases::set_header(&mut request.headers, credential);
-        }
-        let credit = Credit::new(self.tunnel_limits.window_for(request.initial_window));
+        let credit = Credit::new(self.tunnel_limits.window_for(initial_window));
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel::<()>();
         self.runs.borrow_mut().insert(
             stream_id,
@@ -188,24 +201,18 @@ impl RunManager {
             },
         );
         self.record(&info, Transition::Started { at_ms: unix_ms() });
-        // An invalid raw value is refused by the tunnel before any provider
-        // call; the default is only a placeholder for that path.
-        let stall_timeout_ms =
-            effective_stall_timeout_ms(&request).unwrap_or(crate::tunnel::DEFAULT_STALL_TIMEOUT_MS);
         let watchdog = self.watchdog(
             crate::stall::StallKind::Tunnel,
             &adapter,
-            &request.target,
+            &info,
             stall_timeout_ms,
             credential,
         );
-        // Boxed until the tunnel takes them: what the task captures stays in
-        // its layout for the stream's whole life (552 B of a moved-out
-        // request and watchdog, inline).
-        let (request, watchdog) = (Box::new(request), Box::new(watchdog));
+        // Boxed until the tunnel takes it: what the task captures stays in
+        // its layout for the stream's whole life.
+        let watchdog = Box::new(watchdog);
         let manager = Rc::clone(self);
         let task = async move {
-            let target = TunnelTarget::of(&adapter, request_timeout_ms);
             let mut sink = FrameSink {
                 outbox: &manager.outbox,
                 stream_id,
@@ -221,8 +228,7 @@ impl RunManager {
             // in a local and then awaited is laid out twice.
             let tunnel = Box::pin(run_tunnel_watched(
                 &manager.client,
-                Some(target),
-                request,
+                prepared,
                 limits,
                 &credit,
                 cancel,

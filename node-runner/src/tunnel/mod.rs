@@ -86,16 +86,17 @@
 //! closes its connection: the provider sees the client leave.
 //!
 //! # Stall (F21)
-//! [`run_tunnel_watched`] adds the stall watchdog (on the core's timer
-//! wheel): every sink call (status, headers, body, usage) is progress, and
-//! a tunnel waiting for credit is held; the raw stall timeout is validated
-//! here and [`effective_stall_timeout_ms`] gives the value the run manager
-//! arms. At the claim the sink is fenced (nothing more reaches the Edge)
-//! and the relay is told to close through its [`CloseSignal`]: it drops
-//! the provider response (closing the connection) at its next await and
-//! returns, and that return, seen inside the close grace, is what makes
-//! the stall `retryable`. A stall is an `error` terminal coded
-//! `RESPONSE_STALLED` with the evidence of [`crate::stall`].
+//! The run manager's watched run (`run_tunnel_watched`) adds the stall
+//! watchdog (on the core's timer wheel): every sink call (status, headers,
+//! body, usage) is progress, and a tunnel waiting for credit is held; the
+//! raw stall timeout is validated here and [`effective_stall_timeout_ms`]
+//! gives the value the run manager arms. At the claim the sink is fenced
+//! (nothing more reaches the Edge) and the relay is told to close through
+//! its [`CloseSignal`]: it drops the provider response (closing the
+//! connection) at its next await and returns, and that return, seen inside
+//! the close grace, is what makes the stall `retryable`. A stall is an
+//! `error` terminal coded `RESPONSE_STALLED` with the evidence of
+//! [`crate::stall`].
 //!
 //! # Not here
 //! Admission by `max_concurrency`, routing `WindowUpdate`s and cancels to
@@ -134,8 +135,7 @@ use crate::adapter::{AdapterConfig, AnyAdapter, failure};
 use crate::provider_http::ProviderClient;
 use crate::stall::{Activity, CloseSignal, HealthCheck, NoHealth, Watchdog, evidence};
 use relay::Relay;
-use request::prepare;
-use response_head::UsageWants;
+pub(crate) use request::{Prepared, prepare};
 
 /// Initial per-stream window when the config says 0, in bytes.
 pub const DEFAULT_INITIAL_WINDOW: u32 = 256 * 1024;
@@ -318,11 +318,11 @@ pub fn effective_stall_timeout_ms(request: &ProviderTunnelRequest) -> Option<u64
 }
 
 /// Runs one tunnel to its terminal without a stall watchdog (an unbound
-/// path); see [`run_tunnel_watched`].
+/// path): the run manager's watched run with no watchdog.
 pub async fn run_tunnel<S: TunnelSink>(
     client: &ProviderClient,
     target: Option<TunnelTarget<'_>>,
-    request: ProviderTunnelRequest,
+    mut request: ProviderTunnelRequest,
     limits: TunnelLimits,
     credit: &Credit,
     cancel: impl Future<Output = ()>,
@@ -330,8 +330,7 @@ pub async fn run_tunnel<S: TunnelSink>(
 ) -> TunnelOutcome {
     run_tunnel_watched(
         client,
-        target,
-        Box::new(request),
+        Box::new(prepare(target, &mut request)),
         limits,
         credit,
         cancel,
@@ -342,7 +341,9 @@ pub async fn run_tunnel<S: TunnelSink>(
 }
 
 /// Runs one tunnel to its terminal; see the module docs for the frames and
-/// the stops. `target` is `None` when the request's adapter is unknown.
+/// the stops. `prepared` is the request checked against its adapter
+/// ([`prepare`], whose refusal becomes the tunnel's `error` terminal), so
+/// the caller can let the tunnel request go before the tunnel starts.
 /// `credit` is the stream's window (build it with
 /// [`TunnelLimits::window_for`] and feed it the stream's `WindowUpdate`s);
 /// `cancel` completes on CANCEL_RUN or when the link closes. With a
@@ -357,10 +358,9 @@ pub async fn run_tunnel<S: TunnelSink>(
 #[allow(clippy::too_many_arguments)]
 // Not an `async fn` on purpose (see the comment in the body).
 #[allow(clippy::manual_async_fn)]
-pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
+pub(crate) fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     client: &'a ProviderClient,
-    target: Option<TunnelTarget<'a>>,
-    request: Box<ProviderTunnelRequest>,
+    prepared: Box<Result<Prepared, ExecutionFailure>>,
     limits: TunnelLimits,
     credit: &'a Credit,
     cancel: impl Future<Output = ()> + 'a,
@@ -371,17 +371,15 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
     // a local of its own, so the request and the watchdog would be laid out
     // twice in the future every (idle) tunnel holds for its whole life.
     async move {
-        let prepared = match prepare(target, &request) {
-            Ok(prepared) => prepared,
-            Err(failure) => return fail(sink, failure),
-        };
         // The provider request holds what it sends (the body is shared, not
         // copied) and is dropped once the head arrives; the tunnel keeps
         // only the request's usage flags, so a long stream pins neither its
         // prompt nor its headers (nor the link read buffer they are slices
-        // of), nor the request itself.
-        let wants = UsageWants::of(&request);
-        drop(request);
+        // of).
+        let prepared = match *prepared {
+            Ok(prepared) => prepared,
+            Err(failure) => return fail(sink, failure),
+        };
         let hard_ms = prepared.hard_timeout_ms;
         // A watched tunnel keeps its hard deadline on the watchdog's wheel, so
         // a tie with the stall is decided on one clock (the deadline wins).
@@ -419,7 +417,7 @@ pub fn run_tunnel_watched<'a, S: TunnelSink, H: HealthCheck + 'a>(
                 max_chunk: limits.max_body_chunk.max(1),
                 close: &close,
             };
-            let mut relay = std::pin::pin!(relay.run(client, prepared, wants));
+            let mut relay = std::pin::pin!(relay.run(client, prepared));
             let stopped = monoio::select! {
                 biased;
                 outcome = &mut relay => return outcome,

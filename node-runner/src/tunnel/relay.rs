@@ -7,7 +7,7 @@ use framing::frame::MAX_BODY_PARTS;
 use proto::v1::{TunnelEnd, provider_tunnel_frame::Frame};
 
 use super::request::Prepared;
-use super::response_head::{Tap, UsageWants, choose_tap, relayed_headers};
+use super::response_head::{Tap, choose_tap, relayed_headers};
 use super::sse_tap::Seen;
 use super::{Credit, TunnelOutcome, TunnelSink, closed, fail, frame};
 use crate::adapter::transport_failure;
@@ -26,12 +26,7 @@ pub(super) struct Relay<'a, S> {
 impl<S: TunnelSink> Relay<'_, S> {
     /// Sends the request, relays the answer, and returns the outcome; the
     /// terminal frame is the last thing it gives the sink.
-    pub(super) async fn run(
-        self,
-        client: &ProviderClient,
-        prepared: Prepared,
-        wants: UsageWants,
-    ) -> TunnelOutcome {
+    pub(super) async fn run(self, client: &ProviderClient, prepared: Prepared) -> TunnelOutcome {
         let Self {
             sink,
             credit,
@@ -40,6 +35,7 @@ impl<S: TunnelSink> Relay<'_, S> {
         } = self;
         // Boxed: connect, TLS and the request write are live only until
         // the head arrives; inline they would size the whole idle stream.
+        let wants = prepared.wants;
         let request_sent = Box::pin(client.request(prepared.request));
         let mut response = match close.or_close(request_sent).await {
             Some(Ok(response)) => response,

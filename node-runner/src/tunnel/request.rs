@@ -6,6 +6,7 @@ use framing::http::{NameSet, is_token};
 use proto::v1::{AdapterKind, ExecutionFailure, FailureCode, FailureSide, ProviderTunnelRequest};
 
 use super::TunnelTarget;
+use super::response_head::UsageWants;
 use crate::adapter::failure;
 use crate::provider_http::ProviderRequest;
 
@@ -40,12 +41,16 @@ pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
     HOP_BY_HOP.contains(name)
 }
 
-/// A checked request, ready to send.
+/// A checked request, ready to send, and all the tunnel keeps of the
+/// request it came from: the tunnel request itself (its names, headers and
+/// the link read they are slices of) can go as soon as this is built.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) request: ProviderRequest,
     /// The effective hard timeout, 0 = none.
     pub(crate) hard_timeout_ms: u64,
+    /// What the request asked of its usage.
+    pub(crate) wants: UsageWants,
 }
 
 fn invalid(code: FailureCode, message: String) -> ExecutionFailure {
@@ -56,9 +61,14 @@ fn invalid(code: FailureCode, message: String) -> ExecutionFailure {
 /// adapter's base URL, its configured headers first, then the request's
 /// end-to-end headers except hop-by-hop ones and any the adapter configures
 /// itself (so a request never overrides a configured credential).
+///
+/// The request's method, path, headers and body move into the provider
+/// request (taken, not copied: the tunnel request is let go of right
+/// after); on a refusal some of them may be gone too. Its names, timeouts
+/// and usage flags stay.
 pub(crate) fn prepare(
     target: Option<TunnelTarget<'_>>,
-    request: &ProviderTunnelRequest,
+    request: &mut ProviderTunnelRequest,
 ) -> Result<Prepared, ExecutionFailure> {
     let Some(target) = target else {
         return Err(invalid(
@@ -115,11 +125,11 @@ pub(crate) fn prepare(
                 .into(),
         ));
     }
-    let mut provider = config.request("GET", path);
-    provider.method = method.clone().into();
-    provider.body = request.body.clone().into();
+    let mut provider = config.request("GET", std::mem::take(&mut request.path));
+    provider.method = std::mem::take(&mut request.method).into();
+    provider.body = std::mem::take(&mut request.body).into();
     let observes = request.extract_usage || request.strip_usage_event;
-    for header in &request.headers {
+    for header in std::mem::take(&mut request.headers) {
         let name = &header.name[..];
         if !is_token(name) {
             return Err(invalid(
@@ -149,9 +159,7 @@ pub(crate) fn prepare(
         if configured || encoding || is_hop_by_hop(name) {
             continue;
         }
-        provider
-            .headers
-            .push((header.name.clone(), header.value.clone()));
+        provider.headers.push((header.name, header.value));
     }
     if observes {
         provider.headers.push((
@@ -166,5 +174,6 @@ pub(crate) fn prepare(
     Ok(Prepared {
         request: provider,
         hard_timeout_ms,
+        wants: UsageWants::of(request),
     })
 }

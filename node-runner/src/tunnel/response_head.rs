@@ -23,7 +23,7 @@ pub(super) enum Tap {
 
 /// What a tunnel's request asked of its usage (all the relay keeps of it).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct UsageWants {
+pub(crate) struct UsageWants {
     pub(super) extract_usage: bool,
     pub(super) strip_usage_event: bool,
 }

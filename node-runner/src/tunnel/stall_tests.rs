@@ -14,7 +14,9 @@ use proto::v1::{
     provider_tunnel_frame::Frame,
 };
 
-use super::{Credit, TunnelLimits, TunnelOutcome, TunnelSink, TunnelTarget, run_tunnel_watched};
+use super::{
+    Credit, TunnelLimits, TunnelOutcome, TunnelSink, TunnelTarget, prepare, run_tunnel_watched,
+};
 use crate::adapter::AdapterConfig;
 use crate::provider_http::{BaseUrl, ProviderClient, ProviderClientConfig};
 use crate::stall::StallKind;
@@ -106,7 +108,7 @@ fn silent_tunnel(hard_ms: u64) -> Ran {
                 kind: AdapterKind::OpenaiCompat,
                 request_timeout_ms: hard_ms,
             };
-            let request = ProviderTunnelRequest {
+            let mut request = ProviderTunnelRequest {
                 method: "POST".into(),
                 path: "/v1/chat/completions".into(),
                 response_stall_timeout_ms: 100,
@@ -115,8 +117,7 @@ fn silent_tunnel(hard_ms: u64) -> Ran {
             let credit = Credit::new(TunnelLimits::default().initial_window);
             let ended = run_tunnel_watched(
                 &client,
-                Some(target),
-                Box::new(request),
+                Box::new(prepare(Some(target), &mut request)),
                 TunnelLimits::default(),
                 &credit,
                 std::future::pending(),

@@ -303,9 +303,12 @@ fn requests_are_checked_before_any_provider_call() {
     let mut config = AdapterConfig::new("a", BaseUrl::parse("http://h:1").unwrap());
     config.targets = vec!["m".into()];
     let openai = AdapterKind::OpenaiCompat;
-    assert_eq!(code(prepare(None, &request())), FailureCode::UnknownAdapter);
     assert_eq!(
-        code(prepare(Some(target(&config, openai)), &request())),
+        code(prepare(None, &mut request())),
+        FailureCode::UnknownAdapter
+    );
+    assert_eq!(
+        code(prepare(Some(target(&config, openai)), &mut request())),
         FailureCode::Unsupported,
         "supports_tunnel is off"
     );
@@ -313,7 +316,7 @@ fn requests_are_checked_before_any_provider_call() {
     assert_eq!(
         code(prepare(
             Some(target(&config, AdapterKind::Ollama)),
-            &request()
+            &mut request()
         )),
         FailureCode::Unsupported
     );
@@ -347,13 +350,16 @@ fn requests_are_checked_before_any_provider_call() {
             ..request()
         },
     ];
-    let codes: Vec<_> = bad.into_iter().map(|r| code(prepare(t, &r))).collect();
+    let codes: Vec<_> = bad
+        .into_iter()
+        .map(|mut r| code(prepare(t, &mut r)))
+        .collect();
     assert_eq!(codes[0], FailureCode::UnknownTarget);
     assert!(
         codes[1..].iter().all(|c| *c == FailureCode::InvalidRequest),
         "{codes:?}"
     );
-    let ok = prepare(t, &request()).unwrap();
+    let ok = prepare(t, &mut request()).unwrap();
     assert_eq!(
         super::effective_stall_timeout_ms(&request()),
         Some(super::DEFAULT_STALL_TIMEOUT_MS)
@@ -373,7 +379,7 @@ fn request_headers_never_override_configured_ones() {
         name: name.into(),
         value: Bytes::from_static(value.as_bytes()),
     };
-    let req = ProviderTunnelRequest {
+    let mut req = ProviderTunnelRequest {
         headers: vec![
             header("authorization", "Bearer client"),
             header("content-type", "application/json"),
@@ -384,7 +390,7 @@ fn request_headers_never_override_configured_ones() {
         hard_timeout_ms: 3,
         ..request()
     };
-    let ok = prepare(Some(target(&config, AdapterKind::Vllm)), &req).unwrap();
+    let ok = prepare(Some(target(&config, AdapterKind::Vllm)), &mut req).unwrap();
     let names: Vec<_> = ok
         .request
         .headers
