@@ -36,6 +36,10 @@ impl Pools {
     /// One pass over the candidates: a lease, `None` when all are full, or
     /// `Unavailable` when no candidate is runtime-eligible (after the
     /// preference).
+    ///
+    /// The least loaded candidate is found without a list (one allocation
+    /// and a sort a request saved); only when it turns out full (taken
+    /// meanwhile) are the others listed and tried in order.
     pub(super) fn try_lease<D: NodeDirectory>(
         &self,
         name: &Arc<str>,
@@ -43,42 +47,64 @@ impl Pools {
         registry: &NodeRegistry<D>,
         preference: &Preference,
     ) -> Result<Option<Lease>, AcquireError> {
-        let mut candidates: Vec<(&Arc<Provider>, u32, u64)> = group
-            .providers
-            .iter()
-            .zip(&group.weights)
-            .filter_map(|(p, &weight)| match registry.node_state(&p.node_id) {
-                NodeState::Ready { generation, .. } if p.runtime_eligible(generation) => {
-                    Some((p, weight, generation))
-                }
-                _ => None,
-            })
-            .collect();
-        if let Some(avoid) = preference.avoid_provider_id.as_deref() {
-            if candidates.iter().any(|(p, _, _)| p.id != avoid) {
-                candidates.retain(|(p, _, _)| p.id != avoid);
-            } else if !preference.allow_avoided_provider_fallback {
-                candidates.clear();
+        // The runtime-eligible providers, in config order, each with its
+        // weight and its node's generation.
+        let eligible = || {
+            group
+                .providers
+                .iter()
+                .zip(&group.weights)
+                .filter_map(|(p, &weight)| match registry.node_state(&p.node_id) {
+                    NodeState::Ready { generation, .. } if p.runtime_eligible(generation) => {
+                        Some((p, weight, generation))
+                    }
+                    _ => None,
+                })
+        };
+        let avoid = preference.avoid_provider_id.as_deref();
+        let keeps_avoided = match avoid {
+            None => true,
+            Some(avoid) => {
+                preference.allow_avoided_provider_fallback
+                    && !eligible().any(|(p, _, _)| p.id != avoid)
             }
-        }
-        if candidates.is_empty() {
+        };
+        let candidates =
+            || eligible().filter(|(p, _, _)| keeps_avoided || Some(p.id.as_str()) != avoid);
+        // Least loaded first; ties in config order (the first of equals).
+        let load = |(p, weight, _): &(&Arc<Provider>, u32, u64)| {
+            load_key(p.outstanding(), p.max_concurrency, *weight)
+        };
+        let Some(first) = candidates().min_by_key(load) else {
             return Err(AcquireError::Unavailable(group.name.clone()));
+        };
+        if let Some(lease) = self.take(name, group, first) {
+            return Ok(Some(lease));
         }
-        // Least loaded first; stable, so config order breaks ties.
-        candidates
-            .sort_by_key(|(p, weight, _)| load_key(p.outstanding(), p.max_concurrency, *weight));
-        for (provider, _, generation) in candidates {
-            if provider.try_take() {
-                return Ok(Some(Lease {
-                    provider: Arc::clone(provider),
-                    generation,
-                    target: Arc::clone(&group.target),
-                    group: Arc::clone(name),
-                    released: Arc::clone(&self.released),
-                }));
-            }
-        }
-        Ok(None)
+        let mut rest: Vec<_> = candidates()
+            .filter(|(p, _, _)| !Arc::ptr_eq(p, first.0))
+            .collect();
+        rest.sort_by_key(load);
+        Ok(rest
+            .into_iter()
+            .find_map(|candidate| self.take(name, group, candidate)))
+    }
+
+    /// A lease on `provider` (on its node's `generation`) if it has a unit
+    /// of capacity free.
+    fn take(
+        &self,
+        name: &Arc<str>,
+        group: &Group,
+        (provider, _, generation): (&Arc<Provider>, u32, u64),
+    ) -> Option<Lease> {
+        provider.try_take().then(|| Lease {
+            provider: Arc::clone(provider),
+            generation,
+            target: Arc::clone(&group.target),
+            group: Arc::clone(name),
+            released: Arc::clone(&self.released),
+        })
     }
 }
 

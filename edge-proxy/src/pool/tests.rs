@@ -50,8 +50,12 @@ impl World {
 
     /// Pools over a registry, with no overlay route and no node connected.
     pub(super) fn bare() -> Self {
-        let config = EdgeConfig::from_yaml_str(YAML, "test.yaml").expect("config");
-        let pools = Arc::new(Pools::new(&config));
+        Self::bare_with(&EdgeConfig::from_yaml_str(YAML, "test.yaml").expect("config"))
+    }
+
+    /// [`World::bare`] of `config`.
+    pub(super) fn bare_with(config: &EdgeConfig) -> Self {
+        let pools = Arc::new(Pools::new(config));
         let registry = Arc::new(NodeRegistry::new(Dir));
         pools.attach_generations(registry.clone());
         Self { pools, registry }
@@ -150,6 +154,34 @@ fn weights_and_capacity_scale_a_providers_share() {
     assert_eq!(load_key(0, 8, 1), load_key(0, 64, 1000));
     assert!(load_key(u32::MAX, 1, 1) > load_key(u32::MAX - 1, 1, 1));
     let _ = load_key(u32::MAX, u32::MAX, 1000);
+}
+
+#[test]
+fn a_full_provider_that_weighs_least_loaded_gives_way_to_the_next() {
+    // `a` has one slot and weight 4, `b` four slots: once `a` is taken it
+    // still reads as loaded 1 / (1 × 4), no more than `b` with one of its
+    // four taken, and less than `b` with two or three: picked first, it is
+    // full, and the lease goes to `b` until everything is full.
+    let yaml = YAML
+        .replacen("max_concurrency: 2", "max_concurrency: 1", 1)
+        .replacen("max_concurrency: 2", "max_concurrency: 4", 1)
+        .replace(
+            "providers: [a, b] }",
+            "providers: [a, b], weights: { a: 4 } }",
+        );
+    let config = EdgeConfig::from_yaml_str(&yaml, "test.yaml").expect("config");
+    let w = World::bare_with(&config);
+    w.connect("n1");
+    w.connect("n2");
+    let leases: Vec<Lease> = (0..5)
+        .map(|_| w.lease(&Preference::default()).expect("a free slot"))
+        .collect();
+    let ids: Vec<&str> = leases.iter().map(|l| l.provider().id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "b", "b", "b"]);
+    assert!(matches!(
+        w.lease(&Preference::default()),
+        Err(AcquireError::QueueFull(_))
+    ));
 }
 
 #[test]
