@@ -25,7 +25,7 @@
 //!   cannot send end the run before a byte goes to the provider.
 //! - **Stall watchdog (F21–F23).** Every admitted run and tunnel is
 //!   watched with its effective stall timeout ([`relay_watched`],
-//!   [`crate::tunnel::run_tunnel_watched`]); a stall is one
+//!   `tunnel::run_tunnel_watched`); a stall is one
 //!   `RESPONSE_STALLED` terminal with the evidence of [`crate::stall`]
 //!   (close-grace fence and exact adapter/target probe, joined) and this
 //!   connection's next `health_observation_seq` ([`GenShared`]). The

@@ -1,7 +1,7 @@
 //! The Node stall watchdog (F21), its typed evidence (F22) and the
 //! connection-scoped health observation sequence (F23), shared by
 //! normalized runs ([`crate::runs::relay_watched`]) and raw tunnels
-//! ([`crate::tunnel::run_tunnel_watched`]).
+//! (`tunnel::run_tunnel_watched`).
 //!
 //! # Timers: the core's wheel, one store per token
 //! Every run and tunnel owns one [`Activity`] on its core's timer wheel
