@@ -25,8 +25,8 @@ use super::{ActiveRun, Outbox, Outcome, RunManager, unix_ms};
 use crate::adapter::failure;
 use crate::store::{RunInfo, Transition};
 use crate::tunnel::{
-    Credit, TunnelOutcome, TunnelSink, TunnelTarget, effective_stall_timeout_ms, head_apart,
-    last_apart, prepare, run_tunnel_watched,
+    Credit, TunnelOutcome, TunnelSink, TunnelTarget, head_apart, last_apart, prepare,
+    run_tunnel_watched,
 };
 
 /// Upper bound on the spawned task of one tunnel, in bytes (checked in
@@ -133,34 +133,29 @@ impl RunManager {
         mut request: Box<ProviderTunnelRequest>,
     ) {
         let created_at_ms = unix_ms();
-        let admitted = self.admit_tunnel(stream_id, &request).and_then(|admitted| {
-            // F29: the lease opens only now, after admission and right
-            // before the provider call; a refusal drops the capacity unit.
-            let credential = self.open_lease(&super::leases::LeasedRequest {
-                adapter: &request.adapter,
-                target: &request.target,
-                slot: &request.tunnel_id,
-                api: Some(crate::lease::api_of_path(&request.path)),
-                sealed: &request.credential_lease,
-            })?;
-            Ok((admitted, credential))
-        });
         // Checked and turned into the provider request here, not in the
         // task: the tunnel request then goes, and its names move into the
         // run's record rather than being copied there. `prepare`'s refusal
         // is the tunnel's `error` terminal, sent by the task.
-        let admitted = admitted.map(|((adapter, request_timeout_ms, lease), credential)| {
-            if let Some(credential) = &credential {
-                super::leases::set_header(&mut request.headers, credential);
-            }
-            let target = TunnelTarget::of(&adapter, request_timeout_ms);
-            let prepared = Box::new(prepare(Some(target), &mut request));
-            (adapter, lease, credential, prepared)
-        });
-        // An invalid raw value is refused by `prepare`; the default is only
-        // a placeholder for that path.
-        let stall_timeout_ms =
-            effective_stall_timeout_ms(&request).unwrap_or(crate::tunnel::DEFAULT_STALL_TIMEOUT_MS);
+        let admitted = self.admit_tunnel(stream_id, &request).and_then(
+            |(adapter, request_timeout_ms, lease)| {
+                // F29: the lease opens only now, after admission and right
+                // before the provider call; a refusal drops the capacity unit.
+                let credential = self.open_lease(&super::leases::LeasedRequest {
+                    adapter: &request.adapter,
+                    target: &request.target,
+                    slot: &request.tunnel_id,
+                    api: Some(crate::lease::api_of_path(&request.path)),
+                    sealed: &request.credential_lease,
+                })?;
+                if let Some(credential) = &credential {
+                    super::leases::set_header(&mut request.headers, credential);
+                }
+                let target = TunnelTarget::of(&adapter, request_timeout_ms);
+                let prepared = Box::new(prepare(Some(target), &mut request));
+                Ok((adapter, lease, credential, prepared))
+            },
+        );
         let initial_window = request.initial_window;
         let info = Arc::new(RunInfo {
             run_id: std::mem::take(&mut request.tunnel_id),
@@ -201,6 +196,12 @@ impl RunManager {
             },
         );
         self.record(&info, Transition::Started { at_ms: unix_ms() });
+        // A refused request ends before its watchdog is armed: the default
+        // only fills the place.
+        let stall_timeout_ms = match &*prepared {
+            Ok(prepared) => prepared.stall_timeout_ms,
+            Err(_) => crate::tunnel::DEFAULT_STALL_TIMEOUT_MS,
+        };
         let watchdog = self.watchdog(
             crate::stall::StallKind::Tunnel,
             &adapter,

@@ -49,6 +49,8 @@ pub(crate) struct Prepared {
     pub(crate) request: ProviderRequest,
     /// The effective hard timeout, 0 = none.
     pub(crate) hard_timeout_ms: u64,
+    /// The effective stall timeout (F20), checked against its maximum.
+    pub(crate) stall_timeout_ms: u64,
     /// What the request asked of its usage.
     pub(crate) wants: UsageWants,
 }
@@ -98,7 +100,7 @@ pub(crate) fn prepare(
             ),
         ));
     }
-    if super::effective_stall_timeout_ms(request).is_none() {
+    let Some(stall_timeout_ms) = super::effective_stall_timeout_ms(request) else {
         return Err(invalid(
             FailureCode::InvalidRequest,
             format!(
@@ -106,7 +108,7 @@ pub(crate) fn prepare(
                 request.response_stall_timeout_ms
             ),
         ));
-    }
+    };
     let method = &request.method;
     if method.len() > MAX_METHOD_LEN || !is_token(method.as_bytes()) {
         return Err(invalid(
@@ -174,6 +176,7 @@ pub(crate) fn prepare(
     Ok(Prepared {
         request: provider,
         hard_timeout_ms,
+        stall_timeout_ms,
         wants: UsageWants::of(request),
     })
 }
