@@ -128,6 +128,13 @@ fn over_capacity_is_refused_at_once_and_cancel_stops_the_provider_request() {
             let count = |s: &str| runs.iter().filter(|r| r["status"] == s).count();
             count("cancelled") == 3 && count("rejected") == 1
         });
+        // The refused run's record names it, its adapter and its target.
+        let runs = stack.stored_runs();
+        let refused = runs.iter().find(|r| r["status"] == "rejected").unwrap();
+        assert_eq!(refused["adapter"], "slow");
+        assert_eq!(refused["target"], "m");
+        assert!(refused["run_id"].as_str().is_some_and(|id| !id.is_empty()));
+        assert!(refused["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
 }
 
@@ -153,6 +160,12 @@ fn bad_input_and_provider_failures_end_in_one_typed_error() {
             assert_eq!(error_code(&all), code, "{adapter}/{target}: {all:?}");
             let failure = all.last().unwrap().failure.as_ref().unwrap();
             assert!(!failure.message.is_empty(), "{adapter}: a clear message");
+            // A target the adapter's config does not list is refused at
+            // admission, before any adapter call, naming both.
+            if code == FailureCode::UnknownTarget {
+                let named = format!("adapter {adapter:?} does not serve target {target:?}");
+                assert_eq!(failure.message, named);
+            }
             // 5xx is the provider's fault; a 4xx is the client's (F22:
             // only provider-side failures count against its health).
             if adapter == "broken" {

@@ -7,15 +7,7 @@
 use super::*;
 
 impl RunManager {
-    pub(super) fn start_run(self: &Rc<Self>, stream_id: u64, request: RunRequest) {
-        let info = Arc::new(RunInfo {
-            run_id: request.run_id.clone(),
-            adapter: request.adapter.clone(),
-            target: request.target.clone(),
-            session_id: (!request.session_id.is_empty()).then(|| request.session_id.clone()),
-            background: request.background,
-            created_at_ms: unix_ms(),
-        });
+    pub(super) fn start_run(self: &Rc<Self>, stream_id: u64, mut request: RunRequest) {
         let admitted = self.admit(stream_id, &request).and_then(|admitted| {
             // F29: opened after admission, right before the adapter's call;
             // a refusal drops the capacity unit.
@@ -28,13 +20,23 @@ impl RunManager {
             })?;
             Ok((admitted, credential))
         });
+        // The run's record takes its names from the request, which reads
+        // them no more (the target is the adapter call's too).
+        let info = Arc::new(RunInfo {
+            run_id: std::mem::take(&mut request.run_id),
+            adapter: std::mem::take(&mut request.adapter),
+            target: request.target.clone(),
+            session_id: (!request.session_id.is_empty()).then(|| request.session_id.clone()),
+            background: request.background,
+            created_at_ms: unix_ms(),
+        });
         let ((adapter, lease, hard_timeout_ms, stall_timeout_ms), credential) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 tracing::debug!(
                     event = "run_refused",
                     core = self.core,
-                    run_id = %request.run_id,
+                    run_id = %info.run_id,
                     stream_id,
                     code = refusal.code().as_str_name(),
                     "run_refused"
@@ -55,9 +57,9 @@ impl RunManager {
         tracing::debug!(
             event = "run_started",
             core = self.core,
-            run_id = %request.run_id,
+            run_id = %info.run_id,
             stream_id,
-            adapter = %request.adapter,
+            adapter = %info.adapter,
             "run_started"
         );
         let (cancel_tx, cancel_rx) = local_sync::oneshot::channel();
@@ -212,8 +214,10 @@ impl RunManager {
                 ));
             }
         };
-        let caps = adapter.capabilities();
-        if !caps.targets.is_empty() && !caps.targets.iter().any(|t| t == &request.target) {
+        // The config's own list, not `capabilities()`: that is a copy (its
+        // targets a `Vec` of `String`s) for the wire, two or more
+        // allocations a run.
+        if !adapter.config().serves(&request.target) {
             return refuse(
                 FailureCode::UnknownTarget,
                 format!(
