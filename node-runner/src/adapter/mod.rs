@@ -258,6 +258,20 @@ impl AdapterConfig {
         self.targets.is_empty() || self.targets.iter().any(|t| t == target)
     }
 
+    /// `Ok` if this instance serves `target`; else the client's
+    /// `UNKNOWN_TARGET` failure naming `adapter` (this instance's name) and
+    /// `target`: the refusal of a run's admission and of a tunnel's check.
+    pub fn check_serves(&self, adapter: &str, target: &str) -> Result<(), ExecutionFailure> {
+        if self.serves(target) {
+            return Ok(());
+        }
+        Err(failure(
+            FailureCode::UnknownTarget,
+            FailureSide::Client,
+            format!("adapter {adapter:?} does not serve target {target:?}"),
+        ))
+    }
+
     /// This instance's capabilities; whether it can terminate sessions is
     /// the adapter's.
     fn capabilities(&self, supports_session_terminate: bool) -> AdapterCapabilities {

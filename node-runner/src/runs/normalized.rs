@@ -217,15 +217,9 @@ impl RunManager {
         // The config's own list, not `capabilities()`: that is a copy (its
         // targets a `Vec` of `String`s) for the wire, two or more
         // allocations a run.
-        if !adapter.config().serves(&request.target) {
-            return refuse(
-                FailureCode::UnknownTarget,
-                format!(
-                    "adapter {:?} does not serve target {:?}",
-                    request.adapter, request.target
-                ),
-            );
-        }
+        adapter
+            .config()
+            .check_serves(&request.adapter, &request.target)?;
         let stall_timeout_ms = match request.response_stall_timeout_ms {
             0 => DEFAULT_STALL_TIMEOUT_MS,
             ms if ms > MAX_STALL_TIMEOUT_MS => {

@@ -91,14 +91,8 @@ pub(crate) fn prepare(
             ),
         ));
     }
-    if !request.target.is_empty() && !config.serves(&request.target) {
-        return Err(invalid(
-            FailureCode::UnknownTarget,
-            format!(
-                "adapter {:?} does not serve target {:?}",
-                request.adapter, request.target
-            ),
-        ));
+    if !request.target.is_empty() {
+        config.check_serves(&request.adapter, &request.target)?;
     }
     let Some(stall_timeout_ms) = super::effective_stall_timeout_ms(request) else {
         return Err(invalid(
