@@ -412,6 +412,41 @@ fn a_lost_connection_cancels_the_runs_of_every_core() {
     });
 }
 
+#[test]
+fn a_set_provider_receive_buffer_serves_and_a_capped_one_says_so_at_start() {
+    // Over any `net.core.rmem_max` a machine is likely to have: the kernel
+    // caps the setting, and the node says so once, at start.
+    let asked = 1u64 << 30;
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(212_992);
+    for driver in drivers() {
+        let stack = two_cores_with(
+            driver,
+            "cores-rcvbuf",
+            None,
+            &["--provider-receive-buffer", &asked.to_string()],
+        );
+        let capped = stack.node_events("provider_receive_buffer_capped");
+        if rmem_max < asked {
+            assert_eq!(capped.len(), 1, "{capped:?}");
+            assert_eq!(capped[0]["asked"], asked, "{capped:?}");
+            assert_eq!(capped[0]["rmem_max"], rmem_max, "{capped:?}");
+        }
+        // Runs on both cores still reach the provider and complete.
+        block_on(async {
+            for _ in 0..2 {
+                let stream = stack.submit("oa").await;
+                assert_eq!(
+                    events(stream).await.last().unwrap().kind(),
+                    RunEventKind::Complete
+                );
+            }
+        });
+    }
+}
+
 /// A TCP proxy in front of the Edge whose live connections can be cut,
 /// so the node sees its link drop while its process lives on.
 #[derive(Default)]

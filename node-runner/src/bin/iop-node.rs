@@ -73,6 +73,14 @@ struct Args {
     /// of the built-in web roots (for a private provider CA).
     #[arg(long)]
     provider_ca_file: Option<PathBuf>,
+    /// `SO_RCVBUF` of each provider connection, in bytes [default: the
+    /// kernel's own size and autotuning]. Only for a provider that sends
+    /// faster than the clients read (large answers, a fast local model):
+    /// a larger buffer lets the kernel reopen the provider's window in
+    /// larger steps. It turns the connection's autotuning off, and the
+    /// kernel caps it at `net.core.rmem_max` (docs/operations.md).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(4096..=1 << 30))]
+    provider_receive_buffer: Option<u32>,
     /// Managed mode (F28): the CA bundle (PEM) the Edge's certificate must
     /// chain to. With --tls-cert, --tls-key and --edge-server-name the link
     /// is mTLS; without all four it is plain TCP.
@@ -206,6 +214,9 @@ fn main() -> anyhow::Result<ExitCode> {
     let writer =
         StoreWriter::spawn(store, writer_config).context("starting the run store writer")?;
     let tls = tls_client_config(args.provider_ca_file.as_deref())?;
+    if let Some(asked) = args.provider_receive_buffer {
+        warn_if_capped(asked);
+    }
     let link_tls = match (
         &args.tls_ca,
         &args.tls_cert,
@@ -240,6 +251,7 @@ fn main() -> anyhow::Result<ExitCode> {
             store: Some(writer.handle()),
             provider: ProviderClientConfig {
                 tls,
+                receive_buffer: args.provider_receive_buffer,
                 ..ProviderClientConfig::default()
             },
             // F29: the lease key (data_dir/lease.key) and replay set.
@@ -400,6 +412,25 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Says at start when `--provider-receive-buffer` is over what the kernel
+/// grants a socket (`net.core.rmem_max`): it would be capped silently.
+fn warn_if_capped(asked: u32) {
+    const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
+    let max = std::fs::read_to_string(RMEM_MAX)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    if let Some(max) = max
+        && u64::from(asked) > max
+    {
+        tracing::warn!(
+            event = "provider_receive_buffer_capped",
+            asked,
+            rmem_max = max,
+            "--provider-receive-buffer is over net.core.rmem_max: the kernel grants {max} bytes"
+        );
     }
 }
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use super::conn::{READ_MIN, READ_RESERVE};
 use super::tests::{
-    PATIENCE, accept, client, drain, each_driver, expect_client_close, join, post, read_request,
-    serve,
+    OK_HELLO, PATIENCE, accept, client, drain, each_driver, expect_client_close, join, post,
+    read_request, serve,
 };
+use super::{ProviderClient, ProviderClientConfig};
 use crate::runtime::waited;
 
 #[test]
@@ -187,6 +188,46 @@ fn a_busy_body_takes_waiting_bytes_at_once_every_other_read() {
         assert_alternate(&waits, crate::runtime::on_uring());
         drop(response);
         drop(client);
+        join(server).await;
+    });
+}
+
+#[test]
+fn a_receive_buffer_reaches_the_provider_socket() {
+    // An odd size the kernel would not choose itself, under any
+    // `net.core.rmem_max` (it caps the setting), so the value read back
+    // is what the client set: twice the request (Linux keeps room for its
+    // own bookkeeping).
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(212_992);
+    let asked = (rmem_max - 1).min(300_001);
+    each_driver(|| async move {
+        let (base, server) = serve(|l| {
+            for _ in 0..2 {
+                let mut s = accept(&l);
+                read_request(&mut s);
+                s.write_all(OK_HELLO).unwrap();
+                expect_client_close(&mut s);
+            }
+        });
+        let sized = ProviderClient::new(ProviderClientConfig {
+            receive_buffer: Some(u32::try_from(asked).unwrap()),
+            ..ProviderClientConfig::default()
+        });
+        let response = sized.request(post(&base, "{}")).await.unwrap();
+        let set = response.socket_receive_buffer().unwrap().unwrap();
+        assert_eq!(set, 2 * asked, "SO_RCVBUF as the kernel keeps it");
+        drop(response);
+        drop(sized);
+        // The default leaves the kernel's own size (and its autotuning).
+        let default = client();
+        let response = default.request(post(&base, "{}")).await.unwrap();
+        let kernel = response.socket_receive_buffer().unwrap().unwrap();
+        assert_ne!(kernel, 2 * asked);
+        drop(response);
+        drop(default);
         join(server).await;
     });
 }

@@ -109,11 +109,14 @@ pub(crate) struct Connection {
 impl Connection {
     /// Resolves the base's host (a literal IP needs no lookup), connects
     /// and, for `https`, completes the TLS handshake (SNI and certificate
-    /// check for the host, ALPN `http/1.1`), all within `timeout`.
+    /// check for the host, ALPN `http/1.1`), all within `timeout`. With a
+    /// `receive_buffer`, the socket's `SO_RCVBUF` is set to it
+    /// ([`ProviderClientConfig::receive_buffer`](super::ProviderClientConfig::receive_buffer)).
     pub(crate) async fn connect(
         base: &BaseUrl,
         timeout: Duration,
         tls: &Arc<rustls::ClientConfig>,
+        receive_buffer: Option<u32>,
     ) -> Result<Self, ProviderError> {
         let open = async {
             let addr = resolve(base).map_err(|e| ProviderError::connect(&e))?;
@@ -121,6 +124,11 @@ impl Connection {
                 .await
                 .map_err(|e| ProviderError::connect(&e))?;
             let _ = stream.set_nodelay(true);
+            if let Some(bytes) = receive_buffer
+                && let Err(error) = set_receive_buffer(&stream, bytes)
+            {
+                tracing::debug!(%error, bytes, "could not set a provider connection's receive buffer");
+            }
             match base.scheme() {
                 Scheme::Http => Ok(Transport::Plain(stream)),
                 Scheme::Https => handshake(base, stream, tls).await,
@@ -265,11 +273,39 @@ impl Connection {
         }
     }
 
+    /// The socket's `SO_RCVBUF` as the kernel reports it (plain TCP only;
+    /// the receive-buffer test).
+    #[cfg(test)]
+    pub(crate) fn socket_receive_buffer(&self) -> io::Result<usize> {
+        match &self.io {
+            Transport::Plain(stream) => with_socket(stream, |socket| socket.recv_buffer_size()),
+            Transport::Tls(_) => Err(io::Error::other("a TLS connection")),
+        }
+    }
+
     /// The receive buffer's capacity (the buffer-release tests).
     #[cfg(test)]
     pub(crate) fn buffer_capacity(&self) -> usize {
         self.buf.capacity()
     }
+}
+
+/// Sets `stream`'s `SO_RCVBUF` to `bytes` (the kernel caps it at
+/// `net.core.rmem_max` and keeps twice what it grants).
+fn set_receive_buffer(stream: &TcpStream, bytes: u32) -> io::Result<()> {
+    with_socket(stream, |socket| socket.set_recv_buffer_size(bytes as usize))
+}
+
+/// Runs `f` with `stream`'s socket, for its options.
+#[allow(unsafe_code)] // borrowing the raw fd; see the SAFETY note
+fn with_socket<R>(stream: &TcpStream, f: impl FnOnce(socket2::SockRef<'_>) -> R) -> R {
+    use std::os::fd::BorrowedFd;
+    // SAFETY: the descriptor is `stream`'s, open for as long as `stream` is
+    // borrowed, and the borrowed fd does not outlive this call (`f` gets a
+    // reference that cannot leave it). Tested by
+    // `a_receive_buffer_reaches_the_provider_socket`.
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    f(socket2::SockRef::from(&fd))
 }
 
 /// Whether `stream` has bytes (or its end) to read right now: a

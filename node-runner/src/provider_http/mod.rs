@@ -164,6 +164,13 @@ pub struct ProviderClientConfig {
     /// replaces its session-resumption store with a fresh in-memory one of
     /// its own.
     pub tls: Arc<rustls::ClientConfig>,
+    /// `SO_RCVBUF` of each provider connection, in bytes; `None` (the
+    /// default): the kernel sizes it and grows it as the reads keep up
+    /// (receive autotuning). Setting it turns the autotuning off for the
+    /// connection, and the kernel caps it at `net.core.rmem_max` (and
+    /// doubles what it keeps, for its own bookkeeping). See
+    /// `docs/operations.md`, "A provider faster than its clients".
+    pub receive_buffer: Option<u32>,
 }
 
 impl Default for ProviderClientConfig {
@@ -175,6 +182,7 @@ impl Default for ProviderClientConfig {
             head_limits: HeadLimits::default(),
             clock: ClockSource::default(),
             tls: default_tls_client_config(),
+            receive_buffer: None,
         }
     }
 }
@@ -282,7 +290,9 @@ impl ProviderClient {
             }
         }
         let timeout = Duration::from_millis(self.inner.config.connect_timeout_ms);
-        let conn = Connection::connect(&request.base, timeout, &self.inner.config.tls).await?;
+        let config = &self.inner.config;
+        let conn =
+            Connection::connect(&request.base, timeout, &config.tls, config.receive_buffer).await?;
         self.inner.connects.set(self.inner.connects.get() + 1);
         match self.exchange(conn, head, body, head_request).await {
             Ok((head, conn)) => Ok(ProviderResponse::new(

@@ -215,6 +215,14 @@ impl ProviderResponse {
         self.conn.as_ref().map(|c| c.last_read.clone())
     }
 
+    /// The connection's `SO_RCVBUF` (the receive-buffer test).
+    #[cfg(test)]
+    pub(crate) fn socket_receive_buffer(&self) -> Option<std::io::Result<usize>> {
+        self.conn
+            .as_ref()
+            .map(super::conn::Connection::socket_receive_buffer)
+    }
+
     /// The receive buffer's capacity (the buffer-release tests).
     #[cfg(test)]
     pub(crate) fn buffer_capacity(&self) -> Option<usize> {

@@ -100,7 +100,7 @@ pub(super) async fn drain(response: &mut ProviderResponse) -> Result<Vec<u8>, Pr
     Ok(body)
 }
 
-const OK_HELLO: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+pub(super) const OK_HELLO: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
 
 #[test]
 fn a_request_goes_to_the_provider_at_once() {
@@ -110,7 +110,9 @@ fn a_request_goes_to_the_provider_at_once() {
     each_driver(|| async {
         let (base, server) = serve(|l| read_request(&mut accept(&l)));
         let tls = default_tls_client_config();
-        let mut conn = Connection::connect(&base, PATIENCE, &tls).await.unwrap();
+        let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
+            .await
+            .unwrap();
         let head = "POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 7\r\n\r\n";
         let body = RequestBody::from(Bytes::from_static(b"{\"a\":1}"));
         let write = conn.write(Bytes::from_static(head.as_bytes()), body);

@@ -365,7 +365,9 @@ fn a_read_appends_to_unparsed_bytes() {
             expect_client_close(&mut s);
         });
         let tls = tls_client_config(Some(&ca.pem_file)).unwrap();
-        let mut conn = Connection::connect(&base, PATIENCE, &tls).await.unwrap();
+        let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
+            .await
+            .unwrap();
         conn.buf.extend_from_slice(b"abc");
         while conn.buf.len() < 6 {
             assert_ne!(conn.read_more().await.unwrap(), 0, "early EOF");
@@ -380,7 +382,9 @@ fn a_read_appends_to_unparsed_bytes() {
             let (mut s, _) = listener.accept().unwrap();
             s.write_all(b"def").unwrap();
         });
-        let mut conn = Connection::connect(&base, PATIENCE, &tls).await.unwrap();
+        let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
+            .await
+            .unwrap();
         conn.buf.extend_from_slice(b"abc");
         while conn.buf.len() < 6 {
             assert_ne!(conn.read_more().await.unwrap(), 0, "early EOF");
