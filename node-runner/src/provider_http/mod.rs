@@ -48,6 +48,10 @@
 //! A chunk is handed out the moment its bytes are read: nothing is
 //! accumulated, so an SSE token leaves as soon as it arrives.
 //!
+//! The socket's own receive buffer is the kernel's to size (autotuning)
+//! unless [`ProviderClientConfig::receive_buffer`] sets it: the caller reads
+//! as its credit allows, so a provider faster than the client fills it.
+//!
 //! # Keep-alive pool (per core, per scheme, host and port)
 //! - After the body's end, the connection is parked if the response allows
 //!   keep-alive (`ResponseHead::keep_alive`: no `Connection: close`, not
@@ -169,7 +173,7 @@ pub struct ProviderClientConfig {
     /// (receive autotuning). Setting it turns the autotuning off for the
     /// connection, and the kernel caps it at `net.core.rmem_max` (and
     /// doubles what it keeps, for its own bookkeeping). See
-    /// `docs/operations.md`, "A provider faster than its clients".
+    /// `docs/operations.md`, "Sizing: a provider faster than its clients".
     pub receive_buffer: Option<u32>,
 }
 
