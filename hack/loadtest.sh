@@ -49,7 +49,9 @@
 # (more flags for each, e.g. "--link-core-slack 16"), IOP_EDGE_YAML (more
 # top-level sections for the Edge's config, e.g. $'link:\n  initial_stream_window: 4194304'),
 # LINK_TLS=1 (the Edge–Node link under mTLS, certificates made with openssl
-# for the run), STEAL_WARN (default 5: a row whose run the hypervisor took
+# for the run), PROVIDER_TLS=1 (the mock provider serves https:// with a
+# certificate made with openssl for the run, the Node trusting its CA; no
+# direct row), STEAL_WARN (default 5: a row whose run the hypervisor took
 # this % of the VM's CPU from is named in the notes; every row shows it),
 # FLAMEGRAPH=1 (perf record the Edge and the Node through each measured run
 # and write their flame graphs instead of the scenario's table: not for
@@ -331,7 +333,7 @@ for driver in $DRIVERS; do
   bench_stop
   bench_mock mock "${mock_flags[@]}"
   bench_iop "$driver" "$MOCK_ADDR"
-  say "stack up ($driver; Edge log says driver: ${IOP_DRIVER_SEEN:-?}): ingress http://$IOP_INGRESS, mock http://$MOCK_ADDR"
+  say "stack up ($driver; Edge log says driver: ${IOP_DRIVER_SEEN:-?}): ingress http://$IOP_INGRESS, mock $([ "${PROVIDER_TLS:-}" = 1 ] && echo https || echo http)://$MOCK_ADDR"
   for model in $MODELS; do
     if ! bench_model_ok "http://$IOP_INGRESS" "$model"; then
       notes+=("**$model skipped** with driver $driver: its probe request answered $BENCH_MODEL_WHY")
@@ -358,15 +360,21 @@ if [ -n "$flame" ]; then
   exit 0
 fi
 if [ "$scenario" != smoke ]; then
-  # The direct path (client → mock, OpenAI shape) in the same run, for scale.
-  bench_stop
-  bench_mock mock "${mock_flags[@]}"
-  if [ "$scenario" = open ]; then
-    run_oha "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
-    open_rows
+  # The direct path (client → mock, OpenAI shape) in the same run, for scale
+  # (not with PROVIDER_TLS=1: the mock then speaks https, and the rows
+  # compare IOP's paths).
+  if [ "${PROVIDER_TLS:-}" = 1 ]; then
+    notes+=("no direct row: with PROVIDER_TLS=1 the mock speaks https only (compare a run without it)")
   else
-    run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+    bench_stop
+    bench_mock mock "${mock_flags[@]}"
+    if [ "$scenario" = open ]; then
+      run_oha "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+    else
+      run_k6 "$scenario-direct" direct - mock-model "http://$MOCK_ADDR"
+    fi
   fi
+  [ "$scenario" != open ] || open_rows
 fi
 
 md=$out_dir/loadtest-$scenario.md

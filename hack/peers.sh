@@ -62,6 +62,9 @@ cd "$(dirname "$0")/.."
 BENCH_NAME=peers
 # shellcheck source=hack/lib/bench.sh
 . hack/lib/bench.sh
+# Every peer here reads the same plain-HTTP mock; an https provider is
+# IOP's alone to measure.
+[ "${PROVIDER_TLS:-}" != 1 ] || fail "PROVIDER_TLS=1 is for hack/loadtest.sh (IOP's paths only): the peers here proxy a plain-HTTP mock"
 
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(stream qps nonstream)

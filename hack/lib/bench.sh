@@ -211,11 +211,17 @@ bench_bins() {
 
 # --- the stack ------------------------------------------------------------------
 # bench_mock NAME [FLAGS...]: iop-mock-provider on a kernel-chosen port;
-# sets MOCK_ADDR.
+# sets MOCK_ADDR. With PROVIDER_TLS=1 it serves https:// with
+# bench_provider_pki's certificate (and bench_iop points the Edge's
+# providers at https://, the Node trusting that CA).
 bench_mock() {
-  local name=$1
+  local name=$1 tls=()
   shift
-  procs_start "$name" "$BIN_DIR/iop-mock-provider" --listen 127.0.0.1:0 "$@"
+  if [ "${PROVIDER_TLS:-}" = 1 ]; then
+    bench_provider_pki
+    tls=(--tls-cert "$BENCH_WORK/provider-pki/provider.pem" --tls-key "$BENCH_WORK/provider-pki/provider-key.pem")
+  fi
+  procs_start "$name" "$BIN_DIR/iop-mock-provider" --listen 127.0.0.1:0 "${tls[@]}" "$@"
   procs_wait_for "the mock provider's address" grep -q '^iop-mock-provider listening on ' "$BENCH_WORK/$name.log"
   MOCK_ADDR=$(sed -n 's/^iop-mock-provider listening on //p' "$BENCH_WORK/$name.log" | head -n 1)
 }
@@ -234,25 +240,47 @@ bench_link_pki() {
   mkdir -p "$dir"
   (
     cd "$dir"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca-key.pem \
-      -out ca.pem -days 7 -subj /CN=iop-bench-ca \
-      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
-    local name san eku
-    for name in edge node; do
-      if [ "$name" = edge ]; then san=DNS:$BENCH_LINK_NAME eku=serverAuth; else
-        san=URI:spiffe://iop.test/node/node-1 eku=clientAuth
-      fi
-      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$name-key.ec" \
-        -out "$name.csr" -subj "/CN=$name"
-      printf 'subjectAltName=%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n' \
-        "$san" "$eku" >"$name.ext"
-      openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
-        -out "$name.pem" -days 7 -extfile "$name.ext"
-      openssl pkcs8 -topk8 -nocrypt -in "$name-key.ec" -out "$name-key.pem"
-    done
+    pki_ca iop-bench-ca
+    pki_leaf edge "DNS:$BENCH_LINK_NAME" serverAuth
+    pki_leaf node URI:spiffe://iop.test/node/node-1 clientAuth
     openssl pkcs12 -export -in edge.pem -inkey edge-key.pem -certfile ca.pem \
       -passout pass:bench -out edge.p12
   ) >"$BENCH_WORK/pki.log" 2>&1 || fail "making the link's certificates failed: see $BENCH_WORK/pki.log"
+}
+
+# bench_provider_pki: with PROVIDER_TLS=1, a throwaway CA and the mock
+# provider's server certificate for the address 127.0.0.1, in
+# $BENCH_WORK/provider-pki (once a run; openssl CLI, as bench_link_pki).
+bench_provider_pki() {
+  local dir=$BENCH_WORK/provider-pki
+  [ -f "$dir/provider.pem" ] && return 0
+  command -v openssl >/dev/null || fail "PROVIDER_TLS=1 needs the openssl command (apt-get install openssl)"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    pki_ca iop-bench-provider-ca
+    pki_leaf provider IP:127.0.0.1 serverAuth
+  ) >"$BENCH_WORK/provider-pki.log" 2>&1 || fail "making the provider's certificate failed: see $BENCH_WORK/provider-pki.log"
+}
+
+# pki_ca CN: a self-signed P-256 CA in ./ca.pem (key ./ca-key.pem), valid 7 days.
+pki_ca() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca-key.pem \
+    -out ca.pem -days 7 -subj "/CN=$1" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+}
+
+# pki_leaf NAME SAN EKU: ./NAME.pem signed by ./ca.pem, its key as PKCS#8 in
+# ./NAME-key.pem (rustls reads it).
+pki_leaf() {
+  local name=$1 san=$2 eku=$3
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$name-key.ec" \
+    -out "$name.csr" -subj "/CN=$name"
+  printf 'subjectAltName=%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n' \
+    "$san" "$eku" >"$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
+    -out "$name.pem" -days 7 -extfile "$name.ext"
+  openssl pkcs8 -topk8 -nocrypt -in "$name-key.ec" -out "$name-key.pem"
 }
 
 # bench_iop DRIVER MOCK_ADDR [MAX_CONCURRENCY]: iop-edge + iop-node with
@@ -269,13 +297,16 @@ bench_link_pki() {
 # Edge's log names).
 bench_iop() {
   local driver=$1 mock=$2 conc=${3:-20000}
-  local cfg=$bench_root/edge-proxy/src/config/default.yaml s
+  local cfg=$bench_root/edge-proxy/src/config/default.yaml s scheme=http provider_tls=()
+  if [ "${PROVIDER_TLS:-}" = 1 ]; then
+    scheme=https provider_tls=(--provider-ca-file "$BENCH_WORK/provider-pki/ca.pem")
+  fi
   for s in 'ingress: 127.0.0.1:8080' 'nodes: 127.0.0.1:7070' 'base_url: http://127.0.0.1:8000' '        kind: '; do
     grep -qF "$s" "$cfg" || fail "default config has no \`$s\`: update hack/lib/bench.sh"
   done
   sed -e 's#ingress: 127\.0\.0\.1:8080#ingress: 127.0.0.1:0#' \
     -e 's#nodes: 127\.0\.0\.1:7070#nodes: 127.0.0.1:0#' \
-    -e "s#base_url: http://127\\.0\\.0\\.1:8000#base_url: http://$mock#" \
+    -e "s#base_url: http://127\\.0\\.0\\.1:8000#base_url: $scheme://$mock#" \
     -e "s#^        kind: .*#&\\n        max_concurrency: $conc#" \
     "$cfg" >"$BENCH_WORK/edge.yaml"
   printf '\nqueue:\n  max_waiting: %s\n  timeout_ms: 60000\n' "$conc" >>"$BENCH_WORK/edge.yaml"
@@ -306,7 +337,7 @@ bench_iop() {
   [ -n "$IOP_INGRESS" ] && [ -n "$IOP_NODE_SOCKET" ] || fail "no ingress/node_socket in: $started"
   IOP_DRIVER_SEEN=$(grep -o -m 1 -i '"[a-z_]*driver[a-z_]*":"[a-z_]*"' "$BENCH_WORK/edge.log" | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
   procs_start node env "${envs[@]}" IOP_NODE_TOKEN=iop-dev-token "${node_wrap[@]}" "$BIN_DIR/iop-node" \
-    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${tls_args[@]}" "${node_args[@]}"
+    --edge "$IOP_NODE_SOCKET" --data-dir "$BENCH_WORK/node-data" --log-format json "${workers[@]}" "${tls_args[@]}" "${provider_tls[@]}" "${node_args[@]}"
   procs_wait_for "GET /readyz = 200" curl -fsS -o /dev/null "http://$IOP_INGRESS/readyz"
 }
 
@@ -470,6 +501,7 @@ bench_md_header() {
 - **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
 - **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}${edge_yaml:+; Edge config adds \`$edge_yaml\`}
 - **Link:** $(if [ "${LINK_TLS:-}" = 1 ]; then echo "TLS (LINK_TLS=1): IOP's Edge–Node link under mTLS (TLS 1.3, rustls with ring, P-256 certificates), a two-process peer's tunnel under its TLS transport where it has one"; else echo "plain TCP"; fi)
+$([ "${PROVIDER_TLS:-}" != 1 ] || echo "- **Provider:** https (PROVIDER_TLS=1): the mock provider serves TLS 1.3 (rustls with ring, a P-256 certificate for 127.0.0.1 from a throwaway CA), the Node trusts that CA (\`--provider-ca-file\`)")
 MD
 }
 

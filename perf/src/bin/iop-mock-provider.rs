@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use perf::mock_provider::{Knobs, MockConfig, bind, serve_threads};
+use perf::mock_provider::{Knobs, MockConfig, MockTls, bind, serve_threads};
 
 const AFTER_HELP: &str = "\
 Every knob flag sets a default. A request overrides it with a header
@@ -49,6 +49,13 @@ struct Cli {
     /// Start with /health answering 503 (toggle with POST /mock/health).
     #[arg(long)]
     unhealthy: bool,
+    /// Serve https:// with this PEM certificate chain (leaf first; needs
+    /// --tls-key), for a Node's TLS to its provider.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 
     /// [knob tokens] Content tokens to generate.
     #[arg(long, default_value_t = Knobs::default().tokens)]
@@ -128,10 +135,15 @@ impl Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let tls = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Some(MockTls::from_pem_files(cert, key)?),
+        _ => None,
+    };
     let config = MockConfig {
         knobs: cli.knobs()?,
         models: cli.models.clone(),
         unhealthy: cli.unhealthy,
+        tls,
     };
     let workers = cli
         .workers

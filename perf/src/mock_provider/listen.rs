@@ -211,6 +211,25 @@ async fn connection(stream: TcpStream, ctx: Arc<Ctx>, mut stop: watch::Receiver<
     Stats::bump(&ctx.stats.connections_total);
     Stats::bump(&ctx.stats.connections_open);
     let _open = OpenConn(ctx.stats.clone());
+    let Some(tls) = ctx.config.tls.clone() else {
+        return serve_http(stream, ctx, stop).await;
+    };
+    let accepted = tokio::select! {
+        accepted = tokio_rustls::TlsAcceptor::from(tls.0).accept(stream) => accepted,
+        _ = stop.changed() => return,
+    };
+    // A failed handshake is the client's to report; the mock just closes.
+    if let Ok(stream) = accepted {
+        serve_http(stream, ctx, stop).await;
+    }
+}
+
+/// HTTP/1.1 on an accepted connection (plain TCP or TLS) until it closes
+/// or the server stops.
+async fn serve_http<T>(stream: T, ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     // Streams report when this socket saw the client go (see `cut`).
     let watch = Arc::new(ConnWatch::default());
     let io = TokioIo::new(WatchedIo::new(stream, watch.clone()));

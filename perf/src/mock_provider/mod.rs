@@ -49,7 +49,7 @@ mod stats;
 mod text;
 
 pub use body::{MockAbort, MockBody};
-pub use config::MockConfig;
+pub use config::{MockConfig, MockTls};
 pub use cut::StreamCut;
 pub use knobs::{
     HEADER_PREFIX, KNOB_NAMES, KnobError, Knobs, MAX_EVENT_BYTES, MAX_NON_STREAM_TOKENS,

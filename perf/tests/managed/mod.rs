@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use framing::io_driver::IoDriver;
-use perf::mock_provider::{MockConfig, MockThreads, serve_threads};
+use perf::mock_provider::{MockConfig, MockThreads, MockTls, serve_threads};
 
 use crate::support::process::{PATIENCE, Process, bin, spawn_logged};
 use crate::support::stack::read_some;
@@ -183,6 +183,17 @@ pub(crate) fn start_node(
 pub(crate) fn mock() -> MockThreads {
     serve_threads("127.0.0.1:0".parse().unwrap(), MockConfig::default(), 1)
         .expect("mock provider starts")
+}
+
+/// The mock provider serving `https://` with `leaf` on a free loopback
+/// port.
+pub(crate) fn mock_tls(leaf: &pki::Leaf) -> MockThreads {
+    let tls = MockTls::from_pem_files(&leaf.cert, &leaf.key).expect("the provider's certificate");
+    let config = MockConfig {
+        tls: Some(tls),
+        ..MockConfig::default()
+    };
+    serve_threads("127.0.0.1:0".parse().unwrap(), config, 1).expect("mock provider starts")
 }
 
 /// Sends one HTTP/1.1 request (`connection: close`) and returns the whole

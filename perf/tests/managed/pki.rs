@@ -57,6 +57,15 @@ impl Ca {
         self.leaf(params, dir, "edge")
     }
 
+    /// A provider's server certificate for the IP address 127.0.0.1 (an
+    /// `https://127.0.0.1:PORT` base URL).
+    pub(crate) fn provider(&self, dir: &Path) -> Leaf {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into())];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.leaf(params, dir, "provider")
+    }
+
     /// A node certificate whose identity is `spiffe://<domain>/node/<id>`.
     pub(crate) fn node(&self, dir: &Path, domain: &str, id: &str) -> Leaf {
         self.node_with(dir, domain, id, false)
