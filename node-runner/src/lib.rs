@@ -73,6 +73,7 @@ pub mod metrics;
 pub mod provider_http;
 pub mod runs;
 pub mod runtime;
+pub mod sockopt;
 pub mod stall;
 pub mod store;
 pub mod tunnel;

@@ -417,10 +417,7 @@ fn a_set_provider_receive_buffer_serves_and_a_capped_one_says_so_at_start() {
     // Over any `net.core.rmem_max` a machine is likely to have: the kernel
     // caps the setting, and the node says so once, at start.
     let asked = 1u64 << 30;
-    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(212_992);
+    let rmem_max = node_runner::sockopt::receive_buffer_max().unwrap_or(212_992);
     for driver in drivers() {
         let stack = two_cores_with(
             driver,

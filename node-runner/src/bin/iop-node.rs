@@ -418,11 +418,7 @@ fn init_logging(format: LogFormat) {
 /// Says at start when `--provider-receive-buffer` is over what the kernel
 /// grants a socket (`net.core.rmem_max`): it would be capped silently.
 fn warn_if_capped(asked: u32) {
-    const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
-    let max = std::fs::read_to_string(RMEM_MAX)
-        .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok());
-    if let Some(max) = max
+    if let Some(max) = node_runner::sockopt::receive_buffer_max()
         && u64::from(asked) > max
     {
         tracing::warn!(

@@ -326,13 +326,10 @@ impl TlsWrite {
 /// [`UNSENT_LOW_WATER`](framing::link::UNSENT_LOW_WATER) (`TCP_NOTSENT_LOWAT`),
 /// so heartbeats queued in user space overtake the rest of a slow link's
 /// backlog instead of waiting behind a socket buffer of it.
-#[allow(unsafe_code)] // borrowing the raw fd; see the SAFETY note
 pub(crate) fn limit_unsent(stream: &TcpStream) -> io::Result<()> {
-    use std::os::fd::BorrowedFd;
-    // SAFETY: the descriptor is `stream`'s, open for as long as `stream` is
-    // borrowed, and the borrowed fd does not outlive this call.
-    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
-    socket2::SockRef::from(&fd).set_tcp_notsent_lowat(framing::link::UNSENT_LOW_WATER)
+    crate::sockopt::with_socket(stream, |socket| {
+        socket.set_tcp_notsent_lowat(framing::link::UNSENT_LOW_WATER)
+    })
 }
 
 /// Runs a TLS handshake on `stream` to completion (no deadline: the caller

@@ -198,11 +198,8 @@ fn a_receive_buffer_reaches_the_provider_socket() {
     // `net.core.rmem_max` (it caps the setting), so the value read back
     // is what the client set: twice the request (Linux keeps room for its
     // own bookkeeping).
-    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(212_992);
-    let asked = (rmem_max - 1).min(300_001);
+    let rmem_max = crate::sockopt::receive_buffer_max().unwrap_or(212_992);
+    let asked = usize::try_from(rmem_max - 1).unwrap().min(300_001);
     each_driver(|| async move {
         let (base, server) = serve(|l| {
             for _ in 0..2 {

@@ -59,6 +59,7 @@ use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
 use super::error::ProviderError;
 use super::request::{BaseUrl, RequestBody, Scheme};
 use super::tls;
+use crate::sockopt::with_socket;
 
 /// The most bytes reserved in the receive buffer before a read (reads
 /// that keep filling grow to it; see the module docs).
@@ -294,18 +295,6 @@ impl Connection {
 /// `net.core.rmem_max` and keeps twice what it grants).
 fn set_receive_buffer(stream: &TcpStream, bytes: u32) -> io::Result<()> {
     with_socket(stream, |socket| socket.set_recv_buffer_size(bytes as usize))
-}
-
-/// Runs `f` with `stream`'s socket, for its options.
-#[allow(unsafe_code)] // borrowing the raw fd; see the SAFETY note
-fn with_socket<R>(stream: &TcpStream, f: impl FnOnce(socket2::SockRef<'_>) -> R) -> R {
-    use std::os::fd::BorrowedFd;
-    // SAFETY: the descriptor is `stream`'s, open for as long as `stream` is
-    // borrowed, and the borrowed fd does not outlive this call (`f` gets a
-    // reference that cannot leave it). Tested by
-    // `a_receive_buffer_reaches_the_provider_socket`.
-    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
-    f(socket2::SockRef::from(&fd))
 }
 
 /// Whether `stream` has bytes (or its end) to read right now: a

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::knobs::Knobs;
 
 /// How a mock provider instance behaves unless a request says otherwise.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MockConfig {
     /// Knob defaults; each request may override them (see [`Knobs`]).
     pub knobs: Knobs,
@@ -21,18 +21,9 @@ pub struct MockConfig {
     pub tls: Option<MockTls>,
 }
 
-/// The mock's TLS server settings (rustls). Two are equal when they are
-/// the same settings, not when they hold the same certificate.
+/// The mock's TLS server settings (rustls).
 #[derive(Debug, Clone)]
 pub struct MockTls(pub Arc<rustls::ServerConfig>);
-
-impl PartialEq for MockTls {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for MockTls {}
 
 impl MockTls {
     /// Settings from a PEM certificate chain (leaf first) and its PEM
