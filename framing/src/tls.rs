@@ -168,6 +168,31 @@ impl CipherIn {
         self.cipher = cipher;
         self.fed = 0;
     }
+
+    /// Whether the last socket read filled the buffer it was given: the
+    /// socket likely holds more (a reader that appended less than its room
+    /// may read on at once).
+    pub fn last_read_filled(&self) -> bool {
+        !self.cipher.is_empty() && self.cipher.len() == self.cipher.capacity()
+    }
+
+    /// The ciphertext buffer's capacity: what this reader holds in memory.
+    pub fn capacity(&self) -> usize {
+        self.cipher.capacity()
+    }
+
+    /// Frees the ciphertext buffer if rustls has taken all of it (a reader
+    /// about to wait on a quiet socket need not hold one); returns whether
+    /// it did. The next [`socket_buffer`](Self::socket_buffer) is then
+    /// empty, without capacity: the caller reserves what it reads.
+    pub fn release(&mut self) -> bool {
+        if self.fed < self.cipher.len() {
+            return false;
+        }
+        self.cipher = Vec::new();
+        self.fed = 0;
+        true
+    }
 }
 
 /// Most slices handed to rustls at once by [`queue`].
@@ -395,6 +420,44 @@ mod tests {
         }
         assert_eq!(&received[..14], b"partial frame|");
         assert_eq!(&received[14..], &message[..]);
+    }
+
+    #[test]
+    fn a_reader_frees_its_buffer_only_when_rustls_took_all_of_it() {
+        let (mut client, mut server) = pair();
+        handshake(&mut client, &mut server);
+        // More than rustls holds decrypted at once (16 KiB): a small room
+        // leaves ciphertext not yet handed over.
+        let message: Vec<u8> = (0..40_000u32).map(|i| (i % 249) as u8).collect();
+        let mut cipher = Vec::new();
+        let mut rest = &message[..];
+        while !rest.is_empty() {
+            rest = &rest[queue(&mut client, &[rest]).unwrap()..];
+            cipher.extend(wire(&mut client));
+        }
+        let mut reader = CipherIn::with_capacity(1024);
+        let mut received = BytesMut::new();
+        assert_eq!(
+            reader.step(&mut server, &mut received, 0, 100).unwrap(),
+            Step::Read
+        );
+        let mut buffer = reader.socket_buffer();
+        buffer.extend_from_slice(&cipher);
+        reader.read_into(buffer);
+        assert_eq!(
+            reader.step(&mut server, &mut received, 0, 100).unwrap(),
+            Step::Done
+        );
+        assert!(!reader.release(), "ciphertext is left to hand over");
+        assert_eq!(
+            reader
+                .step(&mut server, &mut received, 100, message.len())
+                .unwrap(),
+            Step::Done
+        );
+        assert_eq!(&received[..], &message[..]);
+        assert!(reader.release(), "everything was handed over");
+        assert_eq!(reader.capacity(), 0, "freed");
     }
 
     #[test]

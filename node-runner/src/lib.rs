@@ -76,4 +76,5 @@ pub mod runtime;
 pub mod sockopt;
 pub mod stall;
 pub mod store;
+mod tls_io;
 pub mod tunnel;

@@ -213,7 +213,7 @@ async fn dial(config: &LinkClientConfig) -> std::io::Result<LinkStream> {
         return Ok(LinkStream::Plain(stream));
     };
     let mut session = super::tls::session(tls)?;
-    if let Err(error) = super::transport::handshake(&mut stream, &mut session).await {
+    if let Err(error) = crate::tls_io::handshake(&mut stream, &mut session).await {
         tracing::warn!(
             event = "node_tls_failed",
             edge = %config.edge,

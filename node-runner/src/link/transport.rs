@@ -7,8 +7,10 @@
 //! ```
 //!
 //! The record-layer steps (feed, drain, queue, gather, handshake steps)
-//! are `framing::tls`, shared with the other end of the link; this file
-//! only moves bytes between them and the socket halves.
+//! are `framing::tls`, shared with the other end of the link; the
+//! handshake, a TLS read and a flush over a socket are `crate::tls_io`,
+//! shared with `https://` provider connections. This file holds the
+//! halves and what each link read and write asks of them.
 //!
 //! The reader and the writer are separate tasks, as for plain TCP; they
 //! share the rustls session through a `RefCell` that is never borrowed
@@ -34,16 +36,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use framing::tls::{self, Step};
+use framing::tls;
 use framing::write_batch::WriteSlices;
-use monoio::buf::{IoBuf, IoBufMut};
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
-};
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
 use rustls::Connection;
 
-use crate::iovec;
+use crate::{iovec, tls_io};
 
 /// Ciphertext read from the socket at once: about four TLS records. One
 /// record a read (18 KiB) took the Edge ~60 system calls a MiB of a bulk
@@ -155,28 +155,17 @@ impl TlsRead {
         half: &mut OwnedReadHalf<TcpStream>,
         mut buf: BytesMut,
     ) -> (io::Result<usize>, BytesMut) {
-        let start = buf.len();
-        let room = (buf.capacity() - start).max(PLAIN_ROOM_MIN);
-        loop {
-            // The session's borrow ends here, before the read's await: the
-            // writer shares it.
-            let step = self
-                .input
-                .step(&mut self.session.borrow_mut(), &mut buf, start, room);
-            match step {
-                Ok(Step::Done) => return (Ok(buf.len() - start), buf),
-                Ok(Step::Read) => {}
-                Err(error) => return (Err(error), buf),
-            }
-            let cipher = self.input.socket_buffer();
-            let (result, returned) = half.read(cipher).await;
-            self.input.read_into(returned);
-            match result {
-                Ok(0) => return (Ok(0), buf),
-                Ok(_) => {}
-                Err(error) => return (Err(error), buf),
-            }
-        }
+        let room = (buf.capacity() - buf.len()).max(PLAIN_ROOM_MIN);
+        let result = tls_io::read(
+            half,
+            &self.session,
+            &mut self.input,
+            &mut buf,
+            room,
+            CIPHER_READ,
+        )
+        .await;
+        (result, buf)
     }
 }
 
@@ -280,45 +269,11 @@ impl LinkWriter {
 }
 
 impl TlsWrite {
-    /// Writes out every TLS record rustls has queued: each gather of
-    /// ciphertext offered to the socket `fd` at once ([`iovec::sent_now`])
-    /// until one does not fit, then through the runtime, which waits for
-    /// room. Returns whether the kernel took each gather in one write.
+    /// Writes out every TLS record rustls has queued (see
+    /// [`tls_io::flush`]). Returns whether the kernel took each gather in
+    /// one write.
     async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>, fd: RawFd) -> io::Result<bool> {
-        let mut whole = true;
-        loop {
-            let mut cipher = std::mem::take(&mut self.cipher);
-            cipher.clear();
-            tls::gather(&mut self.session.borrow_mut(), &mut cipher, CIPHER_WRITE)?;
-            if cipher.is_empty() {
-                self.cipher = cipher;
-                return Ok(whole);
-            }
-            let len = cipher.len();
-            let at_once = match whole {
-                true => iovec::sent_now(fd, std::slice::from_ref(&cipher)),
-                false => None,
-            };
-            let (result, returned) = match at_once {
-                Some(result) => (result, cipher),
-                None => half.write(cipher).await,
-            };
-            let n = match result {
-                Ok(n) => n,
-                Err(e) => {
-                    self.cipher = returned;
-                    return Err(e);
-                }
-            };
-            if n < len {
-                whole = false;
-                let (result, rest) = half.write_all(returned.slice(n..)).await;
-                self.cipher = rest.into_inner();
-                result?;
-            } else {
-                self.cipher = returned;
-            }
-        }
+        tls_io::flush(half, fd, &self.session, &mut self.cipher, CIPHER_WRITE).await
     }
 }
 
@@ -330,43 +285,6 @@ pub(crate) fn limit_unsent(stream: &TcpStream) -> io::Result<()> {
     crate::sockopt::with_socket(stream, |socket| {
         socket.set_tcp_notsent_lowat(framing::link::UNSENT_LOW_WATER)
     })
-}
-
-/// Runs a TLS handshake on `stream` to completion (no deadline: the caller
-/// bounds it). Application data that arrives with the peer's last flight
-/// stays buffered in the session.
-pub(crate) async fn handshake(stream: &mut TcpStream, session: &mut Connection) -> io::Result<()> {
-    let mut cipher = Vec::with_capacity(CIPHER_READ);
-    let mut out = Vec::new();
-    loop {
-        out.clear();
-        tls::gather(session, &mut out, usize::MAX)?;
-        if !out.is_empty() {
-            let (result, returned) = stream.write_all(out).await;
-            out = returned;
-            result?;
-        }
-        if !session.is_handshaking() {
-            return Ok(());
-        }
-        cipher.clear();
-        let (result, returned) = stream.read(cipher).await;
-        cipher = returned;
-        if result? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "peer closed the connection during the TLS handshake",
-            ));
-        }
-        if let Err(error) = tls::absorb_handshake(session, &cipher) {
-            // Tell the peer why (the alert rustls queued), then fail.
-            out.clear();
-            if tls::gather(session, &mut out, usize::MAX).is_ok() && !out.is_empty() {
-                let _ = stream.write_all(out).await;
-            }
-            return Err(error);
-        }
-    }
 }
 
 #[cfg(test)]

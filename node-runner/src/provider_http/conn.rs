@@ -1,11 +1,14 @@
 //! One connection to a provider: the transport, its receive buffer, and the
 //! cancel-safety flag.
 //!
-//! The transport is an enum, plain TCP or a rustls client stream
-//! (`monoio_rustls`, safe-I/O mode) over TCP, with the same `read`/`write`
-//! calls; nothing above this module knows which it is. Reads append to the
-//! receive buffer's spare capacity (monoio would otherwise write at the
-//! buffer's start, over bytes not yet parsed).
+//! The transport is an enum, plain TCP or TCP with a rustls client
+//! session driven sans-IO (`crate::tls_io`, the link's steps), with the
+//! same `read`/`write` calls; nothing above this module knows which it is.
+//! Reads append to the receive buffer's spare capacity (monoio would
+//! otherwise write at the buffer's start, over bytes not yet parsed). A TLS
+//! read takes as much ciphertext from the socket as the plaintext it has
+//! room for, so a busy `https://` stream reads, and a tunnel sends frames,
+//! as large as a plain one's.
 //!
 //! TLS end of stream: a `close_notify` reads as EOF, and so does a TCP close
 //! without one (rustls' `UnexpectedEof`). The body framing then decides: a
@@ -22,8 +25,10 @@
 //! one reads straight on (after a full read, or when a zero-timeout poll
 //! shows bytes already waiting, the buffer it holds is reused). So a buffer lives from the moment
 //! bytes arrive until its slices are relayed, and a burst of new streams
-//! does not hold one each. Plain TCP only: rustls may hold decrypted bytes the
-//! socket's readiness does not show, so a TLS connection keeps its buffer.
+//! does not hold one each. Under TLS the same: a read that appended less
+//! than its room left nothing in rustls or in the ciphertext buffer, so the
+//! socket's readiness tells; a TLS connection waiting so gives up its
+//! ciphertext buffer too.
 //!
 //! On io_uring, a read that knows its bytes are waiting (after a read that
 //! filled its room, or once the socket has shown them) takes them with a
@@ -52,13 +57,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::buf::{IoBufMut, SliceMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
+use monoio::io::AsyncReadRent;
 use monoio::net::TcpStream;
-use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
 
 use super::error::ProviderError;
 use super::request::{BaseUrl, RequestBody, Scheme};
 use super::tls;
+use super::tls_stream::TlsStream;
 use crate::sockopt::with_socket;
 
 /// The most bytes reserved in the receive buffer before a read (reads
@@ -74,7 +79,17 @@ enum Transport {
     /// Plain TCP (`http://`).
     Plain(TcpStream),
     /// rustls over TCP (`https://`); boxed, the session state is large.
-    Tls(Box<ClientTlsStream<TcpStream>>),
+    Tls(Box<TlsStream>),
+}
+
+impl Transport {
+    /// The TCP socket under either.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Self::Plain(stream) => stream,
+            Self::Tls(tls) => tls.tcp(),
+        }
+    }
 }
 
 /// A connection and what has been read from it but not yet handed out.
@@ -177,7 +192,7 @@ impl Connection {
                 let rest = crate::iovec::write_now(stream.as_raw_fd(), body.after(head))?;
                 crate::iovec::write_all(stream, rest).await?;
             }
-            Transport::Tls(stream) => write_all(stream.as_mut(), head, body).await?,
+            Transport::Tls(tls) => tls.write_all(body.after(head)).await?,
         }
         self.busy = false;
         Ok(())
@@ -191,10 +206,8 @@ impl Connection {
         // Whether bytes are likely waiting: after a read that filled its
         // room, or once the socket has shown them.
         let mut waiting = !self.drained;
-        if self.drained
-            && self.buf.is_empty()
-            && let Transport::Plain(stream) = &self.io
-        {
+        if self.drained && self.buf.is_empty() {
+            let stream = self.io.tcp();
             // Bytes already waiting (a busy stream read short): read them
             // into the buffer we hold, no churn. Holding none (the wait for
             // a response's head, or after a release), there is nothing to
@@ -202,6 +215,11 @@ impl Connection {
             // there at once.
             if self.buf.capacity() == 0 || !readable_now(stream) {
                 self.buf = BytesMut::new();
+                if let Transport::Tls(tls) = &mut self.io {
+                    // Nothing is left in it (the last read was short).
+                    tls.release_input();
+                }
+                let stream = self.io.tcp();
                 // Not `busy`: no buffer is in flight, so dropping this wait
                 // leaves the framing position intact. Not relaxed: the
                 // epoll driver's cached readiness could be stale.
@@ -245,22 +263,21 @@ impl Connection {
     /// One read through the runtime into the spare capacity of `buf`.
     async fn read_into_spare(&mut self) -> io::Result<usize> {
         self.busy = true;
-        let buf = std::mem::take(&mut self.buf);
-        let (len, capacity) = (buf.len(), buf.capacity());
-        let spare = buf.slice_mut(len..capacity);
-        let (result, spare) = match &mut self.io {
-            Transport::Plain(stream) => stream.read(spare).await,
-            Transport::Tls(stream) => {
-                // Boxed: rustls' read future (~750 B) would otherwise size
-                // every plain stream's read, held while the stream idles.
-                let (result, spare) = Box::pin(stream.read(spare)).await;
-                match result {
-                    Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => (Ok(0), spare),
-                    other => (other, spare),
-                }
+        let result = match &mut self.io {
+            Transport::Plain(stream) => {
+                let buf = std::mem::take(&mut self.buf);
+                let (len, capacity) = (buf.len(), buf.capacity());
+                let (result, spare) = stream.read(buf.slice_mut(len..capacity)).await;
+                self.buf = SliceMut::into_inner(spare);
+                result
+            }
+            Transport::Tls(tls) => {
+                let room = self.buf.capacity() - self.buf.len();
+                // Boxed: the TLS read's future would otherwise size every
+                // plain stream's read, held while the stream idles.
+                Box::pin(tls.read(&mut self.buf, room)).await
             }
         };
-        self.buf = SliceMut::into_inner(spare);
         self.busy = false;
         result
     }
@@ -278,16 +295,18 @@ impl Connection {
     /// the receive-buffer test).
     #[cfg(test)]
     pub(crate) fn socket_receive_buffer(&self) -> io::Result<usize> {
-        match &self.io {
-            Transport::Plain(stream) => with_socket(stream, |socket| socket.recv_buffer_size()),
-            Transport::Tls(_) => Err(io::Error::other("a TLS connection")),
-        }
+        with_socket(self.io.tcp(), |socket| socket.recv_buffer_size())
     }
 
-    /// The receive buffer's capacity (the buffer-release tests).
+    /// The receive buffers' capacity, plaintext and (under TLS)
+    /// ciphertext (the buffer-release tests).
     #[cfg(test)]
     pub(crate) fn buffer_capacity(&self) -> usize {
-        self.buf.capacity()
+        let cipher = match &self.io {
+            Transport::Plain(_) => 0,
+            Transport::Tls(tls) => tls.input_capacity(),
+        };
+        self.buf.capacity() + cipher
     }
 }
 
@@ -301,7 +320,7 @@ fn set_receive_buffer(stream: &TcpStream, bytes: u32) -> io::Result<()> {
 /// zero-timeout `poll(2)`, which never waits. An error reads as "not now";
 /// the wait that follows reports it.
 #[allow(unsafe_code)]
-fn readable_now(stream: &TcpStream) -> bool {
+pub(super) fn readable_now(stream: &TcpStream) -> bool {
     let mut fd = libc::pollfd {
         fd: stream.as_raw_fd(),
         events: libc::POLLIN,
@@ -382,27 +401,14 @@ async fn handshake(
         failure: super::TlsFailure::Handshake,
         message: "host is not a valid TLS server name".to_owned(),
     })?;
-    match TlsConnector::from(Arc::clone(config))
-        .connect(name, stream)
+    let mut stream = stream;
+    let session = rustls::ClientConnection::new(Arc::clone(config), name)
+        .map_err(|error| tls::rustls_error(host, &error))?;
+    let mut session = rustls::Connection::Client(session);
+    crate::tls_io::handshake(&mut stream, &mut session)
         .await
-    {
-        Ok(stream) => Ok(Transport::Tls(Box::new(stream))),
-        Err(TlsError::Io(error)) => Err(tls::handshake_error(host, &error)),
-        Err(TlsError::Rustls(error)) => Err(tls::rustls_error(host, &error)),
-    }
-}
-
-/// Writes `head` then `body`'s slices, in full.
-async fn write_all<S: AsyncWriteRent>(
-    stream: &mut S,
-    head: Bytes,
-    body: RequestBody,
-) -> io::Result<()> {
-    if body.is_empty() {
-        let (result, _) = stream.write_all(head).await;
-        return result.map(drop);
-    }
-    crate::iovec::write_all(stream, body.after(head)).await
+        .map_err(|error| tls::handshake_error(host, &error))?;
+    Ok(Transport::Tls(Box::new(TlsStream::new(stream, session))))
 }
 
 fn resolve(base: &BaseUrl) -> io::Result<SocketAddr> {

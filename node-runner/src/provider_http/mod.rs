@@ -20,7 +20,9 @@
 //!
 //! # HTTPS
 //! - `https://` base URLs (port 443 by default) are served over rustls
-//!   (`ring` provider) via `monoio-rustls`, on the same core. SNI and the
+//!   (`ring` provider), driven sans-IO on the same core as the link's TLS
+//!   (`crate::tls_io`): a busy stream's socket reads take as much
+//!   ciphertext as the plaintext they have room for. SNI and the
 //!   certificate check use the URL's host (an IP literal is checked
 //!   against the certificate's IP addresses); ALPN offers `http/1.1`.
 //! - Trust comes from [`ProviderClientConfig::tls`]: by default the
@@ -116,6 +118,7 @@ mod response;
 #[cfg(test)]
 pub(crate) mod tests;
 mod tls;
+mod tls_stream;
 #[cfg(test)]
 mod tls_tests;
 

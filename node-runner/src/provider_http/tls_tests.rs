@@ -352,6 +352,86 @@ fn close_notify_and_a_cut_stream_read_as_eof() {
     });
 }
 
+/// As over plain TCP (`buffer_tests`): a quiet https stream waits holding
+/// neither a plaintext nor a ciphertext buffer, and is pooled so.
+#[test]
+fn an_idle_https_body_waits_without_buffers() {
+    each_driver(|| async {
+        let ca = TestCa::new("IOP test CA");
+        let (release, released) = mpsc::channel::<()>();
+        let config = ca.server(&["localhost", "127.0.0.1", "::1"]);
+        let (base, server) = serve(config, move |l, c| {
+            let mut s = accept_tls(&l, &c);
+            read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                .unwrap();
+            s.flush().unwrap();
+            released.recv_timeout(PATIENCE).unwrap();
+            s.write_all(b"world").unwrap();
+            s.flush().unwrap();
+            expect_client_close(&mut s);
+        });
+        let client = ca.client();
+        let request = ProviderRequest::new("GET", base.clone(), "/a");
+        let mut response = client.request(request).await.unwrap();
+        let hello = response.next_chunk().await.unwrap().unwrap();
+        assert_eq!(&hello[..], b"hello");
+        assert!(response.buffer_capacity().unwrap() > 0);
+        let waited = monoio::time::timeout(Duration::from_millis(20), response.next_chunk()).await;
+        assert!(waited.is_err(), "nothing to read yet");
+        assert_eq!(response.buffer_capacity(), Some(0), "both buffers freed");
+        drop(hello);
+        release.send(()).unwrap();
+        assert_eq!(&response.next_chunk().await.unwrap().unwrap()[..], b"world");
+        assert!(response.next_chunk().await.is_none());
+        assert_eq!(client.idle_connections(&base), 1);
+        drop(response);
+        drop(client);
+        join(server).await;
+    });
+}
+
+/// A busy https stream's reads grow as a plain one's do, past one TLS
+/// record (16 KiB): each takes as much ciphertext as its room holds
+/// plaintext. (Through `monoio-rustls` no read returned more than a
+/// record, and a tunnel's frames were that small: profiles.md round 55.)
+#[test]
+fn busy_https_reads_grow_past_one_record() {
+    each_driver(|| async {
+        // Few enough bytes for the kernel to hold them all before the
+        // first read: reads of 2, 4, 8 and 16 KiB fill, the next one takes
+        // the remaining 30 KiB at once.
+        const SENT: usize = 60 * 1024;
+        let ca = TestCa::new("IOP test CA");
+        let (written, was_written) = mpsc::channel::<()>();
+        let config = ca.server(&["localhost", "127.0.0.1", "::1"]);
+        let (base, server) = serve(config, move |l, c| {
+            let mut s = accept_tls(&l, &c);
+            s.write_all(&[b'x'; SENT]).unwrap();
+            s.flush().unwrap();
+            written.send(()).unwrap();
+            expect_client_close(&mut s);
+        });
+        let tls = tls_client_config(Some(&ca.pem_file)).unwrap();
+        let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
+            .await
+            .unwrap();
+        while was_written.try_recv().is_err() {
+            monoio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut reads = Vec::new();
+        while conn.buf.len() < SENT {
+            let n = conn.read_more().await.unwrap();
+            assert_ne!(n, 0, "early EOF");
+            reads.push(n);
+        }
+        assert!(conn.buf.iter().all(|&b| b == b'x'));
+        assert_eq!(reads, [2048, 4096, 8192, 16384, SENT - 30 * 1024]);
+        drop(conn);
+        join(server).await;
+    });
+}
+
 /// A read appends after the bytes not yet parsed (monoio reads at a
 /// buffer's start unless given its spare part), over TCP and TLS.
 #[test]
