@@ -236,12 +236,10 @@ impl Connection {
         let start = self.buf.as_ptr() as usize + len;
         // On io_uring, bytes known to be waiting are taken without a trip
         // through the ring (see `recv_now`), every other read.
-        let taken = match &self.io {
-            Transport::Plain(stream)
-                if waiting && !self.read_at_once && crate::runtime::on_uring() =>
-            {
-                recv_now(stream, &mut self.buf)
-            }
+        let at_once = waiting && !self.read_at_once && crate::runtime::on_uring();
+        let taken = match &mut self.io {
+            Transport::Plain(stream) if at_once => recv_now(stream, &mut self.buf),
+            Transport::Tls(tls) if at_once => tls.read_now(&mut self.buf, capacity - len),
             _ => None,
         };
         self.read_at_once = taken.is_some();
@@ -355,7 +353,10 @@ pub(super) fn readable_now(stream: &TcpStream) -> bool {
 /// (`edge-proxy/src/link/transport.rs`): the two share no runtime code by
 /// design, and `framing` does no I/O.
 #[allow(unsafe_code)]
-fn recv_now(stream: &impl AsRawFd, buf: &mut BytesMut) -> Option<io::Result<usize>> {
+pub(super) fn recv_now<B: RecvBuf>(
+    stream: &impl AsRawFd,
+    buf: &mut B,
+) -> Option<io::Result<usize>> {
     let spare = buf.spare_capacity_mut();
     if spare.is_empty() {
         return None;
@@ -385,6 +386,50 @@ fn recv_now(stream: &impl AsRawFd, buf: &mut BytesMut) -> Option<io::Result<usiz
                 _ => Some(Err(error)),
             }
         }
+    }
+}
+
+/// A buffer [`recv_now`] appends to: the receive buffer, or a TLS
+/// connection's ciphertext buffer.
+#[allow(unsafe_code)]
+pub(super) trait RecvBuf {
+    /// Bytes held.
+    fn len(&self) -> usize;
+    /// The room after them.
+    fn spare_capacity_mut(&mut self) -> &mut [std::mem::MaybeUninit<u8>];
+    /// Sets the bytes held to `len`.
+    ///
+    /// # Safety
+    /// `len` is at most the capacity, and the bytes up to it are
+    /// initialized.
+    unsafe fn set_len(&mut self, len: usize);
+}
+
+#[allow(unsafe_code)]
+impl RecvBuf for BytesMut {
+    fn len(&self) -> usize {
+        BytesMut::len(self)
+    }
+    fn spare_capacity_mut(&mut self) -> &mut [std::mem::MaybeUninit<u8>] {
+        BytesMut::spare_capacity_mut(self)
+    }
+    unsafe fn set_len(&mut self, len: usize) {
+        // SAFETY: the caller's contract is `BytesMut::set_len`'s.
+        unsafe { BytesMut::set_len(self, len) }
+    }
+}
+
+#[allow(unsafe_code)]
+impl RecvBuf for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn spare_capacity_mut(&mut self) -> &mut [std::mem::MaybeUninit<u8>] {
+        Vec::spare_capacity_mut(self)
+    }
+    unsafe fn set_len(&mut self, len: usize) {
+        // SAFETY: the caller's contract is `Vec::set_len`'s.
+        unsafe { Vec::set_len(self, len) }
     }
 }
 
@@ -458,7 +503,7 @@ mod tests {
 
     /// `recv_now` retried until it answers: loopback delivers at once, but
     /// the peer's bytes may show a moment after its write (bounded).
-    fn answered(stream: &std::net::TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    fn answered(stream: &std::net::TcpStream, buf: &mut impl RecvBuf) -> io::Result<usize> {
         (0..1000)
             .find_map(|_| {
                 recv_now(stream, buf).or_else(|| {
@@ -490,11 +535,18 @@ mod tests {
         let mut full = BytesMut::new();
         assert!(recv_now(&ours, &mut full).is_none());
 
+        // A TLS connection's ciphertext buffer, a `Vec`, the same way.
+        let mut cipher = Vec::with_capacity(64);
+        cipher.extend_from_slice(b"kept|");
+        assert_eq!(answered(&ours, &mut cipher).unwrap(), 4);
+        assert_eq!(&cipher[..], b"kept|more");
+        peer.write_all(b"again").unwrap();
+
         // The end of the stream reads as 0, after what was left.
         drop(peer);
         let mut rest = BytesMut::with_capacity(16);
-        assert_eq!(answered(&ours, &mut rest).unwrap(), 4);
+        assert_eq!(answered(&ours, &mut rest).unwrap(), 5);
         assert_eq!(answered(&ours, &mut rest).unwrap(), 0);
-        assert_eq!(&rest[..], b"more");
+        assert_eq!(&rest[..], b"again");
     }
 }

@@ -16,11 +16,11 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 use bytes::{Bytes, BytesMut};
-use framing::tls::CipherIn;
+use framing::tls::{CipherIn, Step};
 use framing::write_batch::WriteSlices;
 use monoio::net::TcpStream;
 
-use super::conn::readable_now;
+use super::conn::{readable_now, recv_now};
 
 /// Ciphertext gathered from rustls before one socket write of a request.
 const CIPHER_WRITE: usize = 64 * 1024;
@@ -97,16 +97,13 @@ impl TlsStream {
         let mut got = 0;
         loop {
             let rest = room - got;
-            // A record's header, nonce and tag add at most ~29 bytes a
-            // 16 KiB record; never less than one whole record a read.
-            let cipher_read = (rest + rest / 512 + 64).max(RECORD_READ);
             let n = crate::tls_io::read(
                 &mut self.tcp,
                 &self.session,
                 &mut self.input,
                 buf,
                 rest,
-                cipher_read,
+                cipher_read(rest),
             )
             .await?;
             got += n;
@@ -115,6 +112,54 @@ impl TlsStream {
             }
         }
     }
+
+    /// As [`read`](Self::read), without waiting: the plaintext rustls
+    /// holds, then what the socket has now (`recv(2)` with
+    /// `MSG_DONTWAIT`, [`recv_now`]), on while a socket read fills its
+    /// buffer. `None` when nothing is at hand: the caller then reads
+    /// through the runtime. On io_uring this saves a busy stream, and a
+    /// response whose readiness was just awaited, a trip through the ring
+    /// (as for plain TCP, `Connection::read_more`).
+    pub(super) fn read_now(
+        &mut self,
+        buf: &mut BytesMut,
+        room: usize,
+    ) -> Option<io::Result<usize>> {
+        let start = buf.len();
+        loop {
+            let step = self
+                .input
+                .step(&mut self.session.borrow_mut(), buf, start, room);
+            let got = buf.len() - start;
+            match step {
+                Err(error) => return Some(Err(error)),
+                // Full, or the peer's close_notify, or the socket read
+                // before did not fill its buffer: nothing more waits.
+                Ok(Step::Done) if got >= room || got == 0 || !self.input.last_read_filled() => {
+                    return Some(Ok(got));
+                }
+                // Everything handed to rustls, and more may be waiting.
+                Ok(_) => {}
+            }
+            let mut cipher = self.input.socket_buffer();
+            cipher.reserve_exact(cipher_read(room - got));
+            let taken = recv_now(&self.tcp, &mut cipher);
+            self.input.read_into(cipher);
+            match taken {
+                None if got == 0 => return None,
+                None | Some(Ok(0)) => return Some(Ok(got)),
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Some(Err(error)),
+            }
+        }
+    }
+}
+
+/// Ciphertext to read from the socket for `room` bytes of plaintext: a
+/// record's header, nonce and tag add at most ~29 bytes a 16 KiB record;
+/// never less than one whole record.
+fn cipher_read(room: usize) -> usize {
+    (room + room / 512 + 64).max(RECORD_READ)
 }
 
 /// The least ciphertext a TLS socket read takes: one whole record (16 KiB
