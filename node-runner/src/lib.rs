@@ -76,5 +76,7 @@ pub mod runtime;
 pub mod sockopt;
 pub mod stall;
 pub mod store;
+#[cfg(test)]
+mod test_ca;
 mod tls_io;
 pub mod tunnel;

@@ -161,37 +161,22 @@ pub(crate) async fn flush<W: AsyncWriteRent>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use framing::io_driver::IoDriver;
-    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-    use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConnection, ServerConnection};
 
     use super::*;
+    use crate::test_ca::TestCa;
 
-    /// A client session and a server session past their handshake, done
-    /// in memory.
+    /// A client session (the provider client configuration) and a server
+    /// session past their handshake, done in memory.
     fn sessions() -> (Connection, Connection) {
-        let cert = rcgen::generate_simple_self_signed(vec!["provider.test".to_owned()]).unwrap();
-        let der = cert.cert.der().clone();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![der.clone()], key)
-            .unwrap();
-        let mut roots = RootCertStore::empty();
-        roots.add(der).unwrap();
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let ca = TestCa::new("IOP test CA");
+        let server = ca.server(&["provider.test"]);
+        let client = ca.client_config();
         let name = ServerName::try_from("provider.test").unwrap();
-        let mut client = Connection::Client(ClientConnection::new(Arc::new(client), name).unwrap());
-        let mut server = Connection::Server(ServerConnection::new(Arc::new(server)).unwrap());
+        let mut client = Connection::Client(ClientConnection::new(client, name).unwrap());
+        let mut server = Connection::Server(ServerConnection::new(server).unwrap());
         while client.is_handshaking() || server.is_handshaking() {
             let mut flight = Vec::new();
             tls::gather(&mut client, &mut flight, usize::MAX).unwrap();

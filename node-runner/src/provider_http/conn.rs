@@ -436,7 +436,7 @@ impl RecvBuf for Vec<u8> {
 /// The TLS handshake on a connected `stream`, for `base`'s host.
 async fn handshake(
     base: &BaseUrl,
-    stream: TcpStream,
+    mut stream: TcpStream,
     config: &Arc<rustls::ClientConfig>,
 ) -> Result<Transport, ProviderError> {
     let host = base.connect_host();
@@ -446,7 +446,6 @@ async fn handshake(
         failure: super::TlsFailure::Handshake,
         message: "host is not a valid TLS server name".to_owned(),
     })?;
-    let mut stream = stream;
     let session = rustls::ClientConnection::new(Arc::clone(config), name)
         .map_err(|error| tls::rustls_error(host, &error))?;
     let mut session = rustls::Connection::Client(session);

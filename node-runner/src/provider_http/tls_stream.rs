@@ -93,6 +93,8 @@ impl TlsStream {
     /// whole one: when it filled its buffer and the socket shows more, the
     /// read goes on, so a busy stream's read fills its room as a plain
     /// one's does (and its reads keep growing, `Connection::read_size`).
+    /// It goes on through the runtime, not with [`read_now`](Self::read_now):
+    /// this is the read that yields the stream's turn (see `recv_now`).
     pub(super) async fn read(&mut self, buf: &mut BytesMut, room: usize) -> io::Result<usize> {
         let mut got = 0;
         loop {

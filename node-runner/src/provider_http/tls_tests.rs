@@ -3,70 +3,24 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::conn::Connection;
 use super::tests::each_driver;
 use super::*;
+use crate::test_ca::TestCa;
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
-/// A test CA, written to a PEM file, that signs server certificates.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    _dir: tempfile::TempDir,
-    pem_file: PathBuf,
-}
-
 impl TestCa {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let pem_file = dir.path().join("provider-ca.pem");
-        std::fs::write(&pem_file, cert.pem()).unwrap();
-        Self {
-            issuer: Issuer::new(params, key),
-            _dir: dir,
-            pem_file,
-        }
-    }
-
-    /// A server configuration with a certificate for `names` (DNS names or
-    /// IP literals), ALPN `http/1.1`.
-    fn server(&self, names: &[&str]) -> Arc<ServerConfig> {
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.issuer)
-            .unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], key)
-            .unwrap();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(config)
-    }
-
     /// A client trusting this CA (on top of the webpki roots).
     fn client(&self) -> ProviderClient {
-        let tls = tls_client_config(Some(&self.pem_file)).expect("CA file loads");
+        let tls = self.client_config();
         ProviderClient::new(ProviderClientConfig {
             tls,
             ..ProviderClientConfig::default()
@@ -412,7 +366,7 @@ fn busy_https_reads_grow_past_one_record() {
             written.send(()).unwrap();
             expect_client_close(&mut s);
         });
-        let tls = tls_client_config(Some(&ca.pem_file)).unwrap();
+        let tls = ca.client_config();
         let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
             .await
             .unwrap();
@@ -457,7 +411,7 @@ fn a_read_appends_to_unparsed_bytes() {
             s.write_all(b"def").unwrap();
             expect_client_close(&mut s);
         });
-        let tls = tls_client_config(Some(&ca.pem_file)).unwrap();
+        let tls = ca.client_config();
         let mut conn = Connection::connect(&base, PATIENCE, &tls, None)
             .await
             .unwrap();
