@@ -34,7 +34,12 @@
 # and haproxy's one worker), LINK_TLS=1 (the two-process paths' link under
 # TLS, as across machines: IOP's Edge–Node link under mTLS, rathole's
 # tunnel under its TLS transport; certificates made with openssl for the
-# run; the one-hop paths are unchanged), STEAL_WARN (default 5: a path
+# run; the one-hop paths are unchanged), PROVIDER_TLS=1 (the mock serves
+# https:// with a certificate made with openssl for the run, and every path
+# reaches it over TLS: direct and rathole carry k6's own TLS to the mock,
+# end to end; nginx, haproxy, LiteLLM and IOP's Node open TLS to it, each
+# on its kept-alive upstream connections; SSL_CERT_FILE names that CA for
+# k6, curl and LiteLLM), STEAL_WARN (default 5: a path
 # whose run the hypervisor took this % of the VM's CPU from is named in the
 # notes; every row shows its figure), IOP_B_BIN_DIR / IOP_B_EDGE_ARGS /
 # IOP_B_NODE_ARGS / IOP_B_EDGE_YAML (any one set: an A/B in the same run —
@@ -62,9 +67,6 @@ cd "$(dirname "$0")/.."
 BENCH_NAME=peers
 # shellcheck source=hack/lib/bench.sh
 . hack/lib/bench.sh
-# Every peer here reads the same plain-HTTP mock; an https provider is
-# IOP's alone to measure.
-[ "${PROVIDER_TLS:-}" != 1 ] || fail "PROVIDER_TLS=1 is for hack/loadtest.sh (IOP's paths only): the peers here proxy a plain-HTTP mock"
 
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(stream qps nonstream)
@@ -76,6 +78,8 @@ LITELLM_VERSION=1.106.12 # newer [proxy] extras need packages the registry lacks
 RATHOLE_VERSION=0.5.0
 command_line="hack/peers.sh $*"
 [ "$ROUNDS" -eq 1 ] || command_line="ROUNDS=$ROUNDS $command_line"
+[ "${PROVIDER_TLS:-}" != 1 ] || command_line="PROVIDER_TLS=1 $command_line"
+[ "${LINK_TLS:-}" != 1 ] || command_line="LINK_TLS=1 $command_line"
 
 bench_init
 for sc in "${scenarios[@]}"; do
@@ -158,7 +162,8 @@ wait_http() {
   # wait_http URL SECONDS [KEY]: until a chat request through URL answers 200.
   local url=$1 n=$(($2 * 10)) key=${3:-} _
   for _ in $(seq 1 "$n"); do
-    if curl -fsS -m 5 -o /dev/null "$url/v1/chat/completions" -H 'content-type: application/json' \
+    # (curl reads no SSL_CERT_FILE: the CA of PROVIDER_TLS=1 by name)
+    if curl -fsS -m 5 -o /dev/null ${SSL_CERT_FILE:+--cacert "$SSL_CERT_FILE"} "$url/v1/chat/completions" -H 'content-type: application/json' \
       ${key:+-H "authorization: Bearer $key"} -d '{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null; then
       return 0
     fi
@@ -182,8 +187,8 @@ start_path() {
   PATH_URL=http://127.0.0.1:$port
   case "$p" in
     direct)
-      PATH_URL=http://$MOCK_ADDR
-      PATH_DESC="$loadgen → mock"
+      PATH_URL=$up_scheme://$MOCK_ADDR
+      PATH_DESC="$loadgen → mock${up_tls:+ (TLS to the mock)}"
       ;;
     nginx)
       mkdir -p "$BENCH_WORK/nginx"
@@ -202,7 +207,7 @@ http {
   server {
     listen 127.0.0.1:$port;
     location / {
-      proxy_pass http://mock;
+      proxy_pass $up_scheme://mock;$nginx_tls
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
@@ -213,7 +218,7 @@ http {
 }
 CONF
       procs_start nginx "$(command -v nginx || echo /usr/sbin/nginx)" -p "$BENCH_WORK/nginx" -c "$BENCH_WORK/nginx/nginx.conf"
-      PATH_DESC="nginx $(nginx -v 2>&1 | sed 's#.*/##'), 1 worker"
+      PATH_DESC="nginx $(nginx -v 2>&1 | sed 's#.*/##'), 1 worker${up_tls:+, https upstream (sessions reused, certificate not verified, the default of nginx)}"
       ;;
     haproxy)
       cat >"$BENCH_WORK/haproxy.cfg" <<CONF
@@ -231,10 +236,10 @@ frontend f
   bind 127.0.0.1:$port
   default_backend b
 backend b
-  server mock $MOCK_ADDR maxconn 9000
+  server mock $MOCK_ADDR maxconn 9000${up_tls:+ ssl verify none}
 CONF
       procs_start haproxy "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$BENCH_WORK/haproxy.cfg"
-      PATH_DESC="haproxy $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'), 1 thread"
+      PATH_DESC="haproxy $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'), 1 thread${up_tls:+, https upstream (sessions reused, verify none)}"
       ;;
     rathole)
       local ctrl
@@ -265,7 +270,8 @@ local_addr = "$MOCK_ADDR"
 CONF
       procs_start rathole-server "$rathole" --server "$BENCH_WORK/rathole-server.toml"
       procs_start rathole-client "$rathole" --client "$BENCH_WORK/rathole-client.toml"
-      PATH_DESC="rathole $RATHOLE_VERSION, server + client$desc_tls"
+      PATH_URL=$up_scheme://127.0.0.1:$port
+      PATH_DESC="rathole $RATHOLE_VERSION, server + client$desc_tls${up_tls:+; the TLS of k6 carried to the mock end to end}"
       ;;
     litellm)
       cat >"$BENCH_WORK/litellm.yaml" <<CONF
@@ -273,14 +279,14 @@ model_list:
   - model_name: mock-model
     litellm_params:
       model: openai/mock-model
-      api_base: http://$MOCK_ADDR/v1
+      api_base: $up_scheme://$MOCK_ADDR/v1
       api_key: sk-none
 CONF
-      procs_start litellm env LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
+      procs_start litellm env ${up_tls:+SSL_VERIFY="$SSL_CERT_FILE"} LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
         LITELLM_TELEMETRY=False "$lvenv/bin/litellm" --config "$BENCH_WORK/litellm.yaml" \
         --host 127.0.0.1 --port "$port"
       PATH_KEY=sk-bench
-      PATH_DESC="LiteLLM proxy $LITELLM_VERSION, 1 worker"
+      PATH_DESC="LiteLLM proxy $LITELLM_VERSION, 1 worker${up_tls:+, https upstream (the CA trusted)}"
       ;;
     iop-* | iopb-*)
       local rest=${p#iop*-}
@@ -297,7 +303,7 @@ CONF
       fi
       PATH_URL=http://$IOP_INGRESS
       PATH_MODEL=$model
-      PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}${LINK_TLS:+, mTLS link}"
+      PATH_DESC="Edge + Node, $driver, $model${iop_kind[$model]:+ ${iop_kind[$model]}}${LINK_TLS:+, mTLS link}${up_tls:+, https to the mock (the CA trusted)}"
       if [[ $p == iopb-* ]]; then
         PATH_DESC="B: $PATH_DESC; $b_desc"
       elif [ -n "$b_desc" ]; then
@@ -539,6 +545,17 @@ choose_round() {
   done
   fig[$sc,$p,rounds]=$(printf '%s · ' "${list[@]}" | sed 's/ · $//')
 }
+
+# With PROVIDER_TLS=1 the mock speaks https only (bench_mock), and every
+# path's client of it trusts the run's CA: IOP's Node by --provider-ca-file
+# (bench_iop), k6, curl and LiteLLM by SSL_CERT_FILE.
+up_scheme=http up_tls= nginx_tls=
+if [ "${PROVIDER_TLS:-}" = 1 ]; then
+  bench_provider_pki
+  export SSL_CERT_FILE=$BENCH_WORK/provider-pki/ca.pem
+  up_scheme=https up_tls=1
+  nginx_tls=$'\n      proxy_ssl_session_reuse on;\n      proxy_ssl_server_name off;'
+fi
 
 declare -A fig
 for sc in "${scenarios[@]}"; do

@@ -501,7 +501,7 @@ bench_md_header() {
 - **Load generator:** ${BENCH_LOADGEN:-k6 $K6_VERSION} on the same 2 cores (everything on loopback)
 - **IOP workers:** ${IOP_WORKERS:-one per core (the default)} each for the Edge and the Node${IOP_WORKERS:+ (IOP_WORKERS=$IOP_WORKERS)}${IOP_EDGE_ARGS:+; Edge flags \`$IOP_EDGE_ARGS\`}${IOP_NODE_ARGS:+; Node flags \`$IOP_NODE_ARGS\`}${edge_yaml:+; Edge config adds \`$edge_yaml\`}
 - **Link:** $(if [ "${LINK_TLS:-}" = 1 ]; then echo "TLS (LINK_TLS=1): IOP's Edge–Node link under mTLS (TLS 1.3, rustls with ring, P-256 certificates), a two-process peer's tunnel under its TLS transport where it has one"; else echo "plain TCP"; fi)
-$([ "${PROVIDER_TLS:-}" != 1 ] || echo "- **Provider:** https (PROVIDER_TLS=1): the mock provider serves TLS 1.3 (rustls with ring, a P-256 certificate for 127.0.0.1 from a throwaway CA), the Node trusts that CA (\`--provider-ca-file\`)")
+$([ "${PROVIDER_TLS:-}" != 1 ] || echo "- **Provider:** https (PROVIDER_TLS=1): the mock provider serves TLS 1.3 (rustls with ring, a P-256 certificate for 127.0.0.1 from a throwaway CA), the Node trusts that CA (\`--provider-ca-file\`)$([ "$BENCH_NAME" != peers ] || echo "; every other path reaches the mock over TLS too (see each path's name)")")
 MD
 }
 
