@@ -127,6 +127,36 @@ pub(crate) fn send_now<B: AsRef<[u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Re
     }
 }
 
+/// The socket `fd` as an [`io::Write`] that never waits, on either driver:
+/// each write is one [`send_now`], and `WouldBlock` when the socket takes
+/// nothing. The link's TLS flush hands it rustls' queued records as they
+/// lie (`framing::tls::send_queued`), so they are not first copied into
+/// one buffer for the runtime. As with [`send_now`], the caller uses it
+/// only when no write of its socket is in flight.
+pub(crate) struct SendNow(pub(crate) RawFd);
+
+impl io::Write for SendNow {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        let mut slices: [&[u8]; SEND_SLICES] = [&[]; SEND_SLICES];
+        for (to, from) in slices.iter_mut().zip(bufs) {
+            *to = from;
+        }
+        let count = bufs.len().min(SEND_SLICES);
+        send_now(self.0, &slices[..count]).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
@@ -168,6 +198,37 @@ mod tests {
         assert!(recv_now(ours.as_raw_fd(), &mut rest).unwrap().unwrap() > 0);
         drop(theirs);
         assert_eq!(recv_now(ours.as_raw_fd(), &mut rest).unwrap().unwrap(), 0);
+    }
+
+    #[test]
+    fn send_now_as_a_writer_keeps_order_and_says_would_block_when_full() {
+        use std::io::{IoSlice, Read as _};
+
+        let (ours, mut theirs) = pair();
+        let mut socket = SendNow(ours.as_raw_fd());
+        let nothing = [IoSlice::new(b""), IoSlice::new(b"")];
+        assert_eq!(socket.write_vectored(&nothing).unwrap(), 0);
+        let slices = [IoSlice::new(b"ab"), IoSlice::new(b""), IoSlice::new(b"cd")];
+        assert_eq!(socket.write_vectored(&slices).unwrap(), 4);
+        // A peer that reads nothing: the socket fills and a write that
+        // finds no room says WouldBlock at once (the socket is blocking).
+        let block = vec![7u8; 1 << 20];
+        let mut sent = 4;
+        let full = (0..1024).any(|_| match socket.write(&block) {
+            Ok(n) => {
+                sent += n;
+                false
+            }
+            Err(error) => {
+                assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+                true
+            }
+        });
+        assert!(full, "the socket never filled");
+        let mut got = vec![0; sent];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..4], b"abcd");
+        assert!(got[4..].iter().all(|&b| b == 7));
     }
 
     #[test]

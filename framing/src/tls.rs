@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   socket ──ciphertext──▶ CipherIn ──▶ rustls ──▶ drain_plaintext ──▶ frame buffer
-//!   frames ──plaintext───▶ queue ─────▶ rustls ──▶ gather ───────────▶ socket
+//!   frames ──plaintext───▶ queue ─────▶ rustls ──▶ send_queued ──────▶ socket
+//!                                              └─▶ gather (the rest) ─▶ socket
 //! ```
 //!
 //! rustls is itself sans-IO; these functions hold the loops both ends of
@@ -17,6 +18,9 @@
 //!   beside, so rustls never refuses it; a `close_notify` ends the feed.
 //! - [`queue`] hands rustls a write's slices at once: records are cut
 //!   across them, not one (or more) a slice.
+//! - [`send_queued`] writes rustls' records from its own buffers, never
+//!   copied; only what the socket would not take at once is copied into a
+//!   [`gather`] for a write that can wait.
 //! - [`drain_plaintext`] appends after the buffer's current bytes (a
 //!   partial frame is never overwritten), copying each plaintext byte once,
 //!   and never more than it is asked for: [`CipherIn`] fills a read's room
@@ -222,6 +226,52 @@ pub fn gather(session: &mut Connection, out: &mut Vec<u8>, limit: usize) -> io::
         session.write_tls(out)?;
     }
     Ok(())
+}
+
+/// Hands the TLS records rustls has queued to `socket` as they lie in
+/// rustls' own buffers: one vectored write of up to 64 records a call, no
+/// copy into a gather. Stops when none are left, when `socket` takes
+/// nothing (`Ok(0)` or `WouldBlock`), or after a write it took only part
+/// of (the next would find it full). Returns whether none are left; the
+/// rest, if any, goes out through [`gather`] and a write that can wait.
+/// `socket`'s other errors are returned.
+pub fn send_queued<W: Write>(session: &mut Connection, socket: &mut W) -> io::Result<bool> {
+    let mut socket = Counting {
+        inner: socket,
+        offered: 0,
+    };
+    while session.wants_write() {
+        match session.write_tls(&mut socket) {
+            Ok(n) if n > 0 && n == socket.offered => {}
+            Ok(_) => break,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(!session.wants_write())
+}
+
+/// A writer that remembers how many bytes its last write was offered, so
+/// [`send_queued`] can tell a partial write from a whole one.
+struct Counting<'a, W> {
+    inner: &'a mut W,
+    offered: usize,
+}
+
+impl<W: Write> Write for Counting<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.offered = buf.len();
+        self.inner.write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.offered = bufs.iter().map(|b| b.len()).sum();
+        self.inner.write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// One handshake step: hands `cipher` read during the handshake to rustls.
@@ -458,6 +508,90 @@ mod tests {
         assert_eq!(&received[..], &message[..]);
         assert!(reader.release(), "everything was handed over");
         assert_eq!(reader.capacity(), 0, "freed");
+    }
+
+    /// A socket that takes at most `room` bytes in all, then says
+    /// `WouldBlock`; it keeps what it took and counts its writes.
+    struct Socket {
+        room: usize,
+        took: Vec<u8>,
+        writes: usize,
+    }
+
+    impl Write for Socket {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)])
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.writes += 1;
+            if self.room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let before = self.took.len();
+            for buf in bufs {
+                let n = buf.len().min(self.room - (self.took.len() - before));
+                self.took.extend_from_slice(&buf[..n]);
+            }
+            let n = self.took.len() - before;
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn queued_records_go_to_the_socket_as_they_lie_and_the_rest_by_gather() {
+        let message: Vec<u8> = (0..60_000u32).map(|i| (i % 247) as u8).collect();
+        // Room for everything; for part of one write; for nothing.
+        for room in [usize::MAX, 10_000, 0] {
+            let (mut client, mut server) = pair();
+            handshake(&mut client, &mut server);
+            assert_eq!(queue(&mut client, &[&message[..]]).unwrap(), message.len());
+            let mut socket = Socket {
+                room,
+                took: Vec::new(),
+                writes: 0,
+            };
+            let all_sent = send_queued(&mut client, &mut socket).unwrap();
+            assert_eq!(all_sent, room == usize::MAX, "room {room}");
+            assert_eq!(all_sent, !client.wants_write(), "room {room}");
+            // One vectored write of every record (fewer than 64): a
+            // socket that took part of it, or none, is not tried again.
+            assert_eq!(socket.writes, 1, "room {room}");
+            if room != usize::MAX {
+                assert_eq!(socket.took.len(), room, "took all the room it had");
+            }
+            let mut bytes = socket.took;
+            bytes.extend(wire(&mut client));
+            let mut received = BytesMut::new();
+            feed(&mut server, &bytes, &mut received).unwrap();
+            assert_eq!(&received[..], &message[..], "room {room}");
+        }
+    }
+
+    #[test]
+    fn a_socket_error_is_returned_and_the_records_kept() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let (mut client, mut server) = pair();
+        handshake(&mut client, &mut server);
+        queue(&mut client, &[&b"kept"[..]]).unwrap();
+        let error = send_queued(&mut client, &mut Broken).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
+        let mut received = BytesMut::new();
+        feed(&mut server, &wire(&mut client), &mut received).unwrap();
+        assert_eq!(&received[..], b"kept");
     }
 
     #[test]

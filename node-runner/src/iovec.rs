@@ -122,6 +122,36 @@ pub(crate) fn sent_now<B: AsRef<[u8]>>(fd: RawFd, bufs: &[B]) -> Option<io::Resu
     }
 }
 
+/// The socket `fd` as an [`io::Write`] that never waits, on either driver:
+/// each write is one [`send_now`], and `WouldBlock` when the socket takes
+/// nothing. A TLS flush hands it rustls' queued records as they lie
+/// (`framing::tls::send_queued`), so they are not first copied into one
+/// buffer for the runtime. As with [`write_now`], the caller uses it only
+/// when no write of its socket is in flight.
+pub(crate) struct SendNow(pub(crate) RawFd);
+
+impl io::Write for SendNow {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        let mut slices: [&[u8]; SEND_SLICES] = [&[]; SEND_SLICES];
+        for (to, from) in slices.iter_mut().zip(bufs) {
+            *to = from;
+        }
+        let count = bufs.len().min(SEND_SLICES);
+        send_now(self.0, &slices[..count]).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Drops the first `skip` bytes of `bufs`, and the slices left empty.
 fn advance(bufs: &mut Vec<Bytes>, mut skip: usize) {
     bufs.retain_mut(|b| {
@@ -252,6 +282,38 @@ mod tests {
                 write_all(&mut stream, parts).await.unwrap();
             });
         assert_eq!(reader.join().unwrap(), expected);
+    }
+
+    #[test]
+    fn send_now_as_a_writer_keeps_order_and_says_would_block_when_full() {
+        use std::io::{IoSlice, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let mut socket = SendNow(std::os::fd::AsRawFd::as_raw_fd(&ours));
+        let nothing = [IoSlice::new(b""), IoSlice::new(b"")];
+        assert_eq!(socket.write_vectored(&nothing).unwrap(), 0);
+        let slices = [IoSlice::new(b"ab"), IoSlice::new(b""), IoSlice::new(b"cd")];
+        assert_eq!(socket.write_vectored(&slices).unwrap(), 4);
+        // A peer that reads nothing: the socket fills and a write that
+        // finds no room says WouldBlock at once (the socket is blocking).
+        let block = vec![7u8; 1 << 20];
+        let mut sent = 4;
+        let full = (0..1024).any(|_| match socket.write(&block) {
+            Ok(n) => {
+                sent += n;
+                false
+            }
+            Err(error) => {
+                assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+                true
+            }
+        });
+        assert!(full, "the socket never filled");
+        let mut got = vec![0; sent];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..4], b"abcd");
+        assert!(got[4..].iter().all(|&b| b == 7));
     }
 
     #[test]

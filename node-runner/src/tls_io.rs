@@ -28,7 +28,6 @@ use std::os::fd::RawFd;
 
 use bytes::BytesMut;
 use framing::tls::{self, CipherIn, Step};
-use monoio::buf::IoBuf;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use rustls::Connection;
@@ -111,11 +110,13 @@ pub(crate) async fn read<R: AsyncReadRent>(
     }
 }
 
-/// Writes out every TLS record rustls has queued, gathered into `cipher`
-/// up to `gather` bytes a socket write: each gather offered to the socket
-/// `fd` at once ([`iovec::sent_now`]) until one does not fit, then through
-/// the runtime, which waits for room. Returns whether the kernel took each
-/// gather in one write. `cipher` is scratch, kept for the next flush.
+/// Writes out every TLS record rustls has queued. First straight from
+/// rustls' buffers to the socket `fd`, one `sendmsg(2)` that does not wait
+/// a call ([`iovec::SendNow`], on either driver): no copy. What the socket
+/// does not take then goes gathered into `cipher`, up to `gather` bytes a
+/// write, through the runtime, which waits for room. Returns whether the
+/// socket took everything at once. `cipher` is scratch, kept for the next
+/// flush.
 pub(crate) async fn flush<W: AsyncWriteRent>(
     socket: &mut W,
     fd: RawFd,
@@ -123,39 +124,20 @@ pub(crate) async fn flush<W: AsyncWriteRent>(
     cipher: &mut Vec<u8>,
     gather: usize,
 ) -> io::Result<bool> {
-    let mut whole = true;
+    if tls::send_queued(&mut session.borrow_mut(), &mut iovec::SendNow(fd))? {
+        return Ok(true);
+    }
     loop {
         let mut out = std::mem::take(cipher);
         out.clear();
         tls::gather(&mut session.borrow_mut(), &mut out, gather)?;
         if out.is_empty() {
             *cipher = out;
-            return Ok(whole);
+            return Ok(false);
         }
-        let len = out.len();
-        let at_once = match whole {
-            true => iovec::sent_now(fd, std::slice::from_ref(&out)),
-            false => None,
-        };
-        let (result, returned) = match at_once {
-            Some(result) => (result, out),
-            None => socket.write(out).await,
-        };
-        let n = match result {
-            Ok(n) => n,
-            Err(error) => {
-                *cipher = returned;
-                return Err(error);
-            }
-        };
-        if n < len {
-            whole = false;
-            let (result, rest) = socket.write_all(returned.slice(n..)).await;
-            *cipher = rest.into_inner();
-            result?;
-        } else {
-            *cipher = returned;
-        }
+        let (result, returned) = socket.write_all(out).await;
+        *cipher = returned;
+        result?;
     }
 }
 

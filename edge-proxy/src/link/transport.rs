@@ -22,8 +22,10 @@
 //! with the writer's next flush; the link's heartbeat guarantees one.
 //!
 //! Plain TCP keeps the zero-copy vectored writes; under TLS every byte is
-//! encrypted, so slices are copied into rustls (one copy, no way around it)
-//! and flushed with one socket write per batch.
+//! encrypted, so slices are copied into rustls (one copy, no way around it),
+//! and its records go to the socket from its own buffers, one `sendmsg(2)`
+//! a flush (`framing::tls::send_queued`); only what the socket does not
+//! take at once is gathered into one buffer for a write that waits.
 //!
 //! The Edge and the Node each have this file (`node-runner/src/link/transport.rs`):
 //! they share no runtime code by design (see `crate::iovec`).
@@ -33,12 +35,12 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
-use crate::at_once::recv_now;
+use crate::at_once::{SendNow, recv_now};
 use crate::iovec;
 use bytes::{Bytes, BytesMut};
 use framing::tls::{self, Step};
 use framing::write_batch::WriteSlices;
-use monoio::buf::{IoBuf, IoBufMut};
+use monoio::buf::IoBufMut;
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
@@ -52,7 +54,8 @@ use rustls::Connection;
 const CIPHER_READ: usize = 64 * 1024;
 /// The least plaintext a TLS read takes, whatever room the caller left.
 const PLAIN_ROOM_MIN: usize = 4 * 1024;
-/// Ciphertext gathered from rustls before one socket write. A gather is
+/// Ciphertext gathered from rustls before one socket write, when the socket
+/// did not take rustls' records at once (a full socket). A gather is
 /// written whole before the next, so this bounds how long an urgent frame
 /// (a heartbeat, F5) waits behind one on a slow network.
 const CIPHER_WRITE: usize = 64 * 1024;
@@ -336,44 +339,27 @@ impl LinkWriter {
 }
 
 impl TlsWrite {
-    /// Writes out every TLS record rustls has queued: each gather of
-    /// ciphertext offered to the socket `fd` at once ([`iovec::sent_now`])
-    /// until one does not fit, then through the runtime, which waits for
-    /// room. Returns whether the kernel took each gather in one write.
+    /// Writes out every TLS record rustls has queued. First straight from
+    /// rustls' buffers to the socket `fd`, one `sendmsg(2)` that does not
+    /// wait a call ([`SendNow`], on either driver): no copy. What the
+    /// socket does not take then goes gathered, up to `CIPHER_WRITE` bytes
+    /// a write, through the runtime, which waits for room. Returns whether
+    /// the socket took everything at once.
     async fn flush(&mut self, half: &mut OwnedWriteHalf<TcpStream>, fd: RawFd) -> io::Result<bool> {
-        let mut whole = true;
+        if tls::send_queued(&mut self.session.borrow_mut(), &mut SendNow(fd))? {
+            return Ok(true);
+        }
         loop {
             let mut cipher = std::mem::take(&mut self.cipher);
             cipher.clear();
             tls::gather(&mut self.session.borrow_mut(), &mut cipher, CIPHER_WRITE)?;
             if cipher.is_empty() {
                 self.cipher = cipher;
-                return Ok(whole);
+                return Ok(false);
             }
-            let len = cipher.len();
-            let at_once = match whole {
-                true => iovec::sent_now(fd, std::slice::from_ref(&cipher)),
-                false => None,
-            };
-            let (result, returned) = match at_once {
-                Some(result) => (result, cipher),
-                None => half.write(cipher).await,
-            };
-            let n = match result {
-                Ok(n) => n,
-                Err(e) => {
-                    self.cipher = returned;
-                    return Err(e);
-                }
-            };
-            if n < len {
-                whole = false;
-                let (result, rest) = half.write_all(returned.slice(n..)).await;
-                self.cipher = rest.into_inner();
-                result?;
-            } else {
-                self.cipher = returned;
-            }
+            let (result, returned) = half.write_all(cipher).await;
+            self.cipher = returned;
+            result?;
         }
     }
 }

@@ -24,8 +24,10 @@
 //! with the writer's next flush; the link's heartbeat guarantees one.
 //!
 //! Plain TCP keeps the zero-copy vectored writes; under TLS every byte is
-//! encrypted, so slices are copied into rustls (one copy, no way around it)
-//! and flushed with one socket write per batch.
+//! encrypted, so slices are copied into rustls (one copy, no way around it),
+//! and its records go to the socket from its own buffers, one `sendmsg(2)`
+//! a flush (`framing::tls::send_queued`); only what the socket does not
+//! take at once is gathered into one buffer for a write that waits.
 //!
 //! The Edge and the Node each have this file (`edge-proxy/src/link/transport.rs`):
 //! they share no runtime code by design (see `super::iovec`).
@@ -52,7 +54,8 @@ use crate::{iovec, tls_io};
 const CIPHER_READ: usize = 64 * 1024;
 /// The least plaintext a TLS read takes, whatever room the caller left.
 const PLAIN_ROOM_MIN: usize = 4 * 1024;
-/// Ciphertext gathered from rustls before one socket write. A gather is
+/// Ciphertext gathered from rustls before one socket write, when the socket
+/// did not take rustls' records at once (a full socket). A gather is
 /// written whole before the next, so this bounds how long an urgent frame
 /// (a heartbeat, F5) waits behind one on a slow network.
 const CIPHER_WRITE: usize = 64 * 1024;

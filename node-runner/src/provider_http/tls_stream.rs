@@ -22,7 +22,8 @@ use monoio::net::TcpStream;
 
 use super::conn::{readable_now, recv_now};
 
-/// Ciphertext gathered from rustls before one socket write of a request.
+/// Ciphertext gathered from rustls before one socket write of a request,
+/// when the socket did not take rustls' records at once.
 const CIPHER_WRITE: usize = 64 * 1024;
 
 /// A TCP socket and its TLS client session, after the handshake.
