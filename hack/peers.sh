@@ -160,10 +160,11 @@ done
 # does not come up.
 wait_http() {
   # wait_http URL SECONDS [KEY]: until a chat request through URL answers 200.
-  local url=$1 n=$(($2 * 10)) key=${3:-} _
+  local url=$1 n=$(($2 * 10)) key=${3:-} _ ca=()
+  # curl reads no SSL_CERT_FILE: the CA of PROVIDER_TLS=1 by name.
+  [ -z "${SSL_CERT_FILE:-}" ] || ca=(--cacert "$SSL_CERT_FILE")
   for _ in $(seq 1 "$n"); do
-    # (curl reads no SSL_CERT_FILE: the CA of PROVIDER_TLS=1 by name)
-    if curl -fsS -m 5 -o /dev/null ${SSL_CERT_FILE:+--cacert "$SSL_CERT_FILE"} "$url/v1/chat/completions" -H 'content-type: application/json' \
+    if curl -fsS -m 5 -o /dev/null "${ca[@]}" "$url/v1/chat/completions" -H 'content-type: application/json' \
       ${key:+-H "authorization: Bearer $key"} -d '{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null; then
       return 0
     fi
@@ -282,7 +283,9 @@ model_list:
       api_base: $up_scheme://$MOCK_ADDR/v1
       api_key: sk-none
 CONF
-      procs_start litellm env ${up_tls:+SSL_VERIFY="$SSL_CERT_FILE"} LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
+      local verify=()
+      [ -z "$up_tls" ] || verify=(SSL_VERIFY="$SSL_CERT_FILE")
+      procs_start litellm env "${verify[@]}" LITELLM_MASTER_KEY=sk-bench LITELLM_LOCAL_MODEL_COST_MAP=True \
         LITELLM_TELEMETRY=False "$lvenv/bin/litellm" --config "$BENCH_WORK/litellm.yaml" \
         --host 127.0.0.1 --port "$port"
       PATH_KEY=sk-bench
