@@ -39,7 +39,7 @@
 # reaches it over TLS: direct and rathole carry k6's own TLS to the mock,
 # end to end; nginx, haproxy, LiteLLM and IOP's Node open TLS to it, each
 # on its kept-alive upstream connections; SSL_CERT_FILE names that CA for
-# k6, curl and LiteLLM), STEAL_WARN (default 5: a path
+# k6, oha and LiteLLM, and curl's probe is given it by name), STEAL_WARN (default 5: a path
 # whose run the hypervisor took this % of the VM's CPU from is named in the
 # notes; every row shows its figure), IOP_B_BIN_DIR / IOP_B_EDGE_ARGS /
 # IOP_B_NODE_ARGS / IOP_B_EDGE_YAML (any one set: an A/B in the same run —
@@ -551,7 +551,8 @@ choose_round() {
 
 # With PROVIDER_TLS=1 the mock speaks https only (bench_mock), and every
 # path's client of it trusts the run's CA: IOP's Node by --provider-ca-file
-# (bench_iop), k6, curl and LiteLLM by SSL_CERT_FILE.
+# (bench_iop), k6, oha and LiteLLM by SSL_CERT_FILE (wait_http's curl by
+# --cacert).
 up_scheme=http up_tls= nginx_tls=
 if [ "${PROVIDER_TLS:-}" = 1 ]; then
   bench_provider_pki
