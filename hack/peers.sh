@@ -208,7 +208,7 @@ http {
   server {
     listen 127.0.0.1:$port;
     location / {
-      proxy_pass $up_scheme://mock;$nginx_tls
+      proxy_pass $up_scheme://mock;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
@@ -553,12 +553,11 @@ choose_round() {
 # path's client of it trusts the run's CA: IOP's Node by --provider-ca-file
 # (bench_iop), k6, oha and LiteLLM by SSL_CERT_FILE (wait_http's curl by
 # --cacert).
-up_scheme=http up_tls= nginx_tls=
+up_scheme=http up_tls=
 if [ "${PROVIDER_TLS:-}" = 1 ]; then
   bench_provider_pki
   export SSL_CERT_FILE=$BENCH_WORK/provider-pki/ca.pem
   up_scheme=https up_tls=1
-  nginx_tls=$'\n      proxy_ssl_session_reuse on;\n      proxy_ssl_server_name off;'
 fi
 
 declare -A fig

@@ -18,6 +18,7 @@
 // Implementing monoio's `IoVecBuf`.
 #![allow(unsafe_code)]
 
+use std::ops::Deref;
 use std::os::fd::RawFd;
 
 use bytes::{Buf, Bytes};
@@ -111,7 +112,10 @@ pub(crate) fn write_now(fd: RawFd, mut bufs: Vec<Bytes>) -> std::io::Result<Vec<
 
 /// On io_uring, how many bytes of `bufs` the socket `fd` took at once
 /// ([`send_now`]); `None` elsewhere, or when it took none.
-pub(crate) fn sent_now<B: AsRef<[u8]>>(fd: RawFd, bufs: &[B]) -> Option<std::io::Result<usize>> {
+pub(crate) fn sent_now<B: Deref<Target = [u8]>>(
+    fd: RawFd,
+    bufs: &[B],
+) -> Option<std::io::Result<usize>> {
     if crate::runtime::on_uring() {
         send_now(fd, bufs)
     } else {

@@ -30,6 +30,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::ops::Deref;
 use std::os::fd::RawFd;
 
 use bytes::{Buf, Bytes};
@@ -114,7 +115,10 @@ pub(crate) fn write_now(fd: RawFd, mut bufs: Vec<Bytes>) -> io::Result<Vec<Bytes
 
 /// On io_uring, how many bytes of `bufs` the socket `fd` took at once
 /// ([`send_now`]); `None` elsewhere, or when it took none.
-pub(crate) fn sent_now<B: AsRef<[u8]>>(fd: RawFd, bufs: &[B]) -> Option<io::Result<usize>> {
+pub(crate) fn sent_now<B: Deref<Target = [u8]>>(
+    fd: RawFd,
+    bufs: &[B],
+) -> Option<io::Result<usize>> {
     if crate::runtime::on_uring() {
         send_now(fd, bufs)
     } else {
@@ -136,15 +140,11 @@ impl io::Write for SendNow {
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        if bufs.iter().all(|b| b.is_empty()) {
-            return Ok(0);
+        match send_now(self.0, bufs) {
+            Some(sent) => sent,
+            None if bufs.iter().all(|b| b.is_empty()) => Ok(0),
+            None => Err(io::ErrorKind::WouldBlock.into()),
         }
-        let mut slices: [&[u8]; SEND_SLICES] = [&[]; SEND_SLICES];
-        for (to, from) in slices.iter_mut().zip(bufs) {
-            *to = from;
-        }
-        let count = bufs.len().min(SEND_SLICES);
-        send_now(self.0, &slices[..count]).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -172,7 +172,7 @@ const SEND_SLICES: usize = 64;
 /// than offered when its buffer filled); `None` when it took none for want
 /// of room (or nothing was offered): the caller then writes through the
 /// runtime, which waits for room.
-fn send_now<B: AsRef<[u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Result<usize>> {
+fn send_now<B: Deref<Target = [u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Result<usize>> {
     let mut iovecs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -180,7 +180,7 @@ fn send_now<B: AsRef<[u8]>>(fd: RawFd, slices: &[B]) -> Option<io::Result<usize>
     let mut count = 0;
     for slice in slices
         .iter()
-        .map(AsRef::as_ref)
+        .map(|slice| &**slice)
         .filter(|s| !s.is_empty())
         .take(SEND_SLICES)
     {
