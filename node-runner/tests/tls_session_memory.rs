@@ -12,69 +12,18 @@
 //! held across a quiet spell, a rustls upgrade that grows the session)
 //! fails here instead of in a 10k ramp.
 //!
-//! Its own test binary: it installs a counting global allocator.
+//! Its own test binary: it installs framing's counting global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConnection, Connection, ServerConfig, ServerConnection};
 
-thread_local! {
-    /// Bytes allocated and not yet freed on this thread.
-    static LIVE_BYTES: Cell<isize> = const { Cell::new(0) };
-    /// Allocations not yet freed on this thread.
-    static LIVE_BLOCKS: Cell<isize> = const { Cell::new(0) };
-}
-
-fn track(bytes: isize, blocks: isize) {
-    // `try_with`: a thread-local being torn down is not counted.
-    let _ = LIVE_BYTES.try_with(|n| n.set(n.get() + bytes));
-    let _ = LIVE_BLOCKS.try_with(|n| n.set(n.get() + blocks));
-}
-
-/// `System`, counting what each thread holds.
-struct LiveAlloc;
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System` upholds the `GlobalAlloc` contract; the only extra
-// work is updating const-initialised thread-local counters, which does not
-// allocate.
-unsafe impl GlobalAlloc for LiveAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        track(layout.size() as isize, 1);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        track(-(layout.size() as isize), -1);
-        // SAFETY: `ptr` was allocated by `System` with `layout` through this
-        // allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        track(layout.size() as isize, 1);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        track(new_size as isize - layout.size() as isize, 0);
-        // SAFETY: `ptr` came from `System` with `layout`; forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: LiveAlloc = LiveAlloc;
-
-fn live() -> (isize, isize) {
-    (LIVE_BYTES.with(Cell::get), LIVE_BLOCKS.with(Cell::get))
-}
+// framing's counting allocator, with what each thread holds (`live`).
+#[path = "../../framing/tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::live;
 
 /// The most a quiet session may hold. rustls 0.23.46 with the ring
 /// provider keeps 7,977 bytes in 11 allocations: the session itself
